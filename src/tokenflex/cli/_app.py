@@ -14,3 +14,11 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+@app.command()
+def version() -> None:
+    """Print the tokenflex version."""
+    from .. import __version__
+
+    console.print(f"tokenflex {__version__}")
