@@ -1,0 +1,293 @@
+"""The budget solver: share one context window between prompt sections and the output.
+
+A pure function over plain data (token counts in, an allocation out): no tokenizer, no
+I/O, no logging. :func:`tokenflex.fit` counts, fetches and summarizes around it.
+
+**The promise.** For every allocation returned,
+``input_tokens + max_tokens + safety_margin <= context_window``,
+``max_tokens >= min_output_tokens`` (the floor, never above the request), and no required
+item was dropped. Otherwise :func:`solve` raises :class:`ContextOverflowError` with the
+numbers and the fix.
+
+How it negotiates (CSS-flexbox style, seed 000 done right):
+
+1. The output request is clamped to the model's max output; the floor is
+   ``min(min_output_tokens, request)``.
+2. Required items (pinned system prompt, current message, tool schemas) and the fixed
+   base cost must fit with the floor, or it raises.
+3. Optional items fill the room left for input: ``window - margin - request`` with the
+   ``reserve`` policy (trim input, keep the requested output; seeds 001/002), or
+   ``window - margin - floor`` with the ``flex`` policy (keep input, let output shrink
+   to the floor; seed 000). Sections fill in priority order; inside a section, items
+   come in the section's keep order (newest first for history, best rank first for
+   documents). A section's soft ``share`` (history: 0.8 of the room, seed 001) yields to
+   ``min_items``, and both yield to the hard window.
+4. ``max_tokens = min(request, window - margin - input)``, which is at least the floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import ContextOverflowError
+
+__all__ = [
+    "Allocation",
+    "BudgetSpec",
+    "DropRecord",
+    "Policy",
+    "SectionSpec",
+    "solve",
+]
+
+Policy = Literal["reserve", "flex"]
+
+
+@dataclass(frozen=True, slots=True)
+class SectionSpec:
+    """One part of the prompt, as token counts of atomic items in keep order."""
+
+    name: str
+    """Section name (``system``, ``history``, ``documents``, ...)."""
+    items: Iterable[int]
+    """Token cost of each atomic item, in keep order (the first is kept first). May be a
+    lazy iterable for contiguous sections; it is consumed only as far as needed."""
+    required: int = 0
+    """How many leading items (in keep order) are required. ``-1``: all of them."""
+    priority: int = 0
+    """Higher priorities fill first; equal priorities keep their given order."""
+    min_tokens: int = 0
+    """Room reserved for this section against higher-priority sections."""
+    cap: int | None = None
+    """Most tokens this section may take (required items included)."""
+    share: float | None = None
+    """Soft target: this share of the room left at its turn. Yields to ``min_items`` and
+    to the hard window."""
+    min_items: int = 0
+    """Keep at least this many items if the hard window allows (beyond the soft share)."""
+    max_items: int | None = None
+    """Keep at most this many items."""
+    contiguous: bool = False
+    """Stop at the first item that does not fit (history: no gaps), instead of skipping it
+    and trying the next (documents, memories)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """The window and the output request."""
+
+    context_window: int
+    requested_output: int
+    """max_tokens the caller asked for (already clamped to the model's max output)."""
+    min_output_tokens: int = 500
+    safety_margin: int = 100
+    base_tokens: int = 0
+    """Fixed input cost outside any section (reply priming, tool schemas)."""
+    policy: Policy = "reserve"
+    input_cap: int | None = None
+    """Most input tokens for optional items to reach (``max_input_tokens``); required
+    items may exceed it (the window stays the hard limit)."""
+
+    @property
+    def floor(self) -> int:
+        """The output floor: the minimum, never above the request."""
+        return max(0, min(self.min_output_tokens, self.requested_output))
+
+
+@dataclass(frozen=True, slots=True)
+class DropRecord:
+    """Items a section did not keep: ``count`` items from keep-order position ``start``."""
+
+    section: str
+    start: int
+    """Position in the section's keep order of the first dropped item."""
+    count: int | None
+    """How many items; ``None`` for "this one and every later item" (contiguous sections
+    whose lazy items were not consumed further)."""
+    reason: str
+    """``budget`` (hard window), ``share`` (soft target), ``cap``, ``max_items``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What the solver kept, and the negotiated output."""
+
+    max_tokens: int
+    """The output budget to send: at least the floor, at most the request."""
+    input_tokens: int
+    """Base plus every kept item."""
+    kept: dict[str, tuple[int, ...]]
+    """Per section, keep-order positions of the kept items."""
+    section_tokens: dict[str, int]
+    """Per section, tokens of the kept items."""
+    dropped: tuple[DropRecord, ...]
+    notes: tuple[str, ...] = field(default=())
+    """Human-readable notes (soft targets that yielded, output reduced, ...)."""
+
+
+def _overflow(spec: BudgetSpec, required: int, model: str) -> ContextOverflowError:
+    room = spec.context_window - spec.safety_margin - spec.floor
+    over = required - room
+    name = f"{model} " if model else "the model "
+    return ContextOverflowError(
+        f"Required input needs {required:,} tokens but {name}({spec.context_window:,}) "
+        f"leaves {room:,} after the {spec.floor:,}-token output floor and a "
+        f"{spec.safety_margin:,}-token margin ({over:,} over). Shorten the required "
+        "messages, lower min_output_tokens, mark a section optional, or pass "
+        "fallback_models=[...] with a larger window.",
+        model=model,
+        context_window=spec.context_window,
+        required_tokens=required,
+        max_tokens=spec.floor,
+        safety_margin=spec.safety_margin,
+    )
+
+
+def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "") -> Allocation:
+    """Allocate the window between sections and the output.
+
+    Args:
+        sections: The prompt's sections with item token counts in keep order.
+        spec: Window, output request, floor, margin, base cost and policy.
+        model: Model name, only for error messages.
+
+    Returns:
+        An :class:`Allocation` that keeps the promise in the module docstring.
+
+    Raises:
+        ContextOverflowError: required input plus the floor does not fit.
+
+    >>> from tokenflex.budget import BudgetSpec, SectionSpec, solve
+    >>> a = solve([SectionSpec("history", [400, 300, 5000], contiguous=True)],
+    ...           BudgetSpec(context_window=4096, requested_output=1000))
+    >>> a.kept["history"], a.max_tokens
+    ((0, 1), 1000)
+    """
+    window, margin = spec.context_window, spec.safety_margin
+    request = max(0, spec.requested_output)
+    floor = spec.floor
+    if window <= 0:
+        raise ValueError(f"context_window must be positive, got {window!r}")
+
+    # Pass 1: required items. Sequences are indexed; lazy iterables are read only as far
+    # as their required prefix.
+    iters: dict[str, Iterable[int]] = {}
+    required_tokens: dict[str, list[int]] = {}
+    for s in sections:
+        if s.required == -1:
+            req = list(s.items)
+            iters[s.name] = ()
+        elif s.required > 0:
+            it = iter(s.items)
+            req = [next(it) for _ in range(s.required)]
+            iters[s.name] = it
+        else:
+            req = []
+            iters[s.name] = s.items
+        required_tokens[s.name] = req
+
+    used = spec.base_tokens + sum(sum(v) for v in required_tokens.values())
+    if used + floor + margin > window:
+        raise _overflow(spec, used, model)
+
+    # Room for optional items: the reserve policy keeps the whole request for the output,
+    # flex lets the output shrink to the floor. Soft shares are shares of that room.
+    hard_total = window - margin - (request if spec.policy == "reserve" else floor)
+    soft_total = hard_total
+    if spec.input_cap is not None:
+        hard_total = min(hard_total, spec.input_cap)
+        soft_total = min(soft_total, spec.input_cap)
+
+    reserved = {s.name: max(0, s.min_tokens - sum(required_tokens[s.name])) for s in sections}
+    order = sorted(range(len(sections)), key=lambda i: -sections[i].priority)
+
+    kept: dict[str, tuple[int, ...]] = {}
+    section_tokens: dict[str, int] = {}
+    dropped: list[DropRecord] = []
+    notes: list[str] = []
+
+    for idx in order:
+        s = sections[idx]
+        req = required_tokens[s.name]
+        reserved.pop(s.name, None)
+        later_reserve = sum(reserved.values())
+        hard_room = window_room = hard_total - used - later_reserve
+        soft_room = soft_total - used - later_reserve
+        if s.cap is not None:
+            cap_room = s.cap - sum(req)
+            hard_room = min(hard_room, cap_room)
+            soft_room = min(soft_room, cap_room)
+        if s.share is not None:
+            soft_room = int(s.share * max(0, soft_room))
+        soft_room = min(soft_room, hard_room)
+
+        positions = list(range(len(req)))
+        taken = 0  # optional tokens taken
+        n_req = len(req)
+        pos = n_req
+        yielded_soft = False
+        for tokens in iters[s.name]:
+            n_kept = len(positions)
+            if s.max_items is not None and n_kept >= s.max_items:
+                dropped.append(DropRecord(s.name, pos, None if s.contiguous else 1, "max_items"))
+                if s.contiguous:
+                    break
+                pos += 1
+                continue
+            fits_hard = taken + tokens <= hard_room
+            fits_soft = taken + tokens <= soft_room
+            if fits_soft or (fits_hard and n_kept < s.min_items):
+                if not fits_soft:
+                    yielded_soft = True
+                positions.append(pos)
+                taken += tokens
+            else:
+                if fits_hard:
+                    reason = "share"
+                elif taken + tokens <= window_room:
+                    reason = "cap"
+                else:
+                    reason = "budget"
+                if s.contiguous:
+                    dropped.append(DropRecord(s.name, pos, None, reason))
+                    break
+                dropped.append(DropRecord(s.name, pos, 1, reason))
+            pos += 1
+        if s.min_items and len(positions) < s.min_items and any(
+            d.section == s.name for d in dropped
+        ):
+            notes.append(
+                f"{s.name}: min_items={s.min_items} yields to the window; kept {len(positions)}."
+            )
+        elif yielded_soft:
+            notes.append(
+                f"{s.name}: kept {len(positions)} items beyond its soft share "
+                f"({s.share}) to honour min_items={s.min_items}."
+            )
+        used += taken
+        kept[s.name] = tuple(positions)
+        section_tokens[s.name] = sum(req) + taken
+
+    input_tokens = used
+    max_tokens = min(request, window - margin - input_tokens)
+    if max_tokens < request:
+        notes.append(
+            f"max_tokens reduced from {request:,} to {max_tokens:,} to fit "
+            f"{input_tokens:,} input tokens in the {window:,}-token window."
+        )
+    # The promise, checked on every return; a violation is a bug, never a plan.
+    if not (input_tokens + max_tokens + margin <= window and max_tokens >= floor):
+        raise AssertionError(
+            f"tokenflex solver bug: input={input_tokens} max_tokens={max_tokens} "
+            f"margin={margin} window={window} floor={floor}"
+        )
+    return Allocation(
+        max_tokens=max_tokens,
+        input_tokens=input_tokens,
+        kept=kept,
+        section_tokens=section_tokens,
+        dropped=tuple(dropped),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,255 @@
+"""The solver's result: what goes in, what was left out and why, and what it costs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, overload
+
+from ._types import JSON
+from .models import Model
+
+__all__ = ["DroppedItem", "DroppedItems", "Plan", "SummaryInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedItem:
+    """One message, chunk or memory that is not in the plan."""
+
+    section: str
+    """Section it belonged to (``history``, ``documents``, ...)."""
+    index: int
+    """Its index in the caller's input (messages list, chunks list, ...)."""
+    tokens: int
+    """What it would have cost, counted like the kept ones."""
+    reason: str
+    """``budget`` (the hard window), ``share`` (the section's soft target), ``cap``,
+    ``max_items``, ``orphan`` (history may not start with an answer whose question was
+    dropped), ``summarized`` (replaced by the summary), ``duplicate``."""
+    item: Any = field(default=None, repr=False, compare=False)
+    """The dropped message or chunk itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class _DropRun:
+    section: str
+    start: int
+    stop: int
+    reason: str
+
+
+class DroppedItems(Sequence[DroppedItem]):
+    """Every dropped item, materialized on access.
+
+    A 10,000-message conversation that keeps 200 drops 9,800 messages; building 9,800
+    records (and counting their tokens) on every fit would make fitting O(history). The
+    plan stores contiguous runs and counts a dropped item's tokens only when you look at it.
+    """
+
+    __slots__ = ("_cost", "_items", "_len", "_runs", "_starts")
+
+    def __init__(
+        self,
+        runs: Sequence[_DropRun],
+        items: Callable[[str, int], Any],
+        cost: Callable[[str, Any], int],
+    ) -> None:
+        self._runs = tuple(r for r in runs if r.stop > r.start)
+        self._items = items
+        self._cost = cost
+        starts = []
+        total = 0
+        for r in self._runs:
+            starts.append(total)
+            total += r.stop - r.start
+        self._starts = starts
+        self._len = total
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> DroppedItem: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[DroppedItem]: ...
+    def __getitem__(self, i: int | slice) -> DroppedItem | Sequence[DroppedItem]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        import bisect
+
+        r_idx = bisect.bisect_right(self._starts, i) - 1
+        run = self._runs[r_idx]
+        index = run.start + (i - self._starts[r_idx])
+        item = self._items(run.section, index)
+        return DroppedItem(run.section, index, self._cost(run.section, item), run.reason, item)
+
+    def __iter__(self) -> Iterator[DroppedItem]:
+        for j in range(self._len):
+            yield self[j]
+
+    def runs(self) -> list[tuple[str, int, int, str]]:
+        """Contiguous runs as ``(section, start, stop, reason)``, cheap at any size."""
+        return [(r.section, r.start, r.stop, r.reason) for r in self._runs]
+
+    def by_reason(self) -> dict[str, int]:
+        """How many items were dropped for each reason."""
+        out: dict[str, int] = {}
+        for r in self._runs:
+            out[r.reason] = out.get(r.reason, 0) + r.stop - r.start
+        return out
+
+    def __repr__(self) -> str:
+        return f"DroppedItems({len(self)} items: {self.by_reason()})"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryInfo:
+    """The summary that replaced part of the history."""
+
+    text: str
+    """The summary itself (without the prefix)."""
+    covers: tuple[int, int]
+    """Indices ``[start, stop)`` of the caller's messages the summary stands for."""
+    tokens: int
+    """Tokens of the summary message in the plan."""
+    saved_tokens: int
+    """Tokens of the covered messages minus the summary's."""
+    summarizer: str
+    """Which summarizer made it."""
+    reused: bool = False
+    """True when an earlier summary was reused (nothing newly aged out)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A request that fits: messages to send, the output budget, and the accounting.
+
+    Promise: ``input_tokens + max_tokens + safety_margin <= context_window`` and
+    ``max_tokens >= min_output_tokens`` (or the request, if smaller).
+    """
+
+    messages: list[dict[str, Any]]
+    """Messages ready to send, oldest first."""
+    max_tokens: int
+    """The output budget to send as ``max_tokens`` / ``max_completion_tokens``."""
+    input_tokens: int
+    """Tokens of the request's input, counted with the model's rules."""
+    context_window: int
+    """The model's window used for this plan."""
+    safety_margin: int
+    """Tokens kept free for counting error and formatting."""
+    requested_max_tokens: int
+    """The output request after clamping to the model's max output."""
+    min_output_tokens: int
+    """The output floor applied."""
+    model: Model
+    """The model planned for (a fallback model when the primary did not fit)."""
+    sections: dict[str, int]
+    """Tokens per section (``system``, ``history``, ``current``, ``tools``, ...)."""
+    dropped: DroppedItems
+    """Every item left out, with section, index, tokens and reason."""
+    summary: SummaryInfo | None = None
+    """The history summary, when one was used."""
+    warnings: tuple[str, ...] = ()
+    """Anything a person should know: output reduced, soft targets yielded, summarizer
+    failed and the plan fell back to dropping, fallback model used, estimated counts."""
+    exact: bool = True
+    """True when counts come from the model's own tokenizer and chat format."""
+    policy: str = "reserve"
+    elapsed_ms: float = 0.0
+    """Time fit() took."""
+    fallback_from: str | None = None
+    """The primary model's name when a fallback model was chosen."""
+    full_input_tokens: int | None = None
+    """Input tokens had nothing been dropped (None when not computed: lazy sources)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Extra per-plan data (document packing results, ...)."""
+
+    @property
+    def utilization(self) -> float:
+        """Share of the window the request may use: (input + max_tokens) / window."""
+        return (self.input_tokens + self.max_tokens) / self.context_window
+
+    @property
+    def free_tokens(self) -> int:
+        """Window left unused after input, output and margin."""
+        return self.context_window - self.input_tokens - self.max_tokens - self.safety_margin
+
+    @cached_property
+    def cost(self) -> Any:
+        """Estimated cost in USD of input plus the reserved output (``tokenflex.cost``)."""
+        from .cost import estimate_cost
+
+        return estimate_cost(self.model, self.input_tokens, self.max_tokens)
+
+    def request(self, **extra: Any) -> dict[str, Any]:
+        """An OpenAI chat request body: model, messages, max_tokens, plus ``extra``."""
+        return {"model": self.model.name, "messages": self.messages, "max_tokens": self.max_tokens, **extra}
+
+    def to_dict(self, *, include_messages: bool = True, dropped_limit: int | None = 1000) -> JSON:
+        """A JSON-ready dict. ``dropped_limit`` bounds the per-item list (runs are always
+        complete)."""
+        dropped = self.dropped if dropped_limit is None else self.dropped[:dropped_limit]
+        cost = self.cost
+        out: JSON = {
+            "model": self.model.name,
+            "context_window": self.context_window,
+            "input_tokens": self.input_tokens,
+            "max_tokens": self.max_tokens,
+            "requested_max_tokens": self.requested_max_tokens,
+            "min_output_tokens": self.min_output_tokens,
+            "safety_margin": self.safety_margin,
+            "free_tokens": self.free_tokens,
+            "utilization": round(self.utilization, 4),
+            "policy": self.policy,
+            "exact": self.exact,
+            "sections": dict(self.sections),
+            "dropped_count": len(self.dropped),
+            "dropped_by_reason": self.dropped.by_reason(),
+            "dropped_runs": [
+                {"section": s, "start": a, "stop": b, "reason": r} for s, a, b, r in self.dropped.runs()
+            ],
+            "dropped": [
+                {"section": d.section, "index": d.index, "tokens": d.tokens, "reason": d.reason}
+                for d in dropped
+            ],
+            "summary": None
+            if self.summary is None
+            else {
+                "text": self.summary.text,
+                "covers": list(self.summary.covers),
+                "tokens": self.summary.tokens,
+                "saved_tokens": self.summary.saved_tokens,
+                "summarizer": self.summary.summarizer,
+                "reused": self.summary.reused,
+            },
+            "warnings": list(self.warnings),
+            "fallback_from": self.fallback_from,
+            "full_input_tokens": self.full_input_tokens,
+            "cost_usd": None if cost is None else cost.to_dict(),
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "message_count": len(self.messages),
+        }
+        if self.extras:
+            out["extras"] = self.extras
+        if include_messages:
+            out["messages"] = self.messages
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(**kwargs), ensure_ascii=False, default=str)
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan(model={self.model.name!r}, input_tokens={self.input_tokens:,}, "
+            f"max_tokens={self.max_tokens:,}, window={self.context_window:,}, "
+            f"messages={len(self.messages)}, dropped={len(self.dropped)}, "
+            f"summary={'yes' if self.summary else 'no'}, warnings={len(self.warnings)})"
+        )
+
