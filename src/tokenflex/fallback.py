@@ -1,0 +1,180 @@
+"""Fallback models: when a request does not fit, pick a larger-context model for it alone.
+
+Seed 003 switches to a 1M-token model "for THIS BATCH ONLY" when the budget overflows.
+:func:`choose_model` makes that choice before any call: the primary model if it fits,
+otherwise the cheapest model of the chain (by input price; unknown prices last; ties in
+chain order) whose window holds the required input plus the output floor plus the
+safety margin. The input is recounted for every model, because tokenizers differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ContextOverflowError, InvalidInputError
+from .models import Model, get_model
+
+__all__ = ["Candidate", "FallbackChoice", "choose_model"]
+
+RequiredInput = Callable[[Model], int] | int
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One model that was checked."""
+
+    model: str
+    context_window: int
+    required_input_tokens: int
+    """The request's input, counted with this model's tokenizer."""
+    fits: bool
+    """``required + min_output + margin <= window`` and the model can emit the floor."""
+    input_price: float | None
+    """USD per million input tokens (``None``: unknown)."""
+    max_output_tokens: int | None = None
+    """The model's output limit (``None``: only the window limits)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackChoice:
+    """The model to use for this request, and why."""
+
+    model: Model
+    """The chosen model."""
+    primary: Model
+    """The model the caller asked for."""
+    switched: bool
+    """True when a fallback replaces the primary for this request."""
+    required_input_tokens: int
+    """Input tokens counted with the chosen model's tokenizer."""
+    output_room: int
+    """Tokens left for the output: ``window - required - margin`` (capped by the model's
+    max output); at least ``min_output_tokens``."""
+    reason: str
+    """One sentence with the numbers."""
+    considered: tuple[Candidate, ...]
+    """Models checked, in the order they were checked (primary first, then by price)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "model": self.model.name,
+            "primary": self.primary.name,
+            "switched": self.switched,
+            "required_input_tokens": self.required_input_tokens,
+            "output_room": self.output_room,
+            "reason": self.reason,
+            "considered": [
+                {
+                    "model": c.model,
+                    "context_window": c.context_window,
+                    "required_input_tokens": c.required_input_tokens,
+                    "fits": c.fits,
+                    "input_price": c.input_price,
+                    "max_output_tokens": c.max_output_tokens,
+                }
+                for c in self.considered
+            ],
+        }
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}.")
+    return value
+
+
+def _why_not(c: Candidate, floor: int, margin: int) -> str:
+    over = c.required_input_tokens + floor + margin - c.context_window
+    if over > 0:
+        return f"{c.model} ({c.context_window:,}): {c.required_input_tokens:,} input, {over:,} over"
+    return f"{c.model}: max output {c.max_output_tokens:,} is below the floor"
+
+
+def choose_model(
+    primary: str | Model,
+    fallbacks: Sequence[str | Model] = (),
+    *,
+    required_input_tokens_by_model: RequiredInput,
+    min_output_tokens: int = 500,
+    safety_margin: int = 100,
+) -> FallbackChoice:
+    """The primary model if the request fits it, else the cheapest fallback that fits.
+
+    Args:
+        primary: The model the caller asked for.
+        fallbacks: The fallback chain, in preference order for equal prices.
+        required_input_tokens_by_model: Input tokens the request needs, as a callable
+            ``model -> tokens`` (recounted per model: tokenizers differ) or one int.
+        min_output_tokens: The output floor the chosen model must leave room for.
+        safety_margin: Tokens kept free in the window.
+
+    Returns:
+        A :class:`FallbackChoice` naming the model and the reason.
+
+    Raises:
+        ContextOverflowError: no model in the chain fits (the message has the numbers).
+
+    >>> from tokenflex.fallback import choose_model
+    >>> c = choose_model("gpt-4", ["gpt-4o"], required_input_tokens_by_model=9_000)
+    >>> c.model.name, c.switched
+    ('gpt-4o', True)
+    """
+    floor = _check_int("min_output_tokens", min_output_tokens)
+    margin = _check_int("safety_margin", safety_margin)
+    first = get_model(primary)
+    chain: list[Model] = []
+    for m in (get_model(f) for f in fallbacks):
+        if m.name != first.name and all(m.name != c.name for c in chain):
+            chain.append(m)
+    # Cheapest first; unknown prices last; sorted() is stable, so ties keep chain order.
+    chain.sort(key=lambda m: (m.input_price is None, m.input_price or 0.0))
+
+    def required(m: Model) -> int:
+        if callable(required_input_tokens_by_model):
+            return _check_int(f"required input for {m.name!r}", required_input_tokens_by_model(m))
+        return _check_int("required_input_tokens_by_model", required_input_tokens_by_model)
+
+    considered: list[Candidate] = []
+    need = f"{{req:,}} input + {floor:,} output floor + {margin:,} margin"
+    for m in [first, *chain]:
+        req = required(m)
+        fits = req + floor + margin <= m.context_window and (
+            m.max_output_tokens is None or m.max_output_tokens >= floor
+        )
+        considered.append(
+            Candidate(m.name, m.context_window, req, fits, m.input_price, m.max_output_tokens)
+        )
+        if not fits:
+            continue
+        room = m.context_window - req - margin
+        if m.max_output_tokens is not None:
+            room = min(room, m.max_output_tokens)
+        if m is first:
+            reason = f"{m.name} ({m.context_window:,}) fits {need.format(req=req)}."
+        else:
+            p = considered[0]
+            price = "unknown price" if m.input_price is None else f"${m.input_price:g}/M input"
+            reason = (
+                f"{first.name} ({first.context_window:,}) cannot hold "
+                f"{need.format(req=p.required_input_tokens)}; using {m.name} "
+                f"({m.context_window:,}, {price}) for this request: the cheapest fallback "
+                f"that fits {need.format(req=req)}."
+            )
+        return FallbackChoice(m, first, m is not first, req, room, reason, tuple(considered))
+
+    rows = "; ".join(_why_not(c, floor, margin) for c in considered)
+    smallest = min(c.required_input_tokens for c in considered) + floor + margin
+    widest = max(considered, key=lambda c: c.context_window)
+    raise ContextOverflowError(
+        f"No model fits the request with a {floor:,}-token output floor and a "
+        f"{margin:,}-token margin: {rows}. Shorten the input, lower min_output_tokens, or "
+        f"add a fallback model with a window of at least {smallest:,} tokens.",
+        model=first.name,
+        context_window=widest.context_window,
+        required_tokens=widest.required_input_tokens,
+        max_tokens=floor,
+        safety_margin=margin,
+    )
