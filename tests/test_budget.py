@@ -22,7 +22,9 @@ def _spec(window: int, request: int, **kw: object) -> BudgetSpec:
         pytest.param(16_385, 13_000, 5_000, 3_285, id="seed000-ex2-gpt-3.5-reduced"),
     ],
 )
-def test_seed000_flex_examples(window: int, input_tokens: int, requested: int, expected: int) -> None:
+def test_seed000_flex_examples(
+    window: int, input_tokens: int, requested: int, expected: int
+) -> None:
     a = solve(
         [SectionSpec("input", [input_tokens], required=-1)],
         _spec(window, requested, policy="flex", min_output_tokens=500, safety_margin=100),
@@ -61,7 +63,10 @@ def test_seed000_example3_shrinks_history_to_make_room_for_the_floor() -> None:
 
 @pytest.mark.parametrize(
     ("window", "target"),
-    [pytest.param(8_192, 3_753, id="seed001-gpt-4"), pytest.param(200_000, 157_200, id="seed001-claude")],
+    [
+        pytest.param(8_192, 3_753, id="seed001-gpt-4"),
+        pytest.param(200_000, 157_200, id="seed001-claude"),
+    ],
 )
 def test_seed001_history_share_target(window: int, target: int) -> None:
     # (window - maxTokens - system) * 0.8, with 1-token messages so the target is hit exactly.
@@ -199,5 +204,7 @@ def test_promise_property_against_reference(
 
 def test_deterministic() -> None:
     secs = [SectionSpec("a", [5, 3, 9, 1], priority=1), SectionSpec("b", [2, 2, 2], priority=1)]
-    results = {repr(solve(secs, _spec(120, 100, safety_margin=0, min_output_tokens=10))) for _ in range(5)}
+    results = {
+        repr(solve(secs, _spec(120, 100, safety_margin=0, min_output_tokens=10))) for _ in range(5)
+    }
     assert len(results) == 1

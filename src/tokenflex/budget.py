@@ -27,6 +27,7 @@ How it negotiates (CSS-flexbox style, seed 000 done right):
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -72,6 +73,10 @@ class SectionSpec:
     contiguous: bool = False
     """Stop at the first item that does not fit (history: no gaps), instead of skipping it
     and trying the next (documents, memories)."""
+    cumulative: Sequence[int] | None = None
+    """For contiguous sections without required items: ``cumulative[k]`` is the tokens of
+    the first ``k`` items (``len`` = items + 1). The solver then bisects instead of
+    iterating, so a growing conversation re-fits in O(log n)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,26 @@ def _overflow(spec: BudgetSpec, required: int, model: str) -> ContextOverflowErr
         max_tokens=spec.floor,
         safety_margin=spec.safety_margin,
     )
+
+
+def _bisect_section(
+    s: SectionSpec, cum: Sequence[int], soft_room: int, hard_room: int, window_room: int
+) -> tuple[int, str | None]:
+    """Largest contiguous prefix within the rooms, by bisection; and why it stopped."""
+    n = len(cum) - 1
+    k = max(0, bisect.bisect_right(cum, soft_room) - 1)
+    if k < s.min_items:
+        k = max(k, min(s.min_items, max(0, bisect.bisect_right(cum, hard_room) - 1)))
+    if s.max_items is not None and k > s.max_items:
+        return s.max_items, "max_items"
+    if k >= n:
+        return n, None
+    nxt = cum[k + 1]
+    if s.max_items is not None and k == s.max_items:
+        return k, "max_items"
+    if nxt <= hard_room:
+        return k, "share"
+    return k, "cap" if nxt <= window_room else "budget"
 
 
 def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "") -> Allocation:
@@ -223,6 +248,18 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
             soft_room = int(s.share * max(0, soft_room))
         soft_room = min(soft_room, hard_room)
 
+        if s.cumulative is not None and s.contiguous and not req:
+            k, reason = _bisect_section(s, s.cumulative, soft_room, hard_room, window_room)
+            if reason is not None:
+                dropped.append(DropRecord(s.name, k, None, reason))
+            if s.min_items and k < s.min_items and reason is not None:
+                notes.append(f"{s.name}: min_items={s.min_items} yields to the window; kept {k}.")
+            taken = s.cumulative[k]
+            used += taken
+            kept[s.name] = tuple(range(k))
+            section_tokens[s.name] = taken
+            continue
+
         positions = list(range(len(req)))
         taken = 0  # optional tokens taken
         n_req = len(req)
@@ -255,8 +292,10 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                     break
                 dropped.append(DropRecord(s.name, pos, 1, reason))
             pos += 1
-        if s.min_items and len(positions) < s.min_items and any(
-            d.section == s.name for d in dropped
+        if (
+            s.min_items
+            and len(positions) < s.min_items
+            and any(d.section == s.name for d in dropped)
         ):
             notes.append(
                 f"{s.name}: min_items={s.min_items} yields to the window; kept {len(positions)}."

@@ -190,7 +190,12 @@ class Plan:
 
     def request(self, **extra: Any) -> dict[str, Any]:
         """An OpenAI chat request body: model, messages, max_tokens, plus ``extra``."""
-        return {"model": self.model.name, "messages": self.messages, "max_tokens": self.max_tokens, **extra}
+        return {
+            "model": self.model.name,
+            "messages": self.messages,
+            "max_tokens": self.max_tokens,
+            **extra,
+        }
 
     def to_dict(self, *, include_messages: bool = True, dropped_limit: int | None = 1000) -> JSON:
         """A JSON-ready dict. ``dropped_limit`` bounds the per-item list (runs are always
@@ -213,7 +218,8 @@ class Plan:
             "dropped_count": len(self.dropped),
             "dropped_by_reason": self.dropped.by_reason(),
             "dropped_runs": [
-                {"section": s, "start": a, "stop": b, "reason": r} for s, a, b, r in self.dropped.runs()
+                {"section": s, "start": a, "stop": b, "reason": r}
+                for s, a, b, r in self.dropped.runs()
             ],
             "dropped": [
                 {"section": d.section, "index": d.index, "tokens": d.tokens, "reason": d.reason}
@@ -252,4 +258,3 @@ class Plan:
             f"messages={len(self.messages)}, dropped={len(self.dropped)}, "
             f"summary={'yes' if self.summary else 'no'}, warnings={len(self.warnings)})"
         )
-

@@ -1,3 +1,152 @@
-"""CLI commands (filled in by their issue)."""
+"""``tokenflex demo``: the main job on embedded examples, the seeds' worked examples among
+them. Everything here is offline and takes a second or two."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from rich.rule import Rule
+from rich.table import Table
+
+from ..errors import ContextOverflowError
+from ._app import app, console
+
+_TOPICS = [
+    "How do I rotate the API keys without downtime?",
+    "Here is the stack trace from the worker:\n"
+    '  File "app.py", line 42, in run\n    raise KeyError(job_id)',
+    "Summarize the design doc in three bullet points.",
+    '{"user_id": 1842, "plan": "pro", "seats": 12, "renewal": "2026-12-01"}',
+    "会議の議事録を日本語で要約してください。",
+    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)",
+]
+
+
+def _conversation(turns: int, system: str = "You are a concise assistant.") -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for i in range(turns):
+        topic = _TOPICS[i % len(_TOPICS)]
+        msgs.append({"role": "user", "content": f"Turn {i}: {topic}"})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"Answer {i}: " + "Here is what I found. " * (8 + i % 5),
+            }
+        )
+    msgs.append({"role": "user", "content": "And what should I do next?"})
+    return msgs
+
+
+def _seed_examples() -> None:
+    from ..fit import fit
+    from ._render import plan_view
+
+    console.print(Rule("Seed 000: flexbox negotiation between input and output"))
+    table = Table("example", "model", "window", "input", "requested", "max_tokens", "result")
+    cases = [
+        ("1 small conversation", "llama3.2:3b", 5, 3000),
+        ("2 large conversation", "gpt-3.5-turbo", 50, 5000),
+        ("3 minimal space", "deepseek-coder:6.7b", 60, 3000),
+    ]
+    for name, model, turns, request in cases:
+        # The seed's inputs were 250 tokens per message; these are counted for real.
+        msgs = _conversation(turns * 4)
+        plan = fit(msgs, model=model, max_tokens=request, policy="flex", history_share=1.0)
+        verdict = "fits" + (f", dropped {len(plan.dropped)}" if len(plan.dropped) else "")
+        table.add_row(
+            name,
+            model,
+            f"{plan.context_window:,}",
+            f"{plan.input_tokens:,}",
+            f"{request:,}",
+            f"{plan.max_tokens:,}",
+            verdict,
+        )
+    console.print(table)
+    big = [
+        {"role": "system", "content": "policy text " * 16_000},
+        {"role": "user", "content": "hi"},
+    ]
+    try:
+        fit(big, model="deepseek-coder:6.7b", max_tokens=3000, policy="flex")
+    except ContextOverflowError as exc:
+        console.print(f"[yellow]Required input too big → raises, never overflows:[/yellow] {exc}")
+
+    console.print(Rule("Seed 001: token-aware history on gpt-4 (8K), 80% soft share"))
+    msgs = _conversation(200)
+    plan = fit(msgs, model="gpt-4", max_tokens=3000)
+    console.print(plan_view(plan))
+
+    console.print(Rule("Same conversation on a 200K model: everything fits"))
+    console.print(plan_view(fit(msgs, model="claude-3-5-sonnet", max_tokens=3000)))
+
+
+def _summary_example() -> None:
+    try:
+        from ..summarize import ExtractiveSummarizer
+    except ImportError:  # pragma: no cover - summarization not installed yet
+        return
+    from ..fit import fit
+    from ._render import plan_view
+
+    console.print(
+        Rule("Seed 002: summarize old history instead of dropping it (offline summarizer)")
+    )
+    msgs = _conversation(120)
+    plan = fit(
+        msgs, model="gpt-4", max_tokens=2000, summarizer=ExtractiveSummarizer(), keep_recent=6
+    )
+    console.print(plan_view(plan))
+
+
+def _packing_example() -> None:
+    try:
+        from ..packing import Chunk, pack_chunks
+    except ImportError:  # pragma: no cover
+        return
+    console.print(Rule("ADR-0006: ranked chunks packed with their citations into 600 tokens"))
+    chunks = [
+        Chunk(
+            text=f"Passage {i}: " + "Retrieval result text. " * (5 + 7 * (i % 4)),
+            source=f"doc-{i}",
+            identifier=f"https://example.com/docs/{i}",
+            score=1.0 - i / 20,
+        )
+        for i in range(12)
+    ]
+    result = pack_chunks(chunks, budget=600)
+    console.print(
+        f"admitted {len(result.admitted)} of {len(chunks)} chunks, "
+        f"{result.admitted_tokens:,} tokens; dropped {result.dropped_count} "
+        f"({result.dropped_tokens:,} tokens)"
+    )
+    tail = result.rendered.strip().splitlines()[-1]
+    console.print(f"the model is told: [italic]{tail}[/italic]")
+
+
+def _validation_example() -> None:
+    try:
+        from ..validate import validate_budget
+    except ImportError:  # pragma: no cover
+        return
+    console.print(Rule("Seed 003: component budget validation (120K total)"))
+    table = Table("scenario", "input", "output", "usage", "status")
+    rows = [
+        ("standard (no RAG)", 24_000, 20_000),
+        ("RAG-heavy (40K)", 64_000, 25_000),
+        ("minimal analyze", 12_000, 20_000),
+        ("RAG overflow (60K)", 84_000, 32_000),
+    ]
+    for name, inp, out in rows:
+        v = validate_budget({"input": inp}, expected_output=out, total_budget=120_000)
+        table.add_row(name, f"{inp:,}", f"{out:,}", f"{v.usage_percent:.0f}%", str(v.status))
+    console.print(table)
+
+
+@app.command()
+def demo() -> None:
+    """Fit the embedded examples (the seeds' worked examples) and show the result."""
+    _seed_examples()
+    _summary_example()
+    _packing_example()
+    _validation_example()

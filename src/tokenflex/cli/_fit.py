@@ -1,3 +1,129 @@
-"""CLI commands (filled in by their issue)."""
+"""``tokenflex fit`` and ``tokenflex inspect``: fit a messages file, show the window."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..errors import InvalidInputError
+from ._app import app, console
+
+
+def load_request(path: str) -> tuple[list[Any], list[Any] | None, int | None, str | None]:
+    """Messages, tools, max_tokens and model from a JSON file (``-`` for stdin): either a
+    list of messages or an OpenAI request body."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(
+            f"Cannot read {path!r}: {exc.strerror}. Pass a JSON file of messages or '-' for stdin."
+        ) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"{path!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
+            'Expected [{"role": ..., "content": ...}, ...] or {"messages": [...]}.'
+        ) from exc
+    if isinstance(data, dict):
+        if "messages" not in data:
+            raise InvalidInputError(f"{path!r} is a JSON object without a 'messages' key.")
+        return data["messages"], data.get("tools"), data.get("max_tokens"), data.get("model")
+    return data, None, None, None
+
+
+def _run(
+    file: str,
+    model: str | None,
+    max_tokens: int | None,
+    policy: str,
+    min_output_tokens: int,
+    safety_margin: int,
+    history_share: float,
+    as_json: bool,
+    verbose: bool,
+) -> None:
+    from ..fit import fit
+    from ._render import plan_view
+
+    messages, tools, file_max_tokens, file_model = load_request(file)
+    model_name = model or file_model
+    if not model_name:
+        raise InvalidInputError('No model: pass --model (or put "model" in the request file).')
+    plan = fit(
+        messages,
+        model=model_name,
+        max_tokens=max_tokens or file_max_tokens,
+        tools=tools,
+        policy=policy,
+        min_output_tokens=min_output_tokens,
+        safety_margin=safety_margin,
+        history_share=history_share,
+    )
+    if as_json:
+        console.print_json(plan.to_json(include_messages=verbose))
+    else:
+        console.print(plan_view(plan, verbose=verbose))
+
+
+Model = Annotated[str | None, typer.Option("--model", "-m", help="Model name from the registry.")]
+MaxTokens = Annotated[int | None, typer.Option("--max-tokens", help="Requested output tokens.")]
+Policy = Annotated[str, typer.Option(help="reserve (trim input) or flex (shrink output).")]
+MinOut = Annotated[int, typer.Option("--min-output-tokens", help="Output floor.")]
+Margin = Annotated[int, typer.Option("--safety-margin", help="Tokens kept free.")]
+Share = Annotated[float, typer.Option("--history-share", help="Soft share of room for history.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable plan.")]
+
+
+@app.command("fit")
+def fit_cmd(
+    file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
+    model: Model = None,
+    max_tokens: MaxTokens = None,
+    policy: Policy = "reserve",
+    min_output_tokens: MinOut = 500,
+    safety_margin: Margin = 100,
+    history_share: Share = 0.8,
+    as_json: AsJson = False,
+) -> None:
+    """Fit a conversation into the model's window: a bar of the window and what was dropped."""
+    _run(
+        file,
+        model,
+        max_tokens,
+        policy,
+        min_output_tokens,
+        safety_margin,
+        history_share,
+        as_json,
+        False,
+    )
+
+
+@app.command("inspect")
+def inspect_cmd(
+    file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
+    model: Model = None,
+    max_tokens: MaxTokens = None,
+    policy: Policy = "reserve",
+    min_output_tokens: MinOut = 500,
+    safety_margin: Margin = 100,
+    history_share: Share = 0.8,
+    as_json: AsJson = False,
+) -> None:
+    """Like fit, and also lists every kept message and up to 200 dropped ones."""
+    _run(
+        file,
+        model,
+        max_tokens,
+        policy,
+        min_output_tokens,
+        safety_margin,
+        history_share,
+        as_json,
+        True,
+    )

@@ -1,0 +1,566 @@
+"""fit(): OpenAI-style messages in, a Plan that fits the window out.
+
+The conversation is split into sections and handed to the pure solver
+(:mod:`tokenflex.budget`); counting, reading lazy history and calling a summarizer
+happen here, around it.
+
+- ``system``: the leading run of system/developer messages, pinned (required).
+- ``summary``: a previous summary message right after them (pinned; rolled forward).
+- ``documents``: retrieved chunks packed into ``min(documents_cap, what is left)``.
+- ``history``: everything up to the last user message, newest first, in atomic groups
+  (a tool call stays with its results); optional, contiguous, a soft share of the room.
+- ``current``: the last user message and anything after it (required).
+- tool schemas and reply priming: the fixed base cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._types import Message, Tool
+from .budget import Allocation, BudgetSpec, Policy, SectionSpec, solve
+from .counting import MessageCounter, get_counter
+from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
+from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
+from .models import Model, get_model
+from .plan import DroppedItems, Plan, SummaryInfo, _DropRun
+
+__all__ = ["FitOptions", "afit", "fit"]
+
+log = logging.getLogger("tokenflex")
+
+_PINNED = ("system", "developer")
+SUMMARY_PREFIX = "Previous conversation summary: "
+
+
+def _is_summary(m: Any) -> bool:
+    return (
+        isinstance(m, Mapping)
+        and m.get("role") == "system"
+        and isinstance(m.get("content"), str)
+        and m["content"].startswith(SUMMARY_PREFIX)
+    )
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Every knob of :func:`fit`, with the defaults the seeds argue for."""
+
+    max_tokens: int | None = None
+    """Output request; None: the model's max output, else 4,000 (seed 002)."""
+    policy: Policy = "reserve"
+    """``reserve``: keep the requested output, trim input. ``flex``: keep input, let the
+    output shrink to the floor (seed 000)."""
+    min_output_tokens: int = 500
+    safety_margin: int = 100
+    history_share: float = 0.8
+    """Soft target share of the room history may fill (seed 001); 1.0 fills it all."""
+    min_messages: int = 0
+    """Keep at least this many history groups if the window allows (a tool call with its
+    results is one group)."""
+    max_messages: int | None = None
+    """Keep at most this many history groups."""
+    max_input_tokens: int | None = None
+    """Cap on input tokens (seed 002's MAX_INPUT_TOKENS); crossing it trims or summarizes."""
+    keep_recent: int = 6
+    """Messages kept verbatim when summarizing (seed 002's KEEP_RECENT_MESSAGES)."""
+    summary_max_tokens: int = 512
+    documents_cap: int | None = None
+    documents_format: str = "markdown"
+    documents_policy: str = "skip"
+    documents_safety_buffer: int = 64
+    fallback_models: tuple[str, ...] = ()
+    strict: bool = False
+    """Unknown model names raise instead of getting the conservative default."""
+    page_size: int = 50
+    """Page size when reading a lazy history source."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, Any, bool]] = [
+            ("max_tokens", self.max_tokens, self.max_tokens is None or self.max_tokens > 0),
+            ("min_output_tokens", self.min_output_tokens, self.min_output_tokens >= 0),
+            ("safety_margin", self.safety_margin, self.safety_margin >= 0),
+            ("history_share", self.history_share, 0 < self.history_share <= 1),
+            ("min_messages", self.min_messages, self.min_messages >= 0),
+            (
+                "max_messages",
+                self.max_messages,
+                self.max_messages is None or self.max_messages >= 0,
+            ),
+            (
+                "max_input_tokens",
+                self.max_input_tokens,
+                self.max_input_tokens is None or self.max_input_tokens > 0,
+            ),
+            ("keep_recent", self.keep_recent, self.keep_recent >= 0),
+            ("summary_max_tokens", self.summary_max_tokens, self.summary_max_tokens > 0),
+            ("policy", self.policy, self.policy in ("reserve", "flex")),
+            ("page_size", self.page_size, self.page_size > 0),
+        ]
+        for name, value, ok in checks:
+            if not ok or isinstance(value, bool):
+                raise InvalidInputError(
+                    f"{name}={value!r} is not valid: max_tokens, max_input_tokens and "
+                    "summary_max_tokens must be positive integers, history_share in (0, 1], "
+                    "counts non-negative, policy 'reserve' or 'flex'."
+                )
+
+
+def _check_messages(messages: Any) -> Sequence[Message]:
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidMessagesError(
+            f"messages must be a list of message dicts, got {type(messages).__name__}. "
+            'Pass [{"role": "user", "content": "..."}].'
+        )
+    return messages
+
+
+@dataclass
+class _Layout:
+    """Where each section sits in the message list."""
+
+    messages: Sequence[Message]
+    sys_end: int
+    summary_idx: int | None
+    hist_start: int
+    cur_start: int
+
+
+def _layout(messages: Sequence[Message], counter: MessageCounter) -> _Layout:
+    n = len(messages)
+    i = 0
+    while i < n:
+        m = messages[i]
+        if not isinstance(m, Mapping):
+            counter.message(m)  # raises InvalidMessagesError with the index rules
+        if m.get("role") not in _PINNED or _is_summary(m):
+            break
+        i += 1
+    sys_end = i
+    summary_idx = i if i < n and _is_summary(messages[i]) else None
+    hist_start = i + 1 if summary_idx is not None else i
+    cur = n - 1
+    while cur >= hist_start:
+        m = messages[cur]
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            break
+        cur -= 1
+    if cur < hist_start:
+        # No user message after the system prompt: the current turn is the last group.
+        cur = next(iter_groups(messages, hist_start, n, lambda _m: 0), (n, n, 0))[0]
+    return _Layout(messages, sys_end, summary_idx, hist_start, cur)
+
+
+@dataclass
+class _Job:
+    """One fit of one model: counts, sections, solve, plan."""
+
+    messages: Sequence[Message]
+    model: Model
+    tools: Sequence[Tool] | None
+    opts: FitOptions
+    started: float
+    counter: MessageCounter = field(init=False)
+    layout: _Layout = field(init=False)
+    request: int = field(init=False)
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.counter = get_counter(self.model)
+        self.layout = _layout(self.messages, self.counter)
+        m, o = self.model, self.opts
+        request = o.max_tokens if o.max_tokens is not None else (m.max_output_tokens or 4000)
+        if m.max_output_tokens is not None and request > m.max_output_tokens:
+            self.warnings.append(
+                f"max_tokens={request:,} is above {m.name}'s max output "
+                f"{m.max_output_tokens:,}; requested {m.max_output_tokens:,}."
+            )
+            request = m.max_output_tokens
+        self.request = request
+        if not self.counter.exact:
+            self.warnings.append(
+                f"{self.model.name}: counts are conservative estimates (no exact tokenizer "
+                "or chat format registered)."
+            )
+
+    # -- budget ----------------------------------------------------------------------
+    def spec(self, base: int) -> BudgetSpec:
+        m, o = self.model, self.opts
+        return BudgetSpec(
+            context_window=m.context_window,
+            requested_output=self.request,
+            min_output_tokens=o.min_output_tokens,
+            safety_margin=o.safety_margin,
+            base_tokens=base,
+            policy=o.policy,
+            input_cap=o.max_input_tokens,
+        )
+
+    def sections(
+        self, msgs: Sequence[Message], lay: _Layout, bounds: list[tuple[int, int]]
+    ) -> list[SectionSpec]:
+        cost = self.counter.message
+        secs = [
+            SectionSpec(
+                "system", [cost(m) for m in msgs[: lay.sys_end]], required=-1, priority=100
+            ),
+            SectionSpec(
+                "current",
+                [sum(cost(m) for m in msgs[lay.cur_start :])] if lay.cur_start < len(msgs) else [],
+                required=-1,
+                priority=90,
+            ),
+        ]
+        if lay.summary_idx is not None:
+            secs.append(
+                SectionSpec("summary", [cost(msgs[lay.summary_idx])], required=-1, priority=80)
+            )
+
+        def history_items() -> Any:
+            for start, stop, tokens in iter_groups(msgs, lay.hist_start, lay.cur_start, cost):
+                bounds.append((start, stop))
+                yield tokens
+
+        secs.append(
+            SectionSpec(
+                "history",
+                history_items(),
+                priority=10,
+                share=self.opts.history_share,
+                min_items=self.opts.min_messages,
+                max_items=self.opts.max_messages,
+                contiguous=True,
+            )
+        )
+        return secs
+
+    def solve(self, msgs: Sequence[Message], lay: _Layout) -> tuple[Allocation, int, str | None]:
+        """Solve; returns the allocation, the first kept history index and the reason
+        the history before it was dropped (None when nothing was)."""
+        bounds: list[tuple[int, int]] = []
+        base = self.counter.base(self.tools)
+        alloc = solve(self.sections(msgs, lay, bounds), self.spec(base), model=self.model.name)
+        k = len(alloc.kept["history"])
+        kept_start = bounds[k - 1][0] if k else lay.cur_start
+        reason = next((d.reason for d in alloc.dropped if d.section == "history"), None)
+        if reason is None and kept_start > lay.hist_start:  # pragma: no cover - defensive
+            reason = "budget"
+        return alloc, kept_start, reason
+
+    # -- plan ------------------------------------------------------------------------
+    def plan(
+        self,
+        msgs: Sequence[Message],
+        lay: _Layout,
+        alloc: Allocation,
+        kept_start: int,
+        reason: str | None,
+        *,
+        runs: list[_DropRun] | None = None,
+        summary: SummaryInfo | None = None,
+        offset: int = 0,
+        source: Sequence[Message] | None = None,
+    ) -> Plan:
+        """Build the plan. ``offset`` maps history indices of ``msgs`` to the caller's
+        ``source`` list (summaries shorten the list)."""
+        cost = self.counter.message
+        runs = list(runs or [])
+        input_tokens = alloc.input_tokens
+        sections = dict(alloc.section_tokens)
+        # History never starts with an answer whose question was dropped.
+        orphan_start = kept_start
+        while (
+            kept_start > lay.hist_start
+            and orphan_start < lay.cur_start
+            and msgs[orphan_start].get("role") in ("assistant", "tool", "function")
+        ):
+            # the oldest kept group starts at orphan_start; its tool results go with it
+            end = orphan_start + 1
+            while end < lay.cur_start and msgs[end].get("role") in ("tool", "function"):
+                end += 1
+            t = sum(cost(msgs[j]) for j in range(orphan_start, end))
+            input_tokens -= t
+            sections["history"] -= t
+            runs.append(_DropRun("history", orphan_start + offset, end + offset, "orphan"))
+            orphan_start = end
+        if reason is not None and kept_start > lay.hist_start:
+            runs.append(_DropRun("history", lay.hist_start + offset, kept_start + offset, reason))
+        runs.sort(key=lambda r: r.start)
+        kept_from = orphan_start
+
+        # The caller's dicts go in as they are (never modified); only the list is new.
+        out: list[Any] = list(msgs[: lay.sys_end])
+        if lay.summary_idx is not None:
+            out.append(msgs[lay.summary_idx])
+        out.extend(msgs[kept_from:])
+
+        spec_window = self.model.context_window
+        max_tokens = min(self.request, spec_window - self.opts.safety_margin - input_tokens)
+        warnings = [*self.warnings, *alloc.notes]
+        for r in runs:
+            log.info(
+                "tokenflex: dropped %s[%d:%d] (%d items, reason=%s) for %s",
+                r.section,
+                r.start,
+                r.stop,
+                r.stop - r.start,
+                r.reason,
+                self.model.name,
+            )
+        src = msgs if source is None else source
+        plan = Plan(
+            messages=out,
+            max_tokens=max_tokens,
+            input_tokens=input_tokens,
+            context_window=spec_window,
+            safety_margin=self.opts.safety_margin,
+            requested_max_tokens=self.request,
+            min_output_tokens=min(self.opts.min_output_tokens, self.request),
+            model=self.model,
+            sections={k: v for k, v in sections.items() if v}
+            | {"tools_and_priming": self.counter.base(self.tools)},
+            dropped=DroppedItems(runs, lambda _s, i: src[i], lambda _s, m: cost(m)),
+            summary=summary,
+            warnings=tuple(dict.fromkeys(warnings)),
+            exact=self.counter.exact,
+            policy=self.opts.policy,
+            elapsed_ms=(time.perf_counter() - self.started) * 1000,
+        )
+        log.debug("tokenflex: %r", plan)
+        return plan
+
+
+def _options(options: Mapping[str, Any]) -> FitOptions:
+    try:
+        opts = dict(options)
+        if "fallback_models" in opts:
+            opts["fallback_models"] = tuple(opts["fallback_models"])
+        return FitOptions(**opts)
+    except TypeError as exc:
+        import dataclasses
+        import difflib
+
+        names = [f.name for f in dataclasses.fields(FitOptions)]
+        bad = [k for k in options if k not in names]
+        close = {k: difflib.get_close_matches(k, names, n=1) for k in bad}
+        hint = ", ".join(
+            f"{k!r}" + (f" (did you mean {c[0]!r}?)" if c else "") for k, c in close.items()
+        )
+        raise InvalidInputError(f"Unknown fit() option {hint}. Options: {names}.") from exc
+
+
+def _candidates(model: str | Model, opts: FitOptions) -> list[Model]:
+    primary = get_model(model, strict=opts.strict)
+    chain = [get_model(name, strict=opts.strict) for name in opts.fallback_models]
+    # Cheapest first (unknown price last), chain order breaks ties: fallbacks are for this
+    # one request, so the cheapest model whose window fits wins.
+    chain.sort(key=lambda m: (m.input_price is None, m.input_price or 0.0))
+    return [primary, *chain]
+
+
+def _with_history(
+    messages: Sequence[Message], read_newest_first_msgs: list[Message]
+) -> list[Message]:
+    lay_sys = 0
+    while lay_sys < len(messages) and messages[lay_sys].get("role") in _PINNED:
+        lay_sys += 1
+    return [*messages[:lay_sys], *reversed(read_newest_first_msgs), *messages[lay_sys:]]
+
+
+def _history_bound(messages: Sequence[Message], model: Model, opts: FitOptions) -> Any:
+    """A stop rule for lazy history: read until the messages read exceed any room they
+    could possibly get, or max_messages (+ a group's worth) is reached."""
+    counter = get_counter(model)
+    fixed = counter.base(None) + sum(counter.message(m) for m in messages)
+    room = (
+        model.context_window
+        - opts.safety_margin
+        - min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
+        - fixed
+    )
+    if opts.max_input_tokens is not None:
+        room = min(room, opts.max_input_tokens - fixed)
+    state = {"tokens": 0, "n": 0}
+    limit = None if opts.max_messages is None else opts.max_messages * 2 + 2
+
+    def enough(m: Message) -> bool:
+        state["tokens"] += counter.message(m)
+        state["n"] += 1
+        return state["tokens"] > room or (limit is not None and state["n"] >= limit)
+
+    return enough
+
+
+def _fit_model(
+    messages: Sequence[Message],
+    model: Model,
+    tools: Sequence[Tool] | None,
+    opts: FitOptions,
+    started: float,
+) -> tuple[_Job, Allocation, int, str | None]:
+    job = _Job(messages, model, tools, opts, started)
+    alloc, kept_start, reason = job.solve(messages, job.layout)
+    return job, alloc, kept_start, reason
+
+
+def _first_fit(
+    messages: Sequence[Message],
+    model: str | Model,
+    tools: Sequence[Tool] | None,
+    opts: FitOptions,
+    started: float,
+) -> tuple[_Job, Allocation, int, str | None, str | None]:
+    candidates = _candidates(model, opts)
+    first_error: ContextOverflowError | None = None
+    for m in candidates:
+        try:
+            job, alloc, kept_start, reason = _fit_model(messages, m, tools, opts, started)
+        except ContextOverflowError as exc:
+            first_error = first_error or exc
+            continue
+        fallback_from = None
+        if m is not candidates[0]:
+            fallback_from = candidates[0].name
+            job.warnings.append(
+                f"{candidates[0].name} cannot fit this request ({first_error}); using "
+                f"fallback model {m.name} ({m.context_window:,}-token window) for this request."
+            )
+            log.warning("tokenflex: falling back from %s to %s", fallback_from, m.name)
+        return job, alloc, kept_start, reason, fallback_from
+    assert first_error is not None
+    if len(candidates) > 1:
+        raise ContextOverflowError(
+            f"{first_error} None of the fallback models fits either: "
+            f"{', '.join(f'{c.name} ({c.context_window:,})' for c in candidates[1:])}.",
+            model=first_error.model,
+            context_window=first_error.context_window,
+            required_tokens=first_error.required_tokens,
+            max_tokens=first_error.max_tokens,
+            safety_margin=first_error.safety_margin,
+        )
+    raise first_error
+
+
+def fit(
+    messages: Sequence[Message],
+    *,
+    model: str | Model,
+    max_tokens: int | None = None,
+    tools: Sequence[Tool] | None = None,
+    history: HistorySource | None = None,
+    summarizer: Any = None,
+    **options: Any,
+) -> Plan:
+    """Fit a chat request into the model's window.
+
+    Args:
+        messages: OpenAI-style messages, oldest first. With ``history=``, only the system
+            messages and the current turn; older history comes from the source.
+        model: A registry name (``gpt-4o``, ``llama3.2:3b``) or a :class:`Model`.
+        max_tokens: The output you want; negotiated down (never below
+            ``min_output_tokens``) when the input needs the room.
+        tools: Tool schemas sent with the request (counted).
+        history: A lazy source of older messages, newest first (see
+            :mod:`tokenflex.history`); read only as far as the budget needs.
+        summarizer: A :class:`tokenflex.summarize.Summarizer`; when history does not
+            fit, older messages are summarized instead of dropped.
+        **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
+            ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
+            ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...).
+
+    Returns:
+        A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``.
+
+    Raises:
+        ContextOverflowError: the required messages plus the output floor cannot fit
+            (and no fallback model can take them).
+        InvalidMessagesError: messages are not OpenAI-style chat messages.
+
+    >>> import tokenflex
+    >>> plan = tokenflex.fit([{"role": "user", "content": "Hello!"}],
+    ...                      model="gpt-4o", max_tokens=1000)
+    >>> plan.input_tokens, plan.max_tokens
+    (9, 1000)
+    """
+    started = time.perf_counter()
+    opts = _options({"max_tokens": max_tokens, **options})
+    messages = _check_messages(messages)
+    if history is not None:
+        primary = _candidates(model, opts)[0]
+        read, _exhausted = read_newest_first(
+            history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
+        )
+        messages = _with_history(messages, read)
+    job, alloc, kept_start, reason, fallback_from = _first_fit(
+        messages, model, tools, opts, started
+    )
+    if summarizer is not None and reason is not None:
+        from .summarize_plan import SummaryStep
+
+        step = SummaryStep(job, alloc, kept_start, reason)
+        if step.request is not None:
+            try:
+                text = step.call_sync(summarizer)
+            except Exception as exc:  # any failure: fall back to dropping, say so
+                step.failed(exc)
+            else:
+                plan = step.finish(text, type(summarizer).__name__)
+                if plan is not None:
+                    return _finish(plan, fallback_from)
+    plan = job.plan(messages, job.layout, alloc, kept_start, reason)
+    return _finish(plan, fallback_from)
+
+
+def _finish(plan: Plan, fallback_from: str | None) -> Plan:
+    if fallback_from is None:
+        return plan
+    import dataclasses
+
+    return dataclasses.replace(plan, fallback_from=fallback_from)
+
+
+async def afit(
+    messages: Sequence[Message],
+    *,
+    model: str | Model,
+    max_tokens: int | None = None,
+    tools: Sequence[Tool] | None = None,
+    history: Any = None,
+    summarizer: Any = None,
+    **options: Any,
+) -> Plan:
+    """Async twin of :func:`fit`: also reads async history sources and awaits async
+    summarizers. Counting and solving are CPU work and run inline (microseconds to
+    milliseconds)."""
+    started = time.perf_counter()
+    opts = _options({"max_tokens": max_tokens, **options})
+    messages = _check_messages(messages)
+    if history is not None:
+        primary = _candidates(model, opts)[0]
+        read, _exhausted = await aread_newest_first(
+            history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
+        )
+        messages = _with_history(messages, read)
+    job, alloc, kept_start, reason, fallback_from = _first_fit(
+        messages, model, tools, opts, started
+    )
+    if summarizer is not None and reason is not None:
+        from .summarize_plan import SummaryStep
+
+        step = SummaryStep(job, alloc, kept_start, reason)
+        if step.request is not None:
+            try:
+                text = await step.call_async(summarizer)
+            except Exception as exc:
+                step.failed(exc)
+            else:
+                plan = step.finish(text, type(summarizer).__name__)
+                if plan is not None:
+                    return _finish(plan, fallback_from)
+    plan = job.plan(messages, job.layout, alloc, kept_start, reason)
+    return _finish(plan, fallback_from)

@@ -1,0 +1,304 @@
+"""fit(): the promise as a property over random conversations, history rules, lazy sources."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tokenflex
+from tokenflex import ContextOverflowError, Conversation, InvalidMessagesError, fit
+from tokenflex.counting import count_messages, get_counter
+from tokenflex.history import SQLiteMessageStore
+
+WORDS = ["alpha", "beta", "gamma", "delta", "42", "{json:", "true}", "東京", "код", "print(x)", "ünïcode"]
+
+
+def _msg(role: str, n_words: int, seed: int = 0) -> dict[str, Any]:
+    text = " ".join(WORDS[(seed + i) % len(WORDS)] for i in range(n_words))
+    return {"role": role, "content": text}
+
+
+def _chat(n: int, words: int = 40) -> list[dict[str, Any]]:
+    msgs = [{"role": "system", "content": "You are a helpful assistant."}]
+    for i in range(n):
+        msgs.append(_msg("user" if i % 2 == 0 else "assistant", words, i))
+    if msgs[-1]["role"] != "user":
+        msgs.append(_msg("user", words, n))
+    return msgs
+
+
+def _check_promise(plan: tokenflex.Plan, messages: list[dict[str, Any]], tools: Any = None) -> None:
+    exact = count_messages(plan.messages, model=plan.model, tools=tools)
+    assert plan.input_tokens == exact
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= plan.context_window
+    assert plan.max_tokens >= plan.min_output_tokens
+    # every message is either kept or reported dropped, never both
+    kept = {id(m) for m in plan.messages}
+    dropped = {d.index for d in plan.dropped}
+    for i, m in enumerate(messages):
+        assert (id(m) in kept) != (i in dropped), i
+
+
+def test_docstring_example() -> None:
+    plan = fit([{"role": "user", "content": "Hello!"}], model="gpt-4o", max_tokens=1000)
+    assert (plan.input_tokens, plan.max_tokens) == (9, 1000)
+    assert plan.exact and not plan.dropped and not plan.warnings
+
+
+def test_everything_fits_nothing_dropped() -> None:
+    msgs = _chat(10)
+    plan = fit(msgs, model="gpt-4o", max_tokens=1000)
+    assert plan.messages == msgs
+    assert plan.max_tokens == 1000
+    _check_promise(plan, msgs)
+
+
+def test_long_history_is_trimmed_oldest_first_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    msgs = _chat(400)
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        plan = fit(msgs, model="gpt-4", max_tokens=1000)
+    _check_promise(plan, msgs)
+    assert plan.messages[0] is msgs[0] and plan.messages[-1] is msgs[-1]
+    assert len(plan.dropped) > 0
+    assert plan.dropped[0].index == 1 and plan.dropped[0].section == "history"
+    assert plan.dropped[0].tokens == get_counter("gpt-4").message(msgs[1])
+    assert any("dropped history" in r.getMessage() for r in caplog.records)
+    # the soft share (0.8) leaves room; share=1.0 fills it
+    full = fit(msgs, model="gpt-4", max_tokens=1000, history_share=1.0)
+    assert full.input_tokens > plan.input_tokens
+    assert full.input_tokens + 1000 + 100 <= 8192
+
+
+def test_flex_policy_keeps_input_and_shrinks_output() -> None:
+    msgs = _chat(60)
+    reserve = fit(msgs, model="gpt-4", max_tokens=3000, history_share=1.0)
+    flex = fit(msgs, model="gpt-4", max_tokens=3000, policy="flex", history_share=1.0)
+    assert flex.input_tokens > reserve.input_tokens
+    assert flex.max_tokens < 3000 and flex.max_tokens >= 500
+    _check_promise(flex, msgs)
+
+
+def test_required_input_too_big_raises_with_numbers_and_fix() -> None:
+    msgs = [{"role": "system", "content": "word " * 9000}, {"role": "user", "content": "hi"}]
+    with pytest.raises(ContextOverflowError) as exc:
+        fit(msgs, model="gpt-4", max_tokens=1000)
+    msg = str(exc.value)
+    assert "8,192" in msg and "fallback_models" in msg and exc.value.overflow > 0
+
+
+def test_fallback_model_for_this_request_only() -> None:
+    msgs = [{"role": "system", "content": "word " * 9000}, {"role": "user", "content": "hi"}]
+    plan = fit(msgs, model="gpt-4", max_tokens=1000, fallback_models=["gpt-4o"])
+    assert plan.model.name == "gpt-4o" and plan.fallback_from == "gpt-4"
+    assert any("fallback" in w for w in plan.warnings)
+
+
+def test_tool_call_and_results_dropped_together_and_no_orphans() -> None:
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "c1", "content": "result " * 30}
+    msgs = [
+        {"role": "system", "content": "sys"},
+        _msg("user", 30),
+        call,
+        result,
+        _msg("assistant", 30),
+        _msg("user", 30),
+    ]
+    counter = get_counter("gpt-4o")
+    for keep_tokens in range(0, counter.count(msgs) + 5, 7):
+        window = keep_tokens + 100 + 50
+        model = tokenflex.Model(
+            name="tiny",
+            context_window=max(window, 1),
+            tokenizer="o200k_base",
+            chat_format="openai",
+            family="gpt-4o",
+        )
+        try:
+            plan = fit(msgs, model=model, max_tokens=50, min_output_tokens=50, history_share=1.0)
+        except ContextOverflowError:
+            continue
+        kept = plan.messages
+        assert (call in kept) == (result in kept)
+        first_hist = kept[1] if len(kept) > 1 else None
+        if first_hist is not None and first_hist is not msgs[1]:
+            assert first_hist.get("role") == "user"  # history never starts with an orphan
+        _check_promise(plan, msgs)
+
+
+def test_lazy_sqlite_source_is_read_only_as_far_as_needed() -> None:
+    store = SQLiteMessageStore()
+    store.extend("room", _chat(10_000)[1:-1])
+    fetch = store.fetcher("room")
+    plan = fit(
+        [{"role": "system", "content": "sys"}, {"role": "user", "content": "now?"}],
+        model="gpt-4",
+        max_tokens=1000,
+        history=fetch,
+        page_size=20,
+    )
+    assert 0 < len(plan.messages) < 400
+    assert store.rows_read <= len(plan.messages) + 40  # the pages needed, plus one page
+    assert plan.input_tokens + plan.max_tokens + 100 <= 8192
+
+
+async def test_afit_with_async_iterator_source() -> None:
+    hist = _chat(3000)[1:-1]
+
+    async def newest_first():  # type: ignore[no-untyped-def]
+        for m in reversed(hist):
+            yield m
+
+    plan = await tokenflex.afit(
+        [{"role": "user", "content": "now?"}],
+        model="gpt-4",
+        max_tokens=1000,
+        history=newest_first(),
+    )
+    assert plan.messages[-1]["content"] == "now?"
+    assert plan.input_tokens + plan.max_tokens + 100 <= 8192
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("hello", id="string"),
+        pytest.param({"role": "user", "content": "x"}, id="dict"),
+        pytest.param([{"role": "wizard", "content": "x"}], id="unknown-role"),
+        pytest.param([{"role": "user", "content": None}], id="none-content"),
+        pytest.param([{"role": "user", "content": 5}], id="int-content"),
+        pytest.param(["not a dict"], id="not-a-dict"),
+    ],
+)
+def test_bad_messages(bad: Any) -> None:
+    with pytest.raises(InvalidMessagesError):
+        fit(bad, model="gpt-4o", max_tokens=100)
+
+
+def test_bad_options() -> None:
+    with pytest.raises(tokenflex.InvalidInputError, match="max_tokens"):
+        fit(_chat(1), model="gpt-4o", max_tokens=-5)
+    with pytest.raises(tokenflex.InvalidInputError, match="history_shar"):
+        fit(_chat(1), model="gpt-4o", history_shar=0.5)
+
+
+def test_plan_to_dict_and_determinism() -> None:
+    msgs = _chat(300)
+    a = fit(msgs, model="gpt-4", max_tokens=1000).to_dict()
+    b = fit(msgs, model="gpt-4", max_tokens=1000).to_dict()
+    a.pop("elapsed_ms"), b.pop("elapsed_ms")
+    assert a == b
+    assert a["dropped_count"] == len(a["dropped"]) and a["sections"]["history"] > 0
+
+
+conversations = st.lists(
+    st.tuples(
+        st.sampled_from(["user", "assistant", "user", "tool_pair"]),
+        st.integers(0, 300),
+    ),
+    min_size=0,
+    max_size=40,
+)
+
+
+def _build(spec: list[tuple[str, int]], system_words: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = []
+    if system_words:
+        msgs.append(_msg("system", system_words))
+    for i, (kind, words) in enumerate(spec):
+        if kind == "tool_pair":
+            cid = f"call_{i}"
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": "{}"},
+                        }
+                    ],
+                }
+            )
+            msgs.append(
+                {"role": "tool", "tool_call_id": cid, "content": _msg("tool", words, i)["content"]}
+            )
+        else:
+            msgs.append(_msg(kind, words, i))
+    msgs.append(_msg("user", 5))
+    return msgs
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=conversations,
+    system_words=st.integers(0, 200),
+    model=st.sampled_from(["gpt-4", "gpt-4o", "gpt-3.5-turbo", "deepseek-coder:6.7b"]),
+    window=st.integers(300, 6000),
+    max_tokens=st.integers(1, 3000),
+    min_out=st.integers(0, 800),
+    margin=st.integers(0, 200),
+    share=st.sampled_from([0.5, 0.8, 1.0]),
+    policy=st.sampled_from(["reserve", "flex"]),
+)
+def test_promise_property(
+    spec: list[tuple[str, int]],
+    system_words: int,
+    model: str,
+    window: int,
+    max_tokens: int,
+    min_out: int,
+    margin: int,
+    share: float,
+    policy: str,
+) -> None:
+    base = tokenflex.get_model(model)
+    m = base.replace(name=f"{model}-w{window}", context_window=window, max_output_tokens=None)
+    msgs = _build(spec, system_words)
+    opts = dict(
+        max_tokens=max_tokens,
+        min_output_tokens=min_out,
+        safety_margin=margin,
+        history_share=share,
+        policy=policy,
+    )
+    counter = get_counter(m)
+    try:
+        plan = fit(msgs, model=m, **opts)
+    except ContextOverflowError as exc:
+        # It raised: then the required part alone must really not fit with the floor.
+        assert exc.required_tokens + min(min_out, max_tokens) + margin > window
+        return
+    _check_promise(plan, msgs)
+    # Same answer from the incremental path.
+    conv = Conversation(msgs, model=m)
+    fast = conv.fit(**opts)
+    assert [id(x) for x in fast.messages] == [id(x) for x in plan.messages]
+    assert fast.max_tokens == plan.max_tokens and fast.input_tokens == plan.input_tokens
+    # Slow reference: history kept is the longest suffix (by groups) within the share.
+    kept_hist = [x for x in plan.messages if x not in msgs[:1] or x["role"] != "system"]
+    assert counter.count(plan.messages) == plan.input_tokens
+    assert kept_hist
+
+
+def test_conversation_incremental_matches_fit_every_turn() -> None:
+    msgs = _chat(600, words=30)
+    conv = Conversation(msgs[:1], model="gpt-4")
+    for i, m in enumerate(msgs[1:], start=2):
+        conv.append(m)
+        if m["role"] == "user" and i % 25 == 0:
+            a = conv.fit(max_tokens=1000)
+            b = fit(msgs[:i], model="gpt-4", max_tokens=1000)
+            assert [id(x) for x in a.messages] == [id(x) for x in b.messages]
+            assert (a.input_tokens, a.max_tokens) == (b.input_tokens, b.max_tokens)
