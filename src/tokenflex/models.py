@@ -109,6 +109,8 @@ _aliases: dict[str, str] = {}
 _sources: dict[str, str] = {}
 _loaded = False
 _loaded_env_file: str | None = None
+_generation = 0
+"""Bumped on every registry change so caches keyed by model name (counters) can notice."""
 
 
 def _model_from_mapping(data: Mapping[str, Any], source: str) -> Model:
@@ -130,15 +132,27 @@ def _model_from_mapping(data: Mapping[str, Any], source: str) -> Model:
 
 
 def _add(model: Model, *, source: str, replace: bool) -> None:
+    global _generation
     if model.name in _registry and not replace:
         raise ConfigError(
             f"Model {model.name!r} is defined twice: by {_sources[model.name]} and by "
             f"{source}. Pass replace=True (code) to override on purpose."
         )
+    if not replace:
+        # An alias that shadows another model (or another model's alias) would make a
+        # lookup depend on load order: a data error, named with both sources.
+        for alias in model.aliases:
+            owner = alias if alias in _registry else _aliases.get(alias)
+            if owner is not None and owner != model.name:
+                raise ConfigError(
+                    f"Alias {alias!r} of model {model.name!r} ({source}) is already taken by "
+                    f"model {owner!r} ({_sources.get(owner, '?')}). Remove one of them."
+                )
     _registry[model.name] = model
     _sources[model.name] = source
     for alias in model.aliases:
         _aliases[alias] = model.name
+    _generation += 1
 
 
 def _load_toml(text: str, source: str, *, replace: bool) -> list[Model]:
@@ -158,7 +172,12 @@ def _load_toml(text: str, source: str, *, replace: bool) -> list[Model]:
 def _ensure_loaded() -> None:
     global _loaded, _loaded_env_file
     if not _loaded:
-        text = importlib.resources.files("tokenflex").joinpath("data").joinpath("models.toml").read_text()
+        text = (
+            importlib.resources.files("tokenflex")
+            .joinpath("data")
+            .joinpath("models.toml")
+            .read_text()
+        )
         _load_toml(text, "tokenflex registry", replace=False)
         _loaded = True
     env_file = os.environ.get("TOKENFLEX_MODELS_FILE")
@@ -195,11 +214,22 @@ def register_model(model: Model | None = None, /, *, replace: bool = True, **fie
         if model is None:
             fields.setdefault("source", "register_model()")
             model = _model_from_mapping(fields, "register_model()")
+        elif model.source == "registry":
+            # A Model built in user code keeps the dataclass default; say where it came from.
+            model = model.replace(source="register_model()")
         _add(model, source=model.source, replace=replace)
         return model
 
 
-_DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{4}|@\d{8}|-latest|-preview|-exp)$")
+_DATED = re.compile(
+    r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{4}|-\d{3}|@\d{8}|-v\d+(?::\d+)?"
+    r"|-preview-\d{2}-\d{2}|-latest|-preview|-exp)$"
+)
+# Cloud catalogues put the vendor before a dot: "anthropic.claude-3-5-sonnet-20241022-v2:0",
+# "us.meta.llama3-1-70b-instruct-v1:0".
+_VENDOR_DOT = re.compile(
+    r"^(?:[a-z]{2}\.)?(?:anthropic|meta|mistral|openai|deepseek|qwen|google|xai)\.(?=.)"
+)
 
 
 def _resolve(name: str) -> Model | None:
@@ -215,15 +245,19 @@ def _resolve(name: str) -> Model | None:
     # Provider prefixes (openai/gpt-4o, ollama/llama3.2:3b, models/gemini-2.5-pro).
     if "/" in name:
         return _resolve(name.rsplit("/", 1)[1])
+    vendor = _VENDOR_DOT.match(name)
+    if vendor:
+        return _resolve(name[vendor.end() :])
     # Dated versions: strip one date-like or channel suffix and retry.
     stripped = _DATED.sub("", name)
     if stripped != name and stripped:
         return _resolve(stripped)
-    # Ollama tags: llama3.2:3b-instruct-q4_K_M -> llama3.2:3b -> llama3.2
+    # Ollama tags: drop one "-part" at a time so the longest registered tag wins:
+    # qwen3:30b-a3b-q4_K_M -> qwen3:30b-a3b; llama3.2:3b-instruct-q4_K_M -> llama3.2:3b.
     if ":" in name:
         base, _, tag = name.partition(":")
         if "-" in tag:
-            return _resolve(f"{base}:{tag.split('-', 1)[0]}")
+            return _resolve(f"{base}:{tag.rsplit('-', 1)[0]}")
         if tag == "latest":
             return _resolve(base)
         return _registry.get(base) or (_registry[_aliases[base]] if base in _aliases else None)
@@ -285,14 +319,18 @@ def list_models(query: str = "") -> list[Model]:
     )
 
 
+def _registry_generation() -> int:
+    """A number that changes whenever the registry does (for caches keyed by name)."""
+    return _generation
+
+
 def _reset_for_tests() -> None:
     """Forget code/file overrides and reload the embedded registry on next use."""
-    global _loaded, _loaded_env_file
+    global _loaded, _loaded_env_file, _generation
     with _lock:
+        _generation += 1
         _registry.clear()
         _aliases.clear()
         _sources.clear()
         _loaded = False
         _loaded_env_file = None
-
-

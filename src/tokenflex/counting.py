@@ -1,0 +1,505 @@
+"""How many tokens a chat request costs: messages, names, tool calls, tool schemas, images.
+
+A :class:`MessageCounter` counts for one model. Its total is additive, which is what lets
+the solver drop one message and know the new size without re-counting the rest::
+
+    counter.count(messages, tools)
+        == counter.base(tools) + sum(counter.message(m) for m in messages)
+
+Rules per ``Model.chat_format``:
+
+``openai`` (exact for gpt-4o, gpt-4o-mini, gpt-4, gpt-3.5-turbo)
+    The OpenAI cookbook "How to count tokens with tiktoken": 3 tokens per message, every
+    string value of the message encoded (role included), +1 per ``name``, +3 to prime the
+    reply; ``openai-0301`` is 4 per message and -1 per name. Tool schemas follow the
+    cookbook's ``num_tokens_for_tools`` constants for the model's family.
+``generic`` (models counted with the estimator, or without a known template)
+    The same shape with a conservative 8 tokens per message and a 32-token base (reply
+    priming, BOS and the default system text templates add: Llama 3.1's date header,
+    Qwen's default system prompt); gpt-oss reserves 96 for the harmony system message.
+``template`` (open models with a Jinja chat template and their own tokenizer)
+    A message costs the tokens of its rendered segment; the base is the generation prompt
+    plus whatever the template adds around a lone message (BOS, default system text).
+    :meth:`MessageCounter.count_rendered` renders the whole conversation for the exact
+    total; the additive count is never below it by construction of the probes (the
+    template's default text is counted once even when a system message replaces it).
+
+Beyond the cookbook (documented, conservative rules):
+
+- Assistant ``tool_calls`` (and legacy ``function_call``): per call, the function name,
+  the arguments JSON and the call id, plus 12 tokens for the call's envelope.
+- Tool results (role ``tool`` / ``function``): the cookbook rule (``tool_call_id``
+  included) plus 8 tokens for the function-name header the API renders.
+- Tool schemas: nested schema parts the cookbook skips (objects, arrays, ``anyOf``, extra
+  keywords) add the tokens of their compact JSON.
+- Images: see :mod:`tokenflex._images` (size read from a data URL's header, never fetched;
+  remote URLs cost the model's worst case).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import models as _models
+from ._images import image_size, image_tokens
+from ._types import Message, Messages, Tool
+from .errors import ConfigError, InvalidInputError, InvalidMessagesError
+from .models import Model, get_model
+from .tokenizers import CountCache, get_tokenizer
+
+__all__ = [
+    "ROLES",
+    "MessageCounter",
+    "count_messages",
+    "count_tokens",
+    "get_counter",
+]
+
+log = logging.getLogger("tokenflex")
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+"""Roles a message may have."""
+
+TOOL_CALL_OVERHEAD = 12
+TOOL_RESULT_OVERHEAD = 8
+GENERIC_TOKENS_PER_MESSAGE = 8
+GENERIC_BASE = 32
+GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
+GENERIC_TOOLS_PREAMBLE = 128
+# (func_init, prop_init, prop_key, enum_init, enum_item, func_end), from the cookbook's
+# num_tokens_for_tools. Other OpenAI families get the larger func_init (conservative).
+_TOOL_CONSTANTS = {
+    "gpt-4o": (7, 3, 3, -3, 3, 12),
+    "gpt-4o-mini": (7, 3, 3, -3, 3, 12),
+    "gpt-4": (10, 3, 3, -3, 3, 12),
+    "gpt-3.5-turbo": (10, 3, 3, -3, 3, 12),
+}
+_TOOL_CONSTANTS_DEFAULT = (10, 3, 3, -3, 3, 12)
+_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+_IMAGE_PARTS = ("image_url", "input_image")
+_MAX_CACHE = 100_000
+
+
+class _BadMessage(InvalidMessagesError):
+    """An invalid message; :meth:`at` names its index in the list."""
+
+    def __init__(self, problem: str, fix: str, index: int | None = None) -> None:
+        where = "message" if index is None else f"messages[{index}]"
+        super().__init__(f"{where} {problem}. {fix}")
+        self.problem, self.fix = problem, fix
+
+    def at(self, index: int) -> _BadMessage:
+        return _BadMessage(self.problem, self.fix, index)
+
+
+def _dumps(value: Any, indent: int | None = None) -> str:
+    separators = (",", ":") if indent is None else None
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, default=str)
+
+
+def _validated_role(msg: Any) -> str:
+    """The role of a well-formed message; raises :class:`_BadMessage` otherwise."""
+    if not isinstance(msg, Mapping):
+        raise _BadMessage(
+            f"is a {type(msg).__name__}, not a dict",
+            "Pass each message as a dict like {'role': 'user', 'content': '...'}",
+        )
+    if "role" not in msg:
+        raise _BadMessage("has no 'role'", f"Add 'role': one of {', '.join(ROLES)}")
+    role = msg["role"]
+    if not isinstance(role, str) or role not in ROLES:
+        raise _BadMessage(f"has role {role!r}", f"Use one of {', '.join(ROLES)}")
+    content = msg.get("content")
+    if content is None:
+        if role == "assistant" and (msg.get("tool_calls") or msg.get("function_call")):
+            return role
+        state = "has content None" if "content" in msg else "has no 'content'"
+        raise _BadMessage(
+            state,
+            "Give it a string ('' if empty) or a list of content parts; only an assistant "
+            "message with tool_calls may have content None",
+        )
+    if not isinstance(content, str | list):
+        raise _BadMessage(
+            f"has content of type {type(content).__name__}",
+            "Content must be a string or a list of parts like {'type': 'text', 'text': '...'}",
+        )
+    return role
+
+
+class MessageCounter:
+    """Counts tokens of messages for one model (get one with :func:`get_counter`).
+
+    Attributes:
+        model: The model counted for.
+        tokenizer: The cached tokenizer (``.count(text)``).
+        exact: True when counts are the model's real counts (real tokenizer and known
+            chat format), False for conservative estimates.
+    """
+
+    def __init__(self, model: Model, tokenizer: CountCache, *, exact: bool) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.exact = exact
+        self._count = tokenizer.count
+        self._images: dict[tuple[str, str], int] = {}
+
+    def __repr__(self) -> str:
+        kind = "exact" if self.exact else "conservative"
+        return (
+            f"<MessageCounter {self.model.name} {self.model.chat_format} "
+            f"tokenizer={self.tokenizer.name} {kind}>"
+        )
+
+    # Public API ---------------------------------------------------------------------
+
+    def text(self, text: str) -> int:
+        """Tokens of plain text (no chat envelope)."""
+        if not isinstance(text, str):
+            raise InvalidInputError(
+                f"Expected text as a str, got {type(text).__name__}. Decode bytes first."
+            )
+        return self._count(text)
+
+    def message(self, msg: Message) -> int:
+        """Tokens one message adds to a request, its envelope included.
+
+        Raises:
+            InvalidMessagesError: the message is not an OpenAI-style chat message.
+        """
+        raise NotImplementedError
+
+    def tools(self, tools: Sequence[Tool] | None) -> int:
+        """Tokens the tool (function) schemas add to a request."""
+        raise NotImplementedError
+
+    def base(self, tools: Sequence[Tool] | None = None) -> int:
+        """Tokens a request costs beyond its messages: reply priming and tool schemas."""
+        raise NotImplementedError
+
+    def count(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
+        """Tokens of a whole request: ``base(tools) + sum(message(m) for m in messages)``.
+
+        Raises:
+            InvalidMessagesError: ``messages`` is not a list of chat messages (the error
+                names the index and the fix).
+        """
+        if not isinstance(messages, list | tuple):
+            raise InvalidMessagesError(
+                f"messages must be a list of message dicts, got {type(messages).__name__}. "
+                "Wrap a single message in a list: [{'role': 'user', 'content': '...'}]."
+            )
+        total = self.base(tools)
+        try:
+            return total + sum(map(self.message, messages))
+        except _BadMessage:
+            pass
+        for i, msg in enumerate(messages):  # slow path, only to name the bad index
+            try:
+                self.message(msg)
+            except _BadMessage as exc:
+                raise exc.at(i) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def count_rendered(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
+        """The exact total for the whole conversation (same as :meth:`count` unless the
+        model counts through a chat template, where the whole conversation is rendered)."""
+        return self.count(messages, tools)
+
+    # Shared parts ---------------------------------------------------------------------
+
+    def _image(self, url: str, detail: str) -> int:
+        key = (url, detail)
+        n = self._images.get(key)
+        if n is None:
+            n = image_tokens(self.model, image_size(url), detail)
+            if len(self._images) >= 1024:
+                self._images.clear()
+            self._images[key] = n
+        return n
+
+    def _parts(self, parts: list[Any], *, text: bool = True) -> int:
+        """Tokens of a list of content parts (text parts only when ``text``)."""
+        total = 0
+        for j, part in enumerate(parts):
+            if not isinstance(part, Mapping):
+                raise _BadMessage(
+                    f"has content[{j}] of type {type(part).__name__}",
+                    "Each content part is a dict like {'type': 'text', 'text': '...'}",
+                )
+            ptype = part.get("type")
+            if ptype in _TEXT_PARTS:
+                value = part.get(_TEXT_PARTS[ptype])
+                if not isinstance(value, str):
+                    raise _BadMessage(
+                        f"has a {ptype!r} part without a string {_TEXT_PARTS[ptype]!r}",
+                        f"Give content[{j}] a string {_TEXT_PARTS[ptype]!r}",
+                    )
+                if text:
+                    total += self._count(value)
+            elif ptype in _IMAGE_PARTS:
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                if not isinstance(url, str):
+                    raise _BadMessage(
+                        f"has an image part without a URL in content[{j}]",
+                        "Use {'type': 'image_url', 'image_url': {'url': 'data:image/png;"
+                        "base64,...', 'detail': 'low'}}",
+                    )
+                detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
+                total += self._image(url, str(detail or "auto"))
+            else:
+                raise _BadMessage(
+                    f"has content[{j}] of type {ptype!r}",
+                    "Supported content parts: text, image_url (count other media yourself "
+                    "and reserve it as a section)",
+                )
+        return total
+
+    def _call(self, call: Any, with_id: bool) -> int:
+        """Tokens of one assistant tool call (or legacy function_call)."""
+        if not isinstance(call, Mapping):
+            raise _BadMessage(
+                f"has a tool call of type {type(call).__name__}",
+                "Each tool call is {'id': ..., 'type': 'function', 'function': "
+                "{'name': ..., 'arguments': '{...}'}}",
+            )
+        fn = call.get("function", call) if with_id else call
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            # Not a function call (e.g. a custom tool): count all of it.
+            return TOOL_CALL_OVERHEAD + self._count(_dumps(call))
+        args = fn.get("arguments", "")
+        total = TOOL_CALL_OVERHEAD + self._count(fn["name"])
+        total += self._count(args if isinstance(args, str) else _dumps(args))
+        call_id = call.get("id") if with_id else None
+        if isinstance(call_id, str):
+            total += self._count(call_id)
+        return total
+
+    def _tool_calls(self, calls: Any) -> int:
+        if not isinstance(calls, list | tuple):
+            raise _BadMessage(
+                f"has tool_calls of type {type(calls).__name__}", "tool_calls must be a list"
+            )
+        return sum(self._call(call, True) for call in calls)
+
+    def _tool_list(self, tools: Any) -> list[Mapping[str, Any]]:
+        if not isinstance(tools, list | tuple):
+            raise InvalidInputError(
+                f"tools must be a list of tool definitions, got {type(tools).__name__}. "
+                "Use [{'type': 'function', 'function': {'name': ..., 'parameters': {...}}}]."
+            )
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, Mapping):
+                raise InvalidInputError(
+                    f"tools[{i}] is a {type(tool).__name__}, not a dict. Use "
+                    "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}}."
+                )
+        return list(tools)
+
+    def _generic_tools(self, tools: Sequence[Tool] | None) -> int:
+        if not tools:
+            return 0
+        return GENERIC_TOOLS_PREAMBLE + self._count(_dumps(self._tool_list(tools), indent=4))
+
+
+class _EnvelopeCounter(MessageCounter):
+    """Per-message envelope rules: the OpenAI cookbook, and the generic format."""
+
+    def __init__(
+        self,
+        model: Model,
+        tokenizer: CountCache,
+        *,
+        exact: bool,
+        per_message: int,
+        per_name: int,
+        priming: int,
+    ) -> None:
+        super().__init__(model, tokenizer, exact=exact)
+        self.per_message, self.per_name, self.priming = per_message, per_name, priming
+        # Roles are few: pre-add the envelope so the hot path is two dict lookups. Tool
+        # results carry an extra overhead: they take the slow path.
+        self._role_tokens = {
+            r: per_message + tokenizer.count(r) for r in ROLES if r not in ("tool", "function")
+        }
+
+    def message(self, msg: Message) -> int:
+        # Hot path: a plain {"role", "content"} dict whose text the cache already holds.
+        if type(msg) is dict and len(msg) == 2:
+            role = msg.get("role")
+            content = msg.get("content")
+            if type(content) is str and type(role) is str:
+                envelope = self._role_tokens.get(role)
+                if envelope is not None:
+                    return envelope + self._count(content)
+        return self._message(msg)
+
+    def _message(self, msg: Any) -> int:
+        role = _validated_role(msg)
+        total = self.per_message
+        for key, value in msg.items():
+            if value is None:
+                continue
+            if key == "content" and isinstance(value, list):
+                total += self._parts(value)
+            elif key == "tool_calls":
+                total += self._tool_calls(value)
+            elif key == "function_call":
+                total += self._call(value, False)
+            elif isinstance(value, str):
+                total += self._count(value)
+                if key == "name":
+                    total += self.per_name
+            elif isinstance(value, list | dict) and not value:
+                continue
+            else:
+                total += self._count(_dumps(value))  # unknown structured field: its JSON
+        if role in ("tool", "function"):
+            total += TOOL_RESULT_OVERHEAD
+        return total
+
+    def base(self, tools: Sequence[Tool] | None = None) -> int:
+        return self.priming + self.tools(tools)
+
+    def tools(self, tools: Sequence[Tool] | None) -> int:
+        if self.model.chat_format == "generic":
+            return self._generic_tools(tools)
+        return self._openai_tools(tools)
+
+    def _openai_tools(self, tools: Sequence[Tool] | None) -> int:
+        """The cookbook's num_tokens_for_tools, plus nested schema parts it skips."""
+        if not tools:
+            return 0
+        func_init, prop_init, prop_key, enum_init, enum_item, func_end = _TOOL_CONSTANTS.get(
+            self.model.family, _TOOL_CONSTANTS_DEFAULT
+        )
+        count = self._count
+        total = 0
+        for i, tool in enumerate(self._tool_list(tools)):
+            fn = tool.get("function", tool)  # also the legacy `functions` list
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                raise InvalidInputError(
+                    f"tools[{i}] has no function name. Use {{'type': 'function', "
+                    "'function': {'name': ..., 'description': ..., 'parameters': {...}}}."
+                )
+            total += func_init
+            desc = str(fn.get("description") or "")
+            total += count(fn["name"] + ":" + desc.removesuffix("."))
+            params = fn.get("parameters") or {}
+            props = (params.get("properties") or {}) if isinstance(params, Mapping) else {}
+            if props:
+                total += prop_init
+                for key, prop in props.items():
+                    total += prop_key
+                    prop = prop if isinstance(prop, Mapping) else {"type": prop}
+                    p_type = prop.get("type", "")
+                    p_type = p_type if isinstance(p_type, str) else _dumps(p_type)
+                    if "enum" in prop:
+                        total += enum_init
+                        for item in prop["enum"]:
+                            total += enum_item + count(str(item))
+                    p_desc = str(prop.get("description", "")).removesuffix(".")
+                    total += count(f"{key}:{p_type}:{p_desc}")
+                    nested = {k: v for k, v in prop.items() if k not in _FLAT_KEYS}
+                    if nested:
+                        total += count(_dumps(nested))
+            if isinstance(params, Mapping):
+                extra = {k: v for k, v in params.items() if k not in _PARAM_KEYS}
+                if extra:
+                    total += count(_dumps(extra))
+        return total + func_end
+
+
+_FLAT_KEYS = frozenset({"type", "description", "enum"})
+_PARAM_KEYS = frozenset({"type", "properties", "required"})
+
+
+def _build(model: Model) -> MessageCounter:
+    tokenizer = get_tokenizer(model.tokenizer)
+    fmt = model.chat_format
+    if fmt == "openai":
+        return _EnvelopeCounter(
+            model, tokenizer, exact=tokenizer.exact, per_message=3, per_name=1, priming=3
+        )
+    if fmt == "openai-0301":
+        return _EnvelopeCounter(
+            model, tokenizer, exact=tokenizer.exact, per_message=4, per_name=-1, priming=3
+        )
+    if fmt == "template":
+        from ._template_counter import TemplateCounter
+
+        if not model.chat_template:
+            raise ConfigError(
+                f"Model {model.name!r} has chat_format 'template' but no chat_template. Set "
+                "chat_template (from the model's tokenizer_config.json) or use 'generic'."
+            )
+        return TemplateCounter(model, tokenizer)
+    base = GENERIC_BASE_BY_FAMILY.get(model.family, GENERIC_BASE)
+    return _EnvelopeCounter(
+        model,
+        tokenizer,
+        exact=False,
+        per_message=GENERIC_TOKENS_PER_MESSAGE,
+        per_name=1,
+        priming=base,
+    )
+
+
+_counters: dict[str | Model, tuple[int, MessageCounter]] = {}
+_counters_lock = threading.Lock()
+
+
+def get_counter(model: str | Model) -> MessageCounter:
+    """The (cached) counter for a model name or :class:`~tokenflex.Model`.
+
+    >>> from tokenflex import get_counter
+    >>> c = get_counter("gpt-4o")
+    >>> c.count([{"role": "user", "content": "Hello!"}])
+    9
+
+    Raises:
+        UnknownModelError: never for a plain unknown name (that gets the conservative
+            default and a logged warning); pass a Model from ``get_model(..., strict=True)``
+            to be strict.
+        TokenizerUnavailableError: the model's tokenizer cannot be loaded.
+    """
+    generation = _models._registry_generation()
+    hit = _counters.get(model)
+    if hit is not None and hit[0] == generation:
+        return hit[1]
+    with _counters_lock:
+        counter = _build(get_model(model))
+        if len(_counters) >= 1024:
+            _counters.clear()
+        _counters[model] = (generation, counter)
+    return counter
+
+
+def count_messages(
+    messages: Messages, *, model: str | Model, tools: Sequence[Tool] | None = None
+) -> int:
+    """Tokens a chat request's input costs ``model``: messages, tools, reply priming.
+
+    >>> import tokenflex
+    >>> tokenflex.count_messages([{"role": "user", "content": "Hello!"}], model="gpt-4")
+    9
+
+    Raises:
+        InvalidMessagesError: ``messages`` is not a list of OpenAI-style message dicts.
+    """
+    return get_counter(model).count(messages, tools)
+
+
+def count_tokens(text: str, *, model: str | Model) -> int:
+    """Tokens of plain text with ``model``'s tokenizer (no chat envelope).
+
+    >>> import tokenflex
+    >>> tokenflex.count_tokens("tiktoken is great!", model="gpt-4")
+    6
+    """
+    return get_counter(model).text(text)
