@@ -10,7 +10,9 @@ from tokenflex import models
 
 
 @pytest.fixture(autouse=True)
-def _isolate_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _isolate_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     """No test sees the developer's TOKENFLEX_* settings, .env file or model overrides."""
     import os
 

