@@ -1,3 +1,80 @@
-"""CLI commands (filled in by their issue)."""
+"""``tokenflex serve``: the OpenAI-compatible proxy under uvicorn."""
 
 from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import ConfigError
+from ._app import app, err_console
+
+
+@app.command()
+def serve(
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream",
+            "-u",
+            help="Upstream base URL (llama.cpp / vLLM / Ollama / OpenAI), e.g. "
+            "http://127.0.0.1:8080. Also TOKENFLEX_SERVE_UPSTREAM or the config file.",
+        ),
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", "-p", help="Port (default 8787).")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Interface (default 127.0.0.1: loopback only).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", "-c", help="TOML config file (see docs/proxy.md).", dir_okay=False
+        ),
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = "info",
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", help="uvicorn's per-request access log.")
+    ] = False,
+) -> None:
+    """Run the OpenAI-compatible proxy: every chat request is fitted before it is forwarded.
+
+    The proxy key and the upstream API key come from the environment
+    (TOKENFLEX_SERVE_PROXY_KEY, TOKENFLEX_SERVE_UPSTREAM_API_KEY) or the config file, never
+    from the command line, where other users could read them.
+    """
+    level = log_level.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"--log-level must be debug, info, warning or error, got {log_level!r}.")
+    try:
+        import uvicorn
+
+        from ..server import ServerConfig, create_app
+    except ImportError as exc:
+        raise ConfigError(
+            f"tokenflex serve needs the server extra ({exc.name} is missing): "
+            "pip install 'tokenflex[server]'."
+        ) from exc
+    settings = ServerConfig.load(config, upstream=upstream, port=port, host=host)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    logging.getLogger("tokenflex").setLevel(level)
+    err_console.print(
+        f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
+        + (" (proxy key required)" if settings.proxy_key else ""),
+        highlight=False,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level.lower(),
+        access_log=access_log,
+        server_header=False,
+        ws="none",
+        lifespan="on",
+    )

@@ -1,0 +1,130 @@
+"""Which Model a request's ``model`` name means: asked of the upstream once, then cached.
+
+The upstream knows its real window (vLLM ``max_model_len``, llama.cpp ``n_ctx``, Ollama
+``num_ctx``), so it is asked first, once per model name, with a timeout; concurrent
+requests for the same name share one question. When it cannot say (or discovery is off)
+the registry answers. A failed discovery is retried after ``RETRY_SECONDS``, so an
+upstream that was down at the first request is asked again later. Config tables
+(``[models.NAME]``) patch the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from ..errors import UnknownModelError, UpstreamError
+from ..models import Model, get_model
+from .config import ServerConfig
+from .errors import ProxyError
+
+__all__ = ["Discover", "ModelResolver", "default_discover"]
+
+log = logging.getLogger("tokenflex")
+
+Discover = Callable[[str, "str | None", "str | None"], Awaitable["Model | None"]]
+"""``discover(base_url, model_name, api_key) -> Model | None``: the upstream's view of a
+model (``model_name=None``: whatever it serves first). Raises ``UpstreamError`` with
+``status_code=404`` when the upstream does not serve that name."""
+
+RETRY_SECONDS = 30.0
+MAX_CACHED = 256  # model names come from clients: bound what we remember
+
+
+def default_discover(timeout: float) -> Discover:
+    """:func:`tokenflex.discovery.adiscover_model` with a per-request ``timeout``."""
+
+    async def discover(base_url: str, name: str | None, api_key: str | None) -> Model | None:
+        from ..discovery import adiscover_model
+
+        return await adiscover_model(base_url, model=name, api_key=api_key, timeout=timeout)
+
+    return discover
+
+
+class ModelResolver:
+    """Resolves request model names to Models, asking the upstream at most once per name."""
+
+    def __init__(self, config: ServerConfig, discover: Discover | None = None) -> None:
+        self.config = config
+        self.discover = discover or default_discover(config.discovery_timeout)
+        self._cache: OrderedDict[str, tuple[Model, float]] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[tuple[Model, float]]] = {}
+
+    async def resolve(self, name: str, api_key: str | None = None) -> Model:
+        """The Model for ``name`` (before config patches); ``api_key`` is used to ask the
+        upstream when no ``upstream_api_key`` is configured.
+
+        Raises:
+            ProxyError: 404 ``model_not_found`` when ``strict_models`` is on and neither
+                the upstream nor the registry knows the name.
+        """
+        hit = self._cache.get(name)
+        if hit is not None and hit[1] > time.monotonic():
+            self._cache.move_to_end(name)
+            return hit[0]
+        pending = self._pending.get(name)
+        if pending is None:
+            pending = asyncio.ensure_future(self._lookup(name, api_key))
+            self._pending[name] = pending
+            pending.add_done_callback(lambda _f: self._pending.pop(name, None))
+        model, expires = await asyncio.shield(pending)
+        self._cache[name] = (model, expires)
+        self._cache.move_to_end(name)
+        while len(self._cache) > MAX_CACHED:
+            self._cache.popitem(last=False)
+        return model
+
+    async def _lookup(self, name: str, api_key: str | None) -> tuple[Model, float]:
+        c = self.config
+        if not c.discover:
+            return self._from_registry(name), float("inf")
+        if c.upstream_api_key is not None:
+            api_key = c.upstream_api_key.get_secret_value()
+        base = f"{c.upstream}/v1"
+        try:
+            try:
+                found = await asyncio.wait_for(
+                    self.discover(base, name, api_key), timeout=c.discovery_timeout
+                )
+            except UpstreamError as exc:
+                if exc.status_code != 404:
+                    raise
+                if c.strict_models and name not in c.models:
+                    raise ProxyError(404, str(exc), param="model", code="model_not_found") from None
+                # llama.cpp-style servers answer to any name but list only their own model
+                found = await asyncio.wait_for(
+                    self.discover(base, None, api_key), timeout=c.discovery_timeout
+                )
+        except ProxyError:
+            raise
+        except Exception as exc:  # any failure: the registry answers, retried later
+            log.warning(
+                "Cannot discover %r from %s (%s: %s); using the registry for %.0f s.",
+                name,
+                c.upstream,
+                type(exc).__name__,
+                exc,
+                RETRY_SECONDS,
+            )
+            return self._from_registry(name), time.monotonic() + RETRY_SECONDS
+        if found is None:
+            return self._from_registry(name), float("inf")
+        log.info(
+            "Model %r: %s-token window from the upstream %s (tokenizer %s).",
+            name,
+            f"{found.context_window:,}",
+            c.upstream,
+            found.tokenizer,
+        )
+        return found, float("inf")
+
+    def _from_registry(self, name: str) -> Model:
+        strict = self.config.strict_models and name not in self.config.models
+        try:
+            return get_model(name, strict=strict)
+        except UnknownModelError as exc:
+            raise ProxyError(404, str(exc), param="model", code="model_not_found") from None

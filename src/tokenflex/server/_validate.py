@@ -1,0 +1,204 @@
+"""Request parsing and shape checks, before anything is counted or forwarded.
+
+Each problem becomes a :class:`ProxyError` (HTTP 400, OpenAI error shape) that names the
+offending field (``param``) and says what is allowed. Deeper content checks (image parts,
+tool calls) are left to the counter, whose ``InvalidMessagesError`` also becomes a 400.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ProxyError
+
+__all__ = ["KNOWN_ROLES", "ChatRequest", "parse_chat", "parse_count", "parse_json"]
+
+KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """The parts of a chat completion request the proxy reads."""
+
+    body: dict[str, Any]
+    """The whole request body, as the client sent it."""
+    model: str
+    """The requested model name."""
+    messages: list[dict[str, Any]]
+    """The conversation, oldest first."""
+    max_tokens: int | None
+    """The client's ``max_tokens`` (None when absent)."""
+    max_completion_tokens: int | None
+    """The client's ``max_completion_tokens`` (None when absent)."""
+    tools: list[dict[str, Any]] | None
+    """Tool definitions, when given."""
+    stream: bool
+    """Whether the client asked for server-sent events."""
+
+    @property
+    def requested_output(self) -> int | None:
+        """The output the client asked for: the smaller of the two fields it set."""
+        given = [v for v in (self.max_tokens, self.max_completion_tokens) if v is not None]
+        return min(given) if given else None
+
+
+def _bad(message: str, param: str | None, code: str = "invalid_value") -> ProxyError:
+    return ProxyError(400, message, param=param, code=code)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON document in ``raw``; a 400 ``invalid_json`` error when it is not one."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and undecodable bytes; RecursionError deep nesting.
+        detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise _bad(
+            f"The request body is not valid JSON ({detail}). Send a JSON object with "
+            "'model' and 'messages'.",
+            None,
+            "invalid_json",
+        ) from None
+
+
+def _positive_int(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(
+            f"{key} must be a positive integer, got {_type_name(value)} {value!r}.",
+            key,
+            "invalid_type",
+        )
+    if value <= 0:
+        raise _bad(f"{key} must be a positive integer, got {value!r}.", key)
+    return value
+
+
+def _check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]:
+    if value is None:
+        raise _bad(
+            f"'{key}' is required: a list of chat messages.", key, "missing_required_parameter"
+        )
+    if not isinstance(value, list):
+        raise _bad(
+            f"'{key}' must be a list of chat messages, got {_type_name(value)}.",
+            key,
+            "invalid_type",
+        )
+    if not value:
+        raise _bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
+    for i, msg in enumerate(value):
+        param = f"{key}[{i}]"
+        if not isinstance(msg, dict):
+            raise _bad(
+                f"{param} must be an object with 'role' and 'content', got {_type_name(msg)}.",
+                param,
+                "invalid_type",
+            )
+        role = msg.get("role")
+        if not isinstance(role, str):
+            raise _bad(
+                f"{param}.role must be a string, one of {', '.join(KNOWN_ROLES)}; got "
+                f"{_type_name(role)}.",
+                f"{param}.role",
+                "invalid_type" if role is not None else "missing_required_parameter",
+            )
+        if role not in KNOWN_ROLES:
+            raise _bad(
+                f"{param}.role {role!r} is not a chat role; use one of {', '.join(KNOWN_ROLES)}.",
+                f"{param}.role",
+            )
+        content = msg.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _bad(
+                f"{param}.content must be a string, a list of content parts or null, got "
+                f"{_type_name(content)}.",
+                f"{param}.content",
+                "invalid_type",
+            )
+    return value
+
+
+def _check_model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if model is None:
+        raise _bad(
+            "'model' is required: the model name as a string.",
+            "model",
+            "missing_required_parameter",
+        )
+    if not isinstance(model, str) or not model.strip():
+        raise _bad(
+            f"'model' must be a non-empty string, got {_type_name(model)} {model!r}.",
+            "model",
+            "invalid_type",
+        )
+    return model
+
+
+def _check_object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _bad(
+            f"The request body must be a JSON object, got {_type_name(body)}.", None, "invalid_type"
+        )
+    return body
+
+
+def parse_chat(raw: bytes) -> ChatRequest:
+    """Parse and check a ``/v1/chat/completions`` body; ProxyError (400) when it is bad."""
+    body = _check_object(parse_json(raw))
+    model = _check_model(body)
+    messages = _check_messages(body.get("messages"))
+    max_tokens = _positive_int(body, "max_tokens")
+    max_completion_tokens = _positive_int(body, "max_completion_tokens")
+    tools = body.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        raise _bad("'tools' must be a list of tool objects.", "tools", "invalid_type")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _bad(f"'stream' must be true or false, got {stream!r}.", "stream", "invalid_type")
+    return ChatRequest(
+        body=body,
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        max_completion_tokens=max_completion_tokens,
+        tools=tools or None,
+        stream=stream,
+    )
+
+
+def parse_count(raw: bytes) -> tuple[str, list[dict[str, Any]] | None, str | None, Any]:
+    """Parse a count body ``{"model", "messages" | "text", "tools"?}``.
+
+    Returns (model, messages or None, text or None, tools or None).
+    """
+    body = _check_object(parse_json(raw))
+    model = _check_model(body)
+    has_messages = body.get("messages") is not None
+    text = body.get("text")
+    if has_messages == (text is not None):
+        raise _bad(
+            "Send exactly one of 'messages' (a list of chat messages) or 'text' (a string).",
+            "messages",
+            "missing_required_parameter" if not has_messages else "invalid_value",
+        )
+    if text is not None and not isinstance(text, str):
+        raise _bad(f"'text' must be a string, got {_type_name(text)}.", "text", "invalid_type")
+    messages = _check_messages(body.get("messages")) if has_messages else None
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise _bad("'tools' must be a list of tool objects.", "tools", "invalid_type")
+    return model, messages, text, tools

@@ -1,0 +1,435 @@
+"""The proxy as a Starlette app: every chat request is fitted before it goes upstream.
+
+Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` table):
+
+- ``POST /v1/chat/completions``: parse, check, fit with :func:`tokenflex.afit`, forward
+  the fitted body, stream or return the upstream's answer unchanged, plus ``x-tokenflex-*``
+  headers with the plan summary;
+- ``GET /v1/models``: the upstream's list (or the config's models when it has none);
+- ``POST /tokenflex/count`` (alias ``/v1/tokenize``): ``{"model", "messages" | "text"}``
+  -> ``{"tokens": n, ...}``;
+- ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/health``;
+- anything else: passed through to the upstream unchanged.
+
+Errors the proxy makes itself are OpenAI-shaped; upstream errors come back with their own
+status and body; an unexpected exception becomes an OpenAI-shaped 500 carrying the
+request id (the log has the traceback), never a bare one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import (
+    ConfigError,
+    ContextOverflowError,
+    InvalidInputError,
+    InvalidMessagesError,
+    TokenflexError,
+    TokenizerUnavailableError,
+    UnknownModelError,
+)
+from ..models import Model
+from ._models import Discover, ModelResolver
+from ._upstream import Upstream, check_proxy_key
+from ._validate import ChatRequest, parse_chat, parse_count
+from .config import ServerConfig, check_fit_options, patch_model, split_options
+from .errors import ProxyError, error_response
+from .plans import PlanStore, new_plan_id
+
+__all__ = ["Proxy", "create_app"]
+
+log = logging.getLogger("tokenflex")
+
+Handler = Callable[[Request, "str | None"], Awaitable[Response]]
+_OFFLOAD_BYTES = 256 * 1024  # fit bodies larger than this in a worker thread
+_DRAIN_CAP = 32 * 1024 * 1024  # read (and discard) this much of an oversized body
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
+# Starlette routes to plain functions default to GET only; pass-through takes every method.
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+def library_error(exc: TokenflexError) -> ProxyError:
+    """The HTTP answer for a tokenflex error raised while fitting or counting."""
+    if isinstance(exc, ContextOverflowError):
+        return ProxyError(400, str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, UnknownModelError):
+        return ProxyError(404, str(exc), param="model", code="model_not_found")
+    if isinstance(exc, InvalidMessagesError):
+        return ProxyError(400, str(exc), param="messages", code="invalid_value")
+    if isinstance(exc, InvalidInputError):
+        return ProxyError(400, str(exc), code="invalid_value")
+    kind = "configuration" if isinstance(exc, (ConfigError, TokenizerUnavailableError)) else "fit"
+    return ProxyError(
+        500, f"tokenflex proxy {kind} problem: {exc}", type="server_error", code="proxy_error"
+    )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or a 413 when it is over ``limit`` bytes.
+
+    An oversized body is still read (up to a cap) so the client gets the 413 instead of
+    a connection reset while it is still sending.
+    """
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else 0
+    chunks: list[bytes] = []
+    if size <= limit + _DRAIN_CAP:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit + _DRAIN_CAP:
+                break
+            if size <= limit:
+                chunks.append(chunk)
+    if size > limit:
+        raise ProxyError(
+            413,
+            f"The request body is {size:,}+ bytes; this proxy accepts at most {limit:,} "
+            "(max_body_bytes). Send a shorter conversation or raise max_body_bytes.",
+            code="request_too_large",
+        )
+    return b"".join(chunks)
+
+
+def bearer(headers: dict[str, str]) -> str | None:
+    """The bearer token in forwarded headers (never the proxy key: it is removed)."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
+    """The ``x-tokenflex-*`` summary of a plan."""
+    return {
+        "x-tokenflex-input-tokens": str(plan.input_tokens),
+        "x-tokenflex-max-tokens": str(plan.max_tokens),
+        "x-tokenflex-context-window": str(plan.context_window),
+        "x-tokenflex-dropped": str(len(plan.dropped)),
+        "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
+        "x-tokenflex-plan-id": plan_id,
+    }
+
+
+class Proxy:
+    """The proxy's state (config, upstream client, model cache, plan store) and endpoints."""
+
+    def __init__(self, config: ServerConfig, *, discover: Discover | None = None) -> None:
+        self.config = config
+        self.upstream = Upstream(config)
+        self.models = ModelResolver(config, discover)
+        self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
+        self._summarizers: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Open the shared upstream client at startup, close it at shutdown."""
+        _ = self.upstream.client
+        log.info("tokenflex proxy: forwarding to %s", self.config.upstream)
+        try:
+            yield
+        finally:
+            await self.upstream.aclose()
+
+    def endpoint(
+        self, handler: Handler, *, route: str | None = None, auth: bool = True
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """Wrap a handler: request id, proxy key, OpenAI-shaped errors, no bare 500."""
+
+        async def run(request: Request) -> Response:
+            rid = "req_" + secrets.token_hex(8)
+            request.state.request_id = rid
+            try:
+                if auth and not check_proxy_key(self.config, request.headers):
+                    raise ProxyError(
+                        401,
+                        "Missing or wrong proxy key. Send it as 'x-tokenflex-key: KEY' or "
+                        "'Authorization: Bearer KEY'.",
+                        code="invalid_api_key",
+                    )
+                response = await handler(request, route)
+            except ProxyError as exc:
+                response = exc.to_response()
+            except Exception:
+                log.exception("request %s: unexpected error in %s", rid, request.url.path)
+                response = internal_error(rid)
+            response.headers["x-tokenflex-request-id"] = rid
+            return response
+
+        return run
+
+    # -- chat ------------------------------------------------------------------------
+    async def chat(self, request: Request, route: str | None) -> Response:
+        """``POST /v1/chat/completions``: fit, forward, pass the answer back."""
+        started = time.perf_counter()
+        rid: str = request.state.request_id
+        status, note, plan, plan_id, fit_ms = 0, "", None, "", 0.0
+        try:
+            raw = await read_body(request, self.config.max_body_bytes)
+            req = parse_chat(raw)
+            note = f"model={req.model!r} stream={'yes' if req.stream else 'no'}"
+            forward_headers = self.upstream.request_headers(request.headers)
+            plan = await self._fit(req, route, len(raw), bearer(forward_headers))
+            fit_ms = (time.perf_counter() - started) * 1000
+            plan_id = new_plan_id()
+            self.plans.put(plan_id, plan, size=len(raw))
+            headers = plan_headers(plan, plan_id)
+            body = self._fitted_body(req, plan, route)
+            upstream = await self.upstream.send(
+                "POST",
+                self.upstream.url("/v1/chat/completions", request.url.query),
+                forward_headers,
+                body,
+            )
+            status = upstream.status_code
+            if req.stream and status < 400:
+                return self.upstream.streamed(upstream, headers, request_id=rid)
+            return await self.upstream.buffered(upstream, headers)
+        except ProxyError as exc:
+            status = exc.status_code
+            note += f" error={exc.code}"
+            raise
+        finally:
+            if plan is not None:
+                log.info(
+                    "chat %s %s status=%d window=%d input=%d max_tokens=%d (asked %d) "
+                    "dropped=%d summary=%s plan=%s fit_ms=%.1f total_ms=%.1f",
+                    rid,
+                    note,
+                    status,
+                    plan.context_window,
+                    plan.input_tokens,
+                    plan.max_tokens,
+                    plan.requested_max_tokens,
+                    len(plan.dropped),
+                    "yes" if plan.summary is not None else "no",
+                    plan_id,
+                    fit_ms,
+                    (time.perf_counter() - started) * 1000,
+                )
+            else:
+                log.info("chat %s %s status=%d (not fitted)", rid, note.strip(), status)
+
+    async def _model_for(
+        self, name: str, route: str | None, api_key: str | None = None
+    ) -> tuple[Model, dict[str, Any], dict[str, Any]]:
+        model = await self.models.resolve(name, api_key)
+        patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
+        return patch_model(model, patch), proxy_options, fit_options
+
+    async def _fit(
+        self, req: ChatRequest, route: str | None, size: int, api_key: str | None
+    ) -> Any:
+        from ..fit import afit, fit
+
+        model, proxy_options, fit_options = await self._model_for(req.model, route, api_key)
+        requested = req.requested_output or proxy_options.get("default_max_tokens")
+        summarizer = self._summarizer(fit_options, route, req.model)
+        kwargs: dict[str, Any] = dict(
+            model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
+        )
+        kwargs.update(fit_options)
+        try:
+            if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
+                # Counting that waits on a tokenize endpoint, or a lot of text: keep the
+                # event loop free for the other requests.
+                return await anyio.to_thread.run_sync(
+                    functools.partial(fit, req.messages, **kwargs)
+                )
+            return await afit(req.messages, **kwargs)
+        except TokenflexError as exc:
+            raise library_error(exc) from None
+
+    def _summarizer(self, fit_options: dict[str, Any], route: str | None, model: str) -> Any:
+        """The summarizer configured for this route/model (``summarize`` option), if any."""
+        spec = fit_options.pop("summarizer", None)
+        enabled = fit_options.pop("summarize", spec is not None)
+        if not enabled:
+            return None
+        key = f"{route}|{model}|{spec!r}"
+        if key not in self._summarizers:
+            from ._summarizer import build_summarizer
+
+            self._summarizers[key] = build_summarizer(spec, self.config, model)
+        return self._summarizers[key]
+
+    def _fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
+        body = dict(req.body)
+        body["messages"] = plan.messages
+        if plan.fallback_from is not None:
+            body["model"] = plan.model.name
+        fields = [f for f in _MAX_TOKEN_FIELDS if body.get(f) is not None]
+        if not fields:
+            _, proxy_options, _ = split_options(self.config.options_for(req.model, route))
+            if proxy_options.get("add_max_tokens", True):
+                fields = [proxy_options.get("max_tokens_field", "max_tokens")]
+        for f in fields:
+            body[f] = plan.max_tokens
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    # -- other endpoints ---------------------------------------------------------------
+    async def list_models(self, request: Request, route: str | None) -> Response:
+        """``GET /v1/models``: the upstream's list; the config's when the upstream has none."""
+        url = self.upstream.url("/v1/models", request.url.query)
+        headers = self.upstream.request_headers(request.headers)
+        try:
+            upstream = await self.upstream.send("GET", url, headers, None)
+        except ProxyError:
+            if not self.config.models:
+                raise
+            return self._config_models()
+        if upstream.status_code < 400 or not self.config.models:
+            return await self.upstream.buffered(upstream)
+        await upstream.aclose()
+        return self._config_models()
+
+    def _config_models(self) -> Response:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "tokenflex-config"}
+            for name in self.config.models
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def count(self, request: Request, route: str | None) -> Response:
+        """``POST /tokenflex/count``: tokens of messages (with the chat envelope) or text."""
+        from ..counting import count_tokens, get_counter
+
+        name, messages, text, tools = parse_count(
+            await read_body(request, self.config.max_body_bytes)
+        )
+        api_key = bearer(self.upstream.request_headers(request.headers))
+        model, _, _ = await self._model_for(name, route, api_key)
+        try:
+            counter = get_counter(model)
+            if messages is not None:
+                tokens = counter.count(messages, tools=tools)
+            else:
+                tokens = count_tokens(text or "", model=model)
+        except TokenflexError as exc:
+            raise library_error(exc) from None
+        return JSONResponse(
+            {
+                "object": "tokenflex.count",
+                "model": model.name,
+                "tokens": tokens,
+                "exact": bool(counter.exact),
+                "tokenizer": model.tokenizer,
+                "context_window": model.context_window,
+            }
+        )
+
+    async def plan(self, request: Request, route: str | None) -> Response:
+        """``GET /tokenflex/plans/{id}``: a recent plan as ``plan.to_dict()``."""
+        plan_id = request.path_params["plan_id"]
+        plan = self.plans.get(plan_id)
+        if plan is None:
+            raise ProxyError(
+                404,
+                f"No plan {plan_id!r}: unknown, or older than the last "
+                f"{self.config.plans_max:,} plans this proxy keeps (plans_max).",
+                param="plan_id",
+                code="plan_not_found",
+            )
+        return JSONResponse(plan.to_dict())
+
+    async def health(self, request: Request, route: str | None) -> Response:
+        """``GET /tokenflex/health``: the proxy is up (the upstream is not checked)."""
+        return JSONResponse({"status": "ok"})
+
+    async def passthrough(self, request: Request, route: str | None) -> Response:
+        """Anything else: forwarded unchanged, answer streamed back unchanged."""
+        path = request.url.path
+        if route is not None:
+            path = path[len(route) + 1 :] or "/"
+        body = await read_body(request, self.config.max_body_bytes)
+        upstream = await self.upstream.send(
+            request.method,
+            self.upstream.url(path, request.url.query),
+            self.upstream.request_headers(request.headers),
+            body or None,
+        )
+        return self.upstream.streamed(upstream, request_id=request.state.request_id)
+
+
+def internal_error(request_id: str) -> Response:
+    """The OpenAI-shaped 500 for an unexpected exception."""
+    return error_response(
+        500,
+        f"Internal error in the tokenflex proxy (request id {request_id}); the proxy log has "
+        "the details.",
+        type="server_error",
+        code="internal_error",
+        headers={"x-tokenflex-request-id": request_id},
+    )
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "error"
+    return error_response(status, str(detail), code="http_error")
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    rid = "req_" + secrets.token_hex(8)
+    log.error("request %s: unexpected error outside an endpoint", rid, exc_info=exc)
+    return internal_error(rid)
+
+
+def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Starlette:
+    """The proxy as an ASGI app (run it with uvicorn, or ``tokenflex serve``).
+
+    Args:
+        config: Upstream, limits, keys and fit options (:class:`ServerConfig`).
+        discover: How to ask the upstream for a model's window
+            (``discover(base_url, name) -> Model | None``); defaults to
+            :func:`tokenflex.discovery.adiscover_model`.
+
+    Raises:
+        ConfigError: an option table names an unknown fit() option or a bad value.
+
+    >>> app = create_app(ServerConfig.load(upstream="http://127.0.0.1:8080"))
+    >>> app.state.proxy.config.upstream
+    'http://127.0.0.1:8080'
+    """
+    check_fit_options(config)
+    proxy = Proxy(config, discover=discover)
+    ep = proxy.endpoint
+    routes = [
+        Route("/tokenflex/health", ep(proxy.health, auth=False), methods=["GET"]),
+        Route("/tokenflex/plans/{plan_id}", ep(proxy.plan), methods=["GET"]),
+        Route("/tokenflex/count", ep(proxy.count), methods=["POST"]),
+        Route("/v1/tokenize", ep(proxy.count), methods=["POST"]),
+    ]
+    for name in [None, *config.routes]:
+        prefix = "" if name is None else f"/{name}"
+        routes += [
+            Route(f"{prefix}/v1/chat/completions", ep(proxy.chat, route=name), methods=["POST"]),
+            Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"]),
+        ]
+        if name is not None:
+            routes.append(
+                Route(
+                    prefix + "/{path:path}", ep(proxy.passthrough, route=name), methods=_ALL_METHODS
+                )
+            )
+    routes.append(Route("/{path:path}", ep(proxy.passthrough), methods=_ALL_METHODS))
+    app = Starlette(
+        routes=routes,
+        lifespan=proxy.lifespan,
+        exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+    )
+    app.state.proxy = proxy
+    return app

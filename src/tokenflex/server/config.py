@@ -1,0 +1,256 @@
+"""Proxy settings: a TOML file, ``TOKENFLEX_SERVE_*`` env vars and command-line flags.
+
+Precedence, highest first: arguments to :meth:`ServerConfig.load` (the CLI flags), env
+vars, the TOML file, defaults. The upstream is fixed here and never taken from a request.
+
+A config file::
+
+    upstream = "http://127.0.0.1:8080"      # llama.cpp / vLLM / Ollama / OpenAI
+    port = 8787
+    proxy_key = "change-me"                 # clients send it (see docs/proxy.md)
+    max_body_bytes = 4_194_304
+
+    [fit]                                   # defaults for every chat request
+    safety_margin = 64
+
+    [models."llama-3.1-8b"]                 # per model: Model fields patch the model,
+    context_window = 8192                   # everything else is a fit() option
+    min_output_tokens = 256
+
+    [routes.summarize]                      # per route: /summarize/v1/chat/completions
+    summarize = true
+
+Option tables merge in the order ``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]``.
+Three keys are the proxy's own, not fit() options: ``default_max_tokens`` (the request
+for output when the client asks for none), ``max_tokens_field`` (``max_tokens`` or
+``max_completion_tokens``, the field added in that case) and ``add_max_tokens`` (false to
+leave such requests without a limit).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import os
+import re
+import tomllib
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from ..errors import ConfigError
+from ..models import Model
+
+__all__ = ["MODEL_FIELDS", "PROXY_OPTIONS", "ServerConfig"]
+
+MODEL_FIELDS = frozenset(
+    {"context_window", "max_output_tokens", "tokenizer", "chat_format", "chat_template"}
+)
+"""Keys of a ``[models.NAME]`` / ``[routes.NAME]`` table that patch the resolved Model."""
+
+PROXY_OPTIONS = frozenset({"default_max_tokens", "max_tokens_field", "add_max_tokens"})
+"""Keys the proxy consumes itself; every other option key goes to ``tokenflex.afit``."""
+
+_ROUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_RESERVED_ROUTES = frozenset({"v1", "tokenflex"})
+_file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "tokenflex_serve_file", default=None
+)
+
+
+class ServerConfig(BaseSettings):
+    """Everything ``tokenflex serve`` needs; see the module docstring for the sources."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TOKENFLEX_SERVE_", extra="forbid", frozen=True, validate_default=True
+    )
+
+    upstream: str = Field(description="Base URL of the upstream server, e.g. http://127.0.0.1:8080")
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+    proxy_key: SecretStr | None = None
+    """When set, every request must carry it (``x-tokenflex-key`` or ``Authorization``)."""
+    upstream_api_key: SecretStr | None = None
+    """Sent upstream as ``Authorization: Bearer`` when the client sends no key of its own."""
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    connect_timeout: float = Field(5.0, gt=0)
+    read_timeout: float = Field(300.0, gt=0)
+    """Longest wait for the next byte from the upstream (generation can be slow)."""
+    write_timeout: float = Field(30.0, gt=0)
+    pool_timeout: float = Field(30.0, gt=0)
+    max_connections: int = Field(200, gt=0)
+    discover: bool = True
+    """Ask the upstream for each model's real window (once per model, then cached)."""
+    discovery_timeout: float = Field(3.0, gt=0)
+    strict_models: bool = False
+    """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows."""
+    plans_max: int = Field(1000, ge=0)
+    plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    fit: dict[str, Any] = Field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        url = value.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(f"upstream must be an http(s) URL, got {value!r}")
+        # Clients call /v1/...; the same path is forwarded, so a trailing /v1 is dropped.
+        return url[: -len("/v1")] if url.endswith("/v1") else url
+
+    @field_validator("routes")
+    @classmethod
+    def _check_routes(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name in value:
+            if not _ROUTE_NAME.match(name) or name in _RESERVED_ROUTES:
+                raise ValueError(
+                    f"route name {name!r} must be letters, digits, '_', '-' or '.', and not "
+                    f"one of {sorted(_RESERVED_ROUTES)}"
+                )
+        return value
+
+    @field_validator("fit")
+    @classmethod
+    def _check_fit(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _check_table(value)
+        return value
+
+    @field_validator("models", "routes")
+    @classmethod
+    def _check_tables(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for table in value.values():
+            _check_table(table)
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        file_settings = InitSettingsSource(settings_cls, _file_data.get() or {})
+        return (init_settings, env_settings, file_settings)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None = None, **overrides: Any) -> ServerConfig:
+        """Read the config: ``overrides`` > ``TOKENFLEX_SERVE_*`` env vars > ``path`` > defaults.
+
+        ``None`` overrides are ignored, so CLI flags that were not given do not mask the
+        file or the environment. Raises ConfigError with every problem listed.
+
+        >>> ServerConfig.load(upstream="http://127.0.0.1:8080/v1").upstream
+        'http://127.0.0.1:8080'
+        """
+        data: dict[str, Any] = {}
+        source = "arguments and TOKENFLEX_SERVE_* env vars"
+        if path is not None:
+            source = f"{os.fspath(path)!r}, arguments and TOKENFLEX_SERVE_* env vars"
+            try:
+                with open(path, "rb") as f:
+                    data = tomllib.load(f)
+            except OSError as exc:
+                raise ConfigError(
+                    f"Cannot read proxy config {os.fspath(path)!r}: {exc.strerror}."
+                ) from exc
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(
+                    f"Proxy config {os.fspath(path)!r} is not valid TOML: {exc}."
+                ) from exc
+        token = _file_data.set(data)
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ConfigError(
+                f"Invalid proxy settings from {source}: {problems}. See docs/proxy.md for the keys."
+            ) from exc
+        finally:
+            _file_data.reset(token)
+
+    def options_for(self, model: str, route: str | None = None) -> dict[str, Any]:
+        """The merged option table for one request: ``[fit]`` < model < route."""
+        merged = dict(self.fit)
+        merged.update(self.models.get(model, {}))
+        if route is not None:
+            merged.update(self.routes.get(route, {}))
+        return merged
+
+
+def _check_table(table: dict[str, Any]) -> None:
+    field = table.get("max_tokens_field", "max_tokens")
+    if field not in ("max_tokens", "max_completion_tokens"):
+        raise ValueError(
+            f"max_tokens_field must be 'max_tokens' or 'max_completion_tokens', got {field!r}"
+        )
+    default = table.get("default_max_tokens")
+    if default is not None and (
+        isinstance(default, bool) or not isinstance(default, int) or default <= 0
+    ):
+        raise ValueError(f"default_max_tokens must be a positive integer, got {default!r}")
+    add = table.get("add_max_tokens", True)
+    if not isinstance(add, bool):
+        raise ValueError(f"add_max_tokens must be true or false, got {add!r}")
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Split merged options into (Model field patches, proxy options, fit() options)."""
+    model_patch = {k: v for k, v in options.items() if k in MODEL_FIELDS}
+    proxy = {k: v for k, v in options.items() if k in PROXY_OPTIONS}
+    fit = {k: v for k, v in options.items() if k not in MODEL_FIELDS and k not in PROXY_OPTIONS}
+    return model_patch, proxy, fit
+
+
+def patch_model(model: Model, patch: dict[str, Any]) -> Model:
+    """``model`` with config overrides applied; ConfigError when a value is invalid."""
+    if not patch:
+        return model
+    try:
+        return dataclasses.replace(model, **patch, source=f"{model.source} + proxy config")
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"Proxy config for model {model.name!r}: {exc}") from exc
+
+
+SUMMARY_OPTIONS = frozenset({"summarize", "summarizer"})
+"""Keys that choose a summarizer (built by the proxy, passed to fit() as ``summarizer=``)."""
+
+
+def check_fit_options(config: ServerConfig) -> None:
+    """Fail at startup, not per request, when an option table names an unknown option
+    or a value fit() would reject."""
+    from ..errors import InvalidInputError
+    from ..fit import FitOptions
+
+    fit_names = {f.name for f in dataclasses.fields(FitOptions)} - {"max_tokens", "extra"}
+    allowed = fit_names | MODEL_FIELDS | PROXY_OPTIONS | SUMMARY_OPTIONS
+    tables = [("[fit]", config.fit)]
+    tables += [(f"[models.{name!r}]", t) for name, t in config.models.items()]
+    tables += [(f"[routes.{name}]", t) for name, t in config.routes.items()]
+    for where, table in tables:
+        unknown = sorted(set(table) - allowed)
+        if unknown:
+            hint = " ('max_tokens' comes from each request; use default_max_tokens)"
+            raise ConfigError(
+                f"Proxy config {where}: unknown option(s) {unknown}"
+                f"{hint if 'max_tokens' in unknown else ''}. Allowed: {sorted(allowed)}."
+            )
+        merged = config.fit | table
+        values = {k: v for k, v in merged.items() if k in fit_names}
+        if "fallback_models" in values:
+            values["fallback_models"] = tuple(values["fallback_models"])
+        try:
+            FitOptions(**values)
+        except (InvalidInputError, TypeError) as exc:
+            raise ConfigError(f"Proxy config {where}: {exc}") from exc
