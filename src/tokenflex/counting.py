@@ -468,12 +468,13 @@ def get_counter(model: str | Model) -> MessageCounter:
             to be strict.
         TokenizerUnavailableError: the model's tokenizer cannot be loaded.
     """
-    generation = _models._registry_generation()
     hit = _counters.get(model)
-    if hit is not None and hit[0] == generation:
+    if hit is not None and hit[0] == _models._registry_generation():
         return hit[1]
     with _counters_lock:
-        counter = _build(get_model(model))
+        resolved = get_model(model)  # loads the registry first: read the generation after
+        generation = _models._registry_generation()
+        counter = _build(resolved)
         if len(_counters) >= 1024:
             _counters.clear()
         _counters[model] = (generation, counter)

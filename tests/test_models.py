@@ -1,0 +1,249 @@
+"""The model registry: data, lookup order, unknown models, overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+
+from tokenflex import models
+from tokenflex.errors import ConfigError, UnknownModelError
+from tokenflex.models import (
+    CHAT_FORMATS,
+    DEFAULT_CONTEXT_WINDOW,
+    Model,
+    get_model,
+    list_models,
+    load_models_file,
+    register_model,
+)
+from tokenflex.tokenizers import list_tokenizers
+
+# Every model the seeds name, with the window the seeds give it.
+SEED_WINDOWS = [
+    pytest.param("gpt-4", 8192, id="gpt-4"),
+    pytest.param("gpt-4-turbo", 128000, id="gpt-4-turbo"),
+    pytest.param("gpt-4o", 128000, id="gpt-4o"),
+    pytest.param("gpt-3.5-turbo", 16385, id="gpt-3.5-turbo"),
+    pytest.param("claude-3-opus", 200000, id="claude-3-opus"),
+    pytest.param("claude-3-sonnet", 200000, id="claude-3-sonnet"),
+    pytest.param("claude-3-haiku", 200000, id="claude-3-haiku"),
+    pytest.param("claude-3-5-sonnet", 200000, id="claude-3-5-sonnet"),
+    pytest.param("llama3.2:3b", 128000, id="llama3.2:3b"),
+    pytest.param("llama3.1:70b", 128000, id="llama3.1:70b"),
+    pytest.param("deepseek-coder:6.7b", 16000, id="deepseek-coder:6.7b"),
+    pytest.param("qwen2.5:7b", 128000, id="qwen2.5:7b"),
+    pytest.param("mistral:7b", 32768, id="mistral:7b"),
+    pytest.param("grok-3", 131072, id="grok-3"),
+    pytest.param("grok-beta", 131072, id="grok-beta"),
+    pytest.param("deepseek-chat", 64000, id="deepseek-chat"),
+    pytest.param("gpt-oss-20b", 131072, id="gpt-oss-20b"),
+    pytest.param("gpt-oss-120b", 131072, id="gpt-oss-120b"),
+    pytest.param("google/gemini-2.5-flash", 1048576, id="google/gemini-2.5-flash"),
+]
+
+
+@pytest.mark.parametrize(("name", "window"), SEED_WINDOWS)
+def test_seed_models_have_the_seeds_windows(name: str, window: int) -> None:
+    model = get_model(name, strict=True)
+    assert model.context_window == window
+    assert model.known
+
+
+@pytest.mark.parametrize("name", ["qwen3-max", "Mistral-Small-24B"])
+def test_seed_models_without_a_seed_window_are_registered(name: str) -> None:
+    model = get_model(name, strict=True)
+    assert model.context_window >= 32768  # seed 003 budgets 120K for qwen3-max
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param("gpt-4o", "gpt-4o", id="exact"),
+        pytest.param("chatgpt-4o-latest", "gpt-4o", id="alias"),
+        pytest.param("GPT-4o", "gpt-4o", id="case-insensitive"),
+        pytest.param("openai/gpt-4o", "gpt-4o", id="provider-prefix"),
+        pytest.param("ollama/llama3.2:3b", "llama3.2:3b", id="ollama-prefix"),
+        pytest.param("models/gemini-2.5-pro", "gemini-2.5-pro", id="gemini-models-prefix"),
+        pytest.param("gpt-4o-2024-08-06", "gpt-4o", id="dated-openai"),
+        pytest.param("gpt-4o-mini-2024-07-18", "gpt-4o-mini", id="dated-mini"),
+        pytest.param("gpt-4o-2024-05-13", "gpt-4o-2024-05-13", id="dated-exact-entry-wins"),
+        pytest.param("gpt-4-0613", "gpt-4", id="four-digit-snapshot"),
+        pytest.param("gpt-3.5-turbo-0125", "gpt-3.5-turbo", id="alias-snapshot"),
+        pytest.param("gpt-3.5-turbo-0301", "gpt-3.5-turbo-0301", id="0301-own-entry"),
+        pytest.param("gpt-4-1106-preview", "gpt-4-turbo", id="preview-alias"),
+        pytest.param("claude-3-5-sonnet-20241022", "claude-3-5-sonnet", id="dated-claude"),
+        pytest.param("claude-3-5-sonnet-latest", "claude-3-5-sonnet", id="latest-claude"),
+        pytest.param("claude-opus-4-1-20250805", "claude-opus-4-1", id="dated-opus-4-1"),
+        pytest.param(
+            "anthropic.claude-3-5-sonnet-20241022-v2:0", "claude-3-5-sonnet", id="bedrock"
+        ),
+        pytest.param("gemini-2.0-flash-001", "gemini-2.0-flash", id="gemini-version"),
+        pytest.param("gemini-2.5-flash-preview-05-20", "gemini-2.5-flash", id="gemini-preview"),
+        pytest.param("llama3.2:3b-instruct-q4_K_M", "llama3.2:3b", id="ollama-quant-tag"),
+        pytest.param("llama3.2:latest", "llama3.2:3b", id="ollama-latest"),
+        pytest.param("llama3.2", "llama3.2:3b", id="ollama-bare"),
+        pytest.param("qwen3:30b-a3b-q4_K_M", "qwen3:30b-a3b", id="longest-tag-wins"),
+        pytest.param("mistral:7b-instruct-v0.3-q4_K_M", "mistral:7b", id="mistral-tag"),
+        pytest.param("meta-llama/Llama-3.1-8B-Instruct", "llama3.1:8b", id="hf-name"),
+        pytest.param(
+            "mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b", id="hf-mistral"
+        ),
+        pytest.param("gpt-oss:20b", "gpt-oss-20b", id="ollama-gpt-oss"),
+        pytest.param("o1-preview", "o1-preview", id="preview-not-widened"),
+    ],
+)
+def test_lookup_order(query: str, expected: str) -> None:
+    assert get_model(query, strict=True).name == expected
+
+
+def test_unknown_model_gets_conservative_default_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tokenflex"):
+        model = get_model("my-private-llm")
+    assert model.context_window == DEFAULT_CONTEXT_WINDOW == 8192
+    assert model.known is False
+    assert model.source == "default"
+    assert model.tokenizer == "estimate"
+    assert any(
+        "my-private-llm" in r.getMessage() and "8192" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_strict_unknown_model_raises_with_close_matches() -> None:
+    with pytest.raises(UnknownModelError) as err:
+        get_model("gpt-4oo", strict=True)
+    message = str(err.value)
+    assert "'gpt-4oo'" in message and "Did you mean" in message and "'gpt-4o'" in message
+    assert isinstance(err.value, KeyError)
+
+
+@pytest.mark.parametrize("bad", ["", "   "])
+def test_empty_name_is_an_error(bad: str) -> None:
+    with pytest.raises(UnknownModelError):
+        get_model(bad)
+
+
+def test_register_model_from_code() -> None:
+    register_model(name="my-llm", context_window=32768, tokenizer="cl100k_base", aliases=["mine"])
+    model = get_model("mine", strict=True)
+    assert (model.name, model.context_window, model.source) == ("my-llm", 32768, "register_model()")
+
+
+def test_register_a_model_object_and_override() -> None:
+    register_model(Model(name="gpt-4o", context_window=64000, tokenizer="o200k_base"))
+    model = get_model("gpt-4o")
+    assert model.context_window == 64000
+    assert model.source == "register_model()"
+
+
+def test_register_without_replace_is_a_duplicate_error() -> None:
+    with pytest.raises(ConfigError, match="defined twice"):
+        register_model(name="gpt-4o", context_window=1000, replace=False)
+
+
+def test_alias_taken_by_another_model_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="already taken"):
+        register_model(name="other", context_window=1000, aliases=["gpt-4"], replace=False)
+
+
+def test_models_file_from_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[[model]]\nname = "gpt-4"\ncontext_window = 32768\ntokenizer = "cl100k_base"\n'
+        'chat_format = "openai"\n\n'
+        '[[model]]\nname = "house-model"\ncontext_window = 4096\naliases = ["house"]\n'
+    )
+    monkeypatch.setenv("TOKENFLEX_MODELS_FILE", str(path))
+    assert get_model("gpt-4").context_window == 32768
+    assert get_model("house").name == "house-model"
+    assert get_model("house").source == str(path)
+
+
+def test_models_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Cannot read models file"):
+        load_models_file(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[model]\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_models_file(bad)
+    unknown_key = tmp_path / "unknown.toml"
+    unknown_key.write_text('[[model]]\nname = "x"\ncontext_window = 10\nwindow = 3\n')
+    with pytest.raises(ConfigError, match="unknown keys"):
+        load_models_file(unknown_key)
+    bad_format = tmp_path / "format.toml"
+    bad_format.write_text('[[model]]\nname = "x"\ncontext_window = 10\nchat_format = "xml"\n')
+    with pytest.raises(ConfigError, match="chat_format"):
+        load_models_file(bad_format)
+
+
+def test_duplicate_names_in_the_embedded_data_are_detected() -> None:
+    text = (
+        '[[model]]\nname = "a"\ncontext_window = 10\n\n[[model]]\nname = "a"\ncontext_window = 20\n'
+    )
+    models._ensure_loaded()
+    with pytest.raises(ConfigError, match="defined twice"):
+        models._load_toml(text, "test data", replace=False)
+
+
+def test_registry_has_at_least_60_entries() -> None:
+    assert len(list_models()) >= 60
+
+
+def test_every_entry_is_valid() -> None:
+    known_tokenizers = set(list_tokenizers())
+    names = {m.name for m in list_models()}
+    for model in list_models():
+        assert model.name == model.name.strip().lower(), model.name
+        assert model.chat_format in CHAT_FORMATS
+        assert model.tokenizer in known_tokenizers, model.name
+        assert model.provider, model.name
+        assert model.context_window >= 4096, model.name
+        if model.max_output_tokens is not None:
+            assert model.max_output_tokens <= model.context_window, model.name
+        for price in (model.input_price, model.output_price):
+            assert price is None or 0 < price < 1000, model.name
+        assert (model.input_price is None) == (model.output_price is None), model.name
+        if model.provider == "openai" and model.chat_format.startswith("openai"):
+            assert model.family in {"gpt-4o", "gpt-4o-mini", "gpt-4", "gpt-3.5-turbo"}
+            assert model.tokenizer in {"o200k_base", "cl100k_base"}
+        if model.tokenizer == "estimate":
+            assert model.chat_format == "generic", model.name
+        for alias in model.aliases:
+            assert alias not in names, alias
+            assert get_model(alias, strict=True).name == model.name
+
+
+def test_families_use_the_right_encoding() -> None:
+    assert get_model("gpt-4").tokenizer == "cl100k_base"
+    assert get_model("gpt-3.5-turbo").tokenizer == "cl100k_base"
+    assert get_model("gpt-4o").tokenizer == "o200k_base"
+    assert get_model("gpt-4o-mini").family == "gpt-4o-mini"
+    assert get_model("gpt-3.5-turbo-0301").chat_format == "openai-0301"
+
+
+def test_list_models_search() -> None:
+    found = {m.name for m in list_models("claude")}
+    assert {"claude-3-opus", "claude-sonnet-4-5"} <= found
+    assert all(m.provider == "xai" for m in list_models("xai"))
+    assert [m.name for m in list_models("chatgpt-4o")] == ["gpt-4o"]  # by alias
+
+
+def test_model_is_frozen_and_validated() -> None:
+    model = get_model("gpt-4o")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        model.context_window = 1  # type: ignore[misc]
+    assert model.replace(context_window=1000).context_window == 1000
+    with pytest.raises(ConfigError, match="positive"):
+        Model(name="x", context_window=0)
+    with pytest.raises(ConfigError, match="max_output_tokens"):
+        Model(name="x", context_window=10, max_output_tokens=0)
+
+
+def test_registry_generation_changes_on_register() -> None:
+    before = models._registry_generation()
+    register_model(name="gen-test", context_window=1000)
+    assert models._registry_generation() != before
