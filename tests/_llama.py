@@ -94,6 +94,9 @@ class LlamaServer:
 
     Start it with :meth:`start` (or as a context manager); it is ready when ``/v1/models``
     answers. :meth:`stop` terminates the whole process group and is idempotent.
+
+    One thread by default: ggml's worker threads spin while waiting, so on a shared 2-core
+    machine two threads were 5-15x *slower* than one (docs/llama-server.md).
     """
 
     def __init__(
@@ -101,7 +104,7 @@ class LlamaServer:
         model_path: str | os.PathLike[str] | None = None,
         *,
         n_ctx: int = 2048,
-        n_threads: int = 2,
+        n_threads: int = 1,
         seed: int = 1234,
         startup_timeout: float = 60.0,
         extra_args: tuple[str, ...] = (),
