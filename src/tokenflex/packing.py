@@ -16,10 +16,11 @@ Policies (highest rank first: score descending, ties by input order):
 
 - ``skip`` (ADR default): skip a chunk that does not fit and try the next.
 - ``stop``: stop at the first chunk that does not fit; keeps rank order strictly.
-- ``optimal``: 0/1 knapsack maximizing the total score under the budget. When
-  ``chunks × budget`` exceeds a bounded table, token costs are scaled down and rounded
-  *up* (never over budget, possibly slightly short of optimal); the result is never worse
-  than ``skip`` on the same scores.
+- ``optimal``: 0/1 knapsack maximizing the total score under the budget (exact dynamic
+  programming over token capacity). When ``chunks × budget`` exceeds a bounded table
+  (2·10⁷ cells), it solves reduced problems instead, costs scaled down and rounded *up*,
+  so it is never over budget but may fall slightly short of the best score
+  (``PackResult.knapsack`` says which). Never worse than ``skip`` on the same scores.
 """
 
 from __future__ import annotations
@@ -131,8 +132,10 @@ class PackResult:
     """Tokenizer name."""
     exact: bool
     """True when counts come from the model's real tokenizer, False for the estimator."""
-    knapsack_scale: int = 1
-    """``optimal`` only: token costs were divided by this and rounded up (1: exact DP)."""
+    knapsack: str = ""
+    """``optimal`` only: ``exact``, or ``approximate (...)`` saying how the table was
+    bounded (never over budget; possibly short of the best score). Empty for other
+    policies and when everything fits."""
 
     @property
     def limit(self) -> int:
@@ -155,7 +158,7 @@ class PackResult:
             "format": self.format,
             "tokenizer": self.tokenizer,
             "exact": self.exact,
-            "knapsack_scale": self.knapsack_scale,
+            "knapsack": self.knapsack,
             "partial": self.partial,
             "admitted_count": len(self.admitted),
             "admitted_tokens": self.admitted_tokens,
@@ -326,34 +329,76 @@ def _knapsack(weights: Sequence[int], values: Sequence[float], capacity: int) ->
     return chosen[::-1]
 
 
-def _optimal(costs: Sequence[int], values: Sequence[float], room: int) -> tuple[list[int], int]:
-    """Max total value under ``room``; never worse than greedy skip. Returns (taken, scale)."""
+def _scaled_dp(
+    costs: Sequence[int], values: Sequence[float], items: Sequence[int], room: int, cells: int
+) -> tuple[list[int], int]:
+    """Knapsack over ``items`` with weights divided by the smallest scale that keeps the
+    table within ``cells``; rounding every weight *up* keeps any accepted set in ``room``."""
+    scale = 1
+    while len(items) * (room // scale + 1) > cells:
+        scale += max(1, scale // 4)
+    capacity = room // scale
+    fit = [(p, w) for p in items if (w := max(1, -(-costs[p] // scale))) <= capacity]
+    chosen = _knapsack([w for _, w in fit], [values[p] for p, _ in fit], capacity)
+    return [fit[i][0] for i in chosen], scale
+
+
+def _optimal(costs: Sequence[int], values: Sequence[float], room: int) -> tuple[list[int], str]:
+    """Max total value under ``room``; never worse than greedy skip.
+
+    Returns the positions taken and how: ``exact``, or ``approximate (...)`` when the
+    table would exceed its bound. Then two reductions run and the better one wins: the
+    whole problem with scaled weights, and the classic *core*: items sorted by value per
+    token, those well above the LP break item fixed in, those well below fixed out, and
+    an (if possible unscaled) table over the items around the break.
+    """
     greedy_pos = [p for p in range(len(costs)) if values[p] >= 0]
     greedy, _ = _greedy(costs, room, stop=False, allowed=greedy_pos)
     items = [p for p in range(len(costs)) if values[p] > 0 and costs[p] <= room]
-    scale = 1
-    taken: list[int] = []
-    if items and room > 0:
-        cells = _MAX_DP_CELLS if _numpy() is not None else _MAX_DP_CELLS_PURE
-        while len(items) * (room // scale + 1) > cells:
-            scale += max(1, scale // 4)
-        # Rounding every weight up keeps any set the table accepts within the real room.
-        weights = [max(1, -(-costs[p] // scale)) for p in items]
-        capacity = room // scale
-        fit = [(p, w) for p, w in zip(items, weights, strict=True) if w <= capacity]
-        chosen = _knapsack([w for _, w in fit], [values[p] for p, _ in fit], capacity)
-        taken = sorted(fit[i][0] for i in chosen)
-    # Fill what rounding left free with the best-ranked chunks that still fit.
-    left = room - sum(costs[p] for p in taken)
-    chosen_set = set(taken)
-    for p in greedy_pos:
-        if p not in chosen_set and costs[p] <= left:
-            taken.append(p)
-            left -= costs[p]
-    taken.sort()
-    if math.fsum(values[p] for p in greedy) >= math.fsum(values[p] for p in taken):
-        return greedy, scale
-    return taken, scale
+    cells = _MAX_DP_CELLS if _numpy() is not None else _MAX_DP_CELLS_PURE
+    how = "exact"
+    options: list[list[int]] = []
+    if items and len(items) * (room + 1) <= cells:
+        options.append(_knapsack([costs[p] for p in items], [values[p] for p in items], room))
+        options[0] = [items[i] for i in options[0]]
+    elif items:
+        scaled, scale = _scaled_dp(costs, values, items, room, cells)
+        options.append(scaled)
+        by_density = sorted(items, key=lambda p: -values[p] / costs[p])
+        used, brk = 0, len(by_density)
+        for k, p in enumerate(by_density):
+            if used + costs[p] > room:
+                brk = k
+                break
+            used += costs[p]
+        size = max(64, cells // (room + 1))
+        lo = max(0, brk - size // 2)
+        core = by_density[lo : lo + size]
+        fixed = by_density[:lo]
+        left = room - sum(costs[p] for p in fixed)
+        core_taken, core_scale = _scaled_dp(costs, values, core, left, cells)
+        options.append(fixed + core_taken)
+        how = (
+            f"approximate (best of: all {len(items):,} items with costs scaled by 1/{scale} "
+            f"rounded up; core of {len(core):,} items around the value-per-token break"
+            + (f", scaled by 1/{core_scale}" if core_scale > 1 else "")
+            + ")"
+        )
+    best = list(greedy)
+    best_value = math.fsum(values[p] for p in greedy)
+    for option in options:
+        # Fill what rounding left free with the best-ranked chunks that still fit.
+        taken = sorted(option)
+        left = room - sum(costs[p] for p in taken)
+        chosen = set(taken)
+        for p in greedy_pos:
+            if p not in chosen and costs[p] <= left:
+                taken.append(p)
+                left -= costs[p]
+        value = math.fsum(values[p] for p in taken)
+        if value > best_value:
+            best, best_value = sorted(taken), value
+    return best, how
 
 
 def pack_chunks(
@@ -439,14 +484,14 @@ def pack_chunks(
 
     costs = [cost[i] for i in ranked]
     reasons: dict[int, DropReason] = {i: "duplicate" for i in duplicates}
-    scale = 1
+    knapsack = ""
     if frame + sum(costs) <= limit:
         admitted = list(ranked)
     else:
         room = limit - frame - notice
         if policy == "optimal":
             values = [items[i].score or 0.0 for i in ranked]
-            taken, scale = _optimal(costs, values, room)
+            taken, knapsack = _optimal(costs, values, room)
             miss = None
         else:
             taken, miss = _greedy(costs, room, stop=policy == "stop")
@@ -492,7 +537,7 @@ def pack_chunks(
         format=format,
         tokenizer=tok.name,
         exact=tok.exact,
-        knapsack_scale=scale,
+        knapsack=knapsack,
     )
     if dropped:
         _log_dropped(result)

@@ -87,7 +87,7 @@ def _pack_view(result: Any, n: int) -> Group:
         f"{result.limit:,} tokens (budget {result.budget:,} - {result.safety_buffer:,} "
         f"buffer), policy {result.policy}, {result.format}, tokenizer {result.tokenizer} "
         f"({'exact' if result.exact else 'estimate'})"
-        + (f", knapsack scale {result.knapsack_scale}" if result.knapsack_scale > 1 else "")
+        + (f", knapsack {result.knapsack}" if result.knapsack else "")
         + "."
     )
     admitted = Table(title=f"Admitted: {len(result.admitted):,}", title_justify="left")
