@@ -14,7 +14,19 @@ from tokenflex import ContextOverflowError, Conversation, InvalidMessagesError, 
 from tokenflex.counting import count_messages, get_counter
 from tokenflex.history import SQLiteMessageStore
 
-WORDS = ["alpha", "beta", "gamma", "delta", "42", "{json:", "true}", "東京", "код", "print(x)", "ünïcode"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "42",
+    "{json:",
+    "true}",
+    "東京",
+    "код",
+    "print(x)",
+    "ünïcode",
+]
 
 
 def _msg(role: str, n_words: int, seed: int = 0) -> dict[str, Any]:
