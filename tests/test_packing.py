@@ -515,3 +515,10 @@ def test_whole_context_check_drops_lowest_ranked(policy: str) -> None:
     assert 0 < len(r.admitted) < parts_fit  # the whole-context step dropped some
     assert list(r.admitted_indices) == list(range(len(r.admitted)))  # lowest ranked went
     assert {d.reason for d in r.dropped} <= {"budget", "stopped"}
+
+
+def test_chunks_are_hashable_and_comparable() -> None:
+    a = Chunk("t", "s", "u", {"k": [1]}, 0.5, "x")
+    b = Chunk("t", "s", "u", {"k": [1]}, 0.5, "x")
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != Chunk("t", "s", "u", {"k": [2]}, 0.5, "x")

@@ -80,6 +80,10 @@ class Chunk:
                 f"Chunk extras must be a mapping, got {type(self.extras).__name__}."
             )
 
+    def __hash__(self) -> int:
+        # extras is a dict (unhashable); equal chunks still hash equal without it.
+        return hash((self.text, self.source, self.identifier, self.score, self.id))
+
 
 @dataclass(frozen=True, slots=True)
 class DroppedChunk:
