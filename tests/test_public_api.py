@@ -1,0 +1,32 @@
+"""The public surface is declared once and stays light to import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import tokenflex
+
+
+def test_all_is_sorted_unique_and_resolvable() -> None:
+    names = tokenflex.__all__
+    assert names == sorted(names) and len(set(names)) == len(names)
+    for name in names:
+        assert getattr(tokenflex, name) is not None, name
+
+
+def test_import_stays_light() -> None:
+    code = (
+        "import sys, tokenflex; heavy = [m for m in ('httpx', 'pydantic', 'rich', 'typer', "
+        "'starlette', 'uvicorn', 'llama_cpp', 'tokenizers', 'numpy', 'tiktoken') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_errors_share_one_base() -> None:
+    for name in tokenflex.__all__:
+        obj = getattr(tokenflex, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, tokenflex.TokenflexError), name
