@@ -1,0 +1,337 @@
+"""Ask a running OpenAI-compatible server what model it serves and its real window.
+
+A registry knows a model's *trained* window; the server knows the window it actually
+runs with (``--max-model-len``, ``--n_ctx``, ``num_ctx``), often much smaller. What each
+server exposes, and what we ask:
+
+==================  =====================================================================
+vLLM                ``GET /v1/models`` → ``data[i].max_model_len``
+llama.cpp server    ``GET /props`` → ``default_generation_settings.n_ctx`` (and its chat
+                    template, BOS/EOS); ``/v1/models`` ``meta.n_ctx_train`` as a fallback
+Ollama              ``POST /api/show`` → ``num_ctx`` in ``parameters`` (else 2,048, the
+                    conservative default), ``<arch>.context_length`` as the upper bound
+llama-cpp-python    exposes no window at all. It refuses a prompt of ``n_ctx`` tokens or
+                    more *before evaluating anything* with ``context_length_exceeded`` and
+                    the window in the message, so we send one such request
+                    (``probe_tokens`` of text, checked with its tokenize endpoint first).
+==================  =====================================================================
+
+The discovery logic is written once as a generator of HTTP requests (sans-I/O) and driven
+by :func:`discover_model` (httpx sync) and :func:`adiscover_model` (httpx async).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .errors import UnknownModelError, UpstreamError
+from .models import Model, get_model
+from .tokenizers.server import server_root
+
+__all__ = ["DEFAULT_PROBE_TOKENS", "OLLAMA_DEFAULT_NUM_CTX", "adiscover_model", "discover_model"]
+
+log = logging.getLogger("tokenflex")
+
+DEFAULT_PROBE_TOKENS = 262_144
+"""Prompt size of the llama-cpp-python window probe (about 0.5 MB of text, ~0.6 s)."""
+OLLAMA_DEFAULT_NUM_CTX = 2_048
+"""The window assumed when an Ollama model sets no ``num_ctx`` (Ollama's historical default,
+the smallest it has used: a request sized for it fits whatever the server really uses)."""
+
+_WINDOW_RE = re.compile(r"maximum context length is (\d+) tokens")
+
+
+@dataclass(frozen=True)
+class _Req:
+    method: str
+    path: str
+    json: Any = None
+
+
+@dataclass(frozen=True)
+class _Resp:
+    status: int
+    """HTTP status, or 0 when the server could not be reached."""
+    body: Any
+    """Parsed JSON, or None."""
+    text: str
+
+
+_Flow = Generator[_Req, _Resp, Model]
+
+
+def _pick(entries: list[Mapping[str, Any]], model: str | None, where: str) -> Mapping[str, Any]:
+    if not entries:
+        raise UpstreamError(f"{where} lists no models.", status_code=502)
+    if model is None:
+        return entries[0]
+    for e in entries:
+        if e.get("id") == model or e.get("name") == model or e.get("model") == model:
+            return e
+    ids = [str(e.get("id")) for e in entries]
+    raise UpstreamError(f"{where} does not serve {model!r}; it serves {ids}.", status_code=404)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def _registry(name: str) -> Model | None:
+    """The registry's entry for a served name, without the unknown-model warning."""
+    try:
+        return get_model(name, strict=True)
+    except UnknownModelError:
+        return None
+
+
+def _model(
+    name: str,
+    window: int,
+    *,
+    root: str,
+    exact_tokenizer: bool,
+    chat_template: str | None = None,
+    bos_token: str = "",
+    eos_token: str = "",
+    provider: str,
+) -> Model:
+    """Registry knowledge (prices, output limit, tokenizer) with the server's window."""
+    base = _registry(name)
+    if chat_template:
+        tokenizer, chat_format = f"server:{root}", "template"
+    elif base is not None and base.tokenizer != "estimate":
+        tokenizer, chat_format = base.tokenizer, base.chat_format
+    elif exact_tokenizer:
+        # exact text counts, conservative per-message overhead
+        tokenizer, chat_format = f"server:{root}", "generic"
+    else:
+        tokenizer, chat_format = "estimate", "generic"
+    output = base.max_output_tokens if base is not None else None
+    if output is not None and output >= window:
+        output = None
+    return Model(
+        name=name,
+        context_window=window,
+        max_output_tokens=output,
+        tokenizer=tokenizer,
+        chat_format=chat_format,
+        input_price=base.input_price if base is not None else None,
+        output_price=base.output_price if base is not None else None,
+        provider=provider,
+        aliases=(),
+        family=base.family if base is not None else "",
+        chat_template=chat_template,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        source="server",
+    )
+
+
+def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
+    where = f"{root}/v1/models"
+    r = yield _Req("GET", "/v1/models")
+    if r.status == 0:
+        raise UpstreamError(
+            f"Cannot reach {where} ({r.text}); is the server running at {root}?",
+            status_code=502,
+        )
+    if r.status != 200 or not isinstance(r.body, Mapping):
+        raise UpstreamError(
+            f"{where} answered HTTP {r.status}: {r.text[:200]!r} (not an OpenAI-compatible "
+            "server, or a wrong URL / API key).",
+            status_code=r.status or 502,
+            body=r.text,
+        )
+    entries = [
+        e for e in r.body.get("data") or r.body.get("models") or [] if isinstance(e, Mapping)
+    ]
+    entry = _pick(entries, model, where)
+    name = str(entry.get("id") or entry.get("name") or model)
+
+    # vLLM
+    window = _int(entry.get("max_model_len"))
+    if window is not None:
+        log.info("tokenflex: %s serves %s with max_model_len=%d (vLLM)", root, name, window)
+        return _model(name, window, root=root, exact_tokenizer=True, provider="vllm")
+
+    # llama.cpp llama-server
+    p = yield _Req("GET", "/props")
+    if p.status == 200 and isinstance(p.body, Mapping):
+        settings = p.body.get("default_generation_settings")
+        n_ctx = _int(p.body.get("n_ctx"))
+        if n_ctx is None and isinstance(settings, Mapping):
+            n_ctx = _int(settings.get("n_ctx"))
+        meta = entry.get("meta")
+        if n_ctx is None and isinstance(meta, Mapping):
+            n_ctx = _int(meta.get("n_ctx_train"))
+        if n_ctx is not None:
+            log.info("tokenflex: %s serves %s with n_ctx=%d (llama.cpp)", root, name, n_ctx)
+            template = p.body.get("chat_template")
+            return _model(
+                name,
+                n_ctx,
+                root=root,
+                exact_tokenizer=True,
+                chat_template=template if isinstance(template, str) and template else None,
+                bos_token=str(p.body.get("bos_token") or ""),
+                eos_token=str(p.body.get("eos_token") or ""),
+                provider="llama.cpp",
+            )
+
+    # Ollama
+    s = yield _Req("POST", "/api/show", {"model": name})
+    if s.status == 200 and isinstance(s.body, Mapping):
+        trained = None
+        info = s.body.get("model_info")
+        if isinstance(info, Mapping):
+            trained = next(
+                (_int(v) for k, v in info.items() if str(k).endswith(".context_length")), None
+            )
+        num_ctx = None
+        for line in str(s.body.get("parameters") or "").splitlines():
+            key, _, value = line.strip().partition(" ")
+            if key == "num_ctx":
+                num_ctx = _int(value.strip())
+        if num_ctx is None:
+            num_ctx = OLLAMA_DEFAULT_NUM_CTX
+            log.info(
+                "tokenflex: Ollama model %s sets no num_ctx; assuming %d (pass "
+                "options.num_ctx in requests and context_window= to use more)",
+                name,
+                num_ctx,
+            )
+        window = min(num_ctx, trained) if trained else num_ctx
+        return _model(name, window, root=root, exact_tokenizer=False, provider="ollama")
+
+    # llama-cpp-python: no window anywhere; its refusal message carries it.
+    c = yield _Req("POST", "/extras/tokenize/count", {"input": ""})
+    if c.status == 200 and probe_tokens > 0:
+        text = " a" * probe_tokens
+        c = yield _Req("POST", "/extras/tokenize/count", {"input": text})
+        count = _int(c.body.get("count")) if isinstance(c.body, Mapping) else None
+        if count is not None and count < probe_tokens:
+            text = text * (probe_tokens // count + 1)
+        e = yield _Req("POST", "/v1/completions", {"model": name, "prompt": text, "max_tokens": 1})
+        found = _WINDOW_RE.search(e.text) if e.status == 400 else None
+        if found:
+            window = int(found.group(1))
+            log.info("tokenflex: %s serves %s with n_ctx=%d (llama-cpp-python)", root, name, window)
+            return _model(
+                name, window, root=root, exact_tokenizer=True, provider="llama-cpp-python"
+            )
+        raise UpstreamError(
+            f"{root} (llama-cpp-python) accepted a {probe_tokens:,}-token probe or did not "
+            f"say its window (HTTP {e.status}: {e.text[:200]!r}); pass context_window= "
+            "explicitly.",
+            status_code=e.status or 502,
+            body=e.text,
+        )
+
+    base = _registry(name)
+    if base is not None:
+        log.info("tokenflex: %s does not expose a window; using the registry's %s", root, base.name)
+        return base
+    raise UpstreamError(
+        f"{root} serves {name!r} but exposes no context window (not vLLM, llama.cpp, "
+        "Ollama or llama-cpp-python) and the registry does not know it. Register it with "
+        "tokenflex.register_model(Model(name=..., context_window=...)).",
+        status_code=502,
+    )
+
+
+def _response(r: httpx.Response) -> _Resp:
+    try:
+        body = r.json()
+    except ValueError:
+        body = None
+    return _Resp(r.status_code, body, r.text)
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def discover_model(
+    base_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 5.0,
+    probe_tokens: int = DEFAULT_PROBE_TOKENS,
+    transport: httpx.BaseTransport | None = None,
+) -> Model:
+    """The model a running server serves, with the window it really runs with.
+
+    Args:
+        base_url: The server's OpenAI base URL (``http://host:8000/v1``) or its root.
+        model: Which model, when the server hosts several; default the first listed.
+        api_key: Sent as ``Authorization: Bearer ...``.
+        timeout: Seconds per request.
+        probe_tokens: Size of the llama-cpp-python window probe; 0 disables it.
+        transport: An httpx transport (tests).
+
+    Returns:
+        A :class:`~tokenflex.models.Model` with ``source="server"``; prices and output
+        limits come from the registry when it knows the name, counts from the server's
+        tokenize endpoint when it has one.
+
+    Raises:
+        UpstreamError: the server is unreachable, answers with an error, or exposes no
+            window for a model the registry does not know.
+
+    >>> discover_model("http://127.0.0.1:8000/v1").context_window  # doctest: +SKIP
+    2048
+    """
+    root = server_root(base_url)
+    flow = _flow(root, model, probe_tokens)
+    with httpx.Client(timeout=timeout, headers=_headers(api_key), transport=transport) as client:
+        req = next(flow)
+        while True:
+            try:
+                r = _response(client.request(req.method, root + req.path, json=req.json))
+            except httpx.HTTPError as exc:
+                r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
+            try:
+                req = flow.send(r)
+            except StopIteration as done:
+                result: Model = done.value
+                return result
+
+
+async def adiscover_model(
+    base_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 5.0,
+    probe_tokens: int = DEFAULT_PROBE_TOKENS,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Model:
+    """Async twin of :func:`discover_model`."""
+    root = server_root(base_url)
+    flow = _flow(root, model, probe_tokens)
+    async with httpx.AsyncClient(
+        timeout=timeout, headers=_headers(api_key), transport=transport
+    ) as client:
+        req = next(flow)
+        while True:
+            try:
+                resp = await client.request(req.method, root + req.path, json=req.json)
+                r = _response(resp)
+            except httpx.HTTPError as exc:
+                r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
+            try:
+                req = flow.send(r)
+            except StopIteration as done:
+                result: Model = done.value
+                return result

@@ -1,0 +1,163 @@
+"""Settings like seed 002's, from code, environment variables and a ``.env`` file.
+
+Every field reads ``TOKENFLEX_<FIELD>`` (``TOKENFLEX_MAX_INPUT_TOKENS=12000``) from the
+environment or from a ``.env`` file in the working directory. Precedence, highest first:
+per-call overrides (``get_settings(max_output_tokens=2000)``), environment, ``.env``,
+defaults. pydantic-settings does the parsing and validation.
+
+>>> from tokenflex.settings import get_settings
+>>> s = get_settings(keep_recent_messages=4)
+>>> s.keep_recent_messages, s.max_output_tokens
+(4, 4000)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .summarize import ChatSummarizer, ExtractiveSummarizer
+
+__all__ = ["Settings", "get_settings"]
+
+
+class Settings(BaseSettings):
+    """tokenflex's settings (env prefix ``TOKENFLEX_``, ``.env`` file support). Frozen."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TOKENFLEX_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",  # a shared .env holds other programs' variables too
+        frozen=True,
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    """Cap on input tokens (seed 002's MAX_INPUT_TOKENS); crossing it summarizes or trims.
+    None: derived from the model's window."""
+    max_output_tokens: int = Field(default=4000, gt=0)
+    """The output to request (seed 002's MAX_OUTPUT_TOKENS), negotiated down when needed."""
+    keep_recent_messages: int = Field(default=6, ge=0)
+    """Messages kept verbatim when summarizing (seed 002's KEEP_RECENT_MESSAGES)."""
+    min_output_tokens: int = Field(default=500, ge=0)
+    """The output floor: input shrinks before the output goes below this."""
+    safety_margin: int = Field(default=100, ge=0)
+    """Tokens left free for counting differences."""
+    history_share: float = Field(default=0.8, gt=0, le=1)
+    """Share of the room history may fill (seed 001's 80%)."""
+    summary_max_tokens: int = Field(default=512, gt=0)
+    """Budget of a summary of old history."""
+    tokenizer: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "tokenizer", "encoding", "TOKENFLEX_TOKENIZER", "TOKENFLEX_ENCODING"
+        ),
+    )
+    """Tokenizer override (``o200k_base``, ``cl100k_base``, ``gguf:PATH``...); seed 002's
+    TIKTOKEN_ENCODING. Also read as ``TOKENFLEX_ENCODING``. None: the model's own."""
+    summarizer_base_url: str | None = None
+    """OpenAI base URL of the summarizing model (``http://localhost:8000/v1``). None:
+    the offline extractive summarizer."""
+    summarizer_model: str | None = None
+    """Model name for the summarizer."""
+    summarizer_api_key: SecretStr | None = None
+    """API key for the summarizer (kept out of reprs and logs)."""
+    summarizer_timeout: float = Field(default=30.0, gt=0)
+    """Seconds before a summary request counts as failed (then fit() drops instead)."""
+    summarizer_temperature: float = Field(default=0.1, ge=0, le=2)
+    """Low for factual summaries (seed 002 uses 0.1)."""
+
+    def fit_options(self) -> dict[str, Any]:
+        """These settings as :func:`tokenflex.fit` keyword arguments.
+
+        >>> get_settings(max_input_tokens=12000).fit_options()["max_input_tokens"]
+        12000
+        """
+        return {
+            "max_tokens": self.max_output_tokens,
+            "max_input_tokens": self.max_input_tokens,
+            "keep_recent": self.keep_recent_messages,
+            "min_output_tokens": self.min_output_tokens,
+            "safety_margin": self.safety_margin,
+            "history_share": self.history_share,
+            "summary_max_tokens": self.summary_max_tokens,
+        }
+
+    def summarizer(self) -> ChatSummarizer | ExtractiveSummarizer:
+        """The summarizer these settings describe: a :class:`ChatSummarizer` when
+        ``summarizer_base_url`` and ``summarizer_model`` are set, else the offline
+        :class:`ExtractiveSummarizer`."""
+        from .summarize import ChatSummarizer, ExtractiveSummarizer
+
+        if self.summarizer_base_url and self.summarizer_model:
+            key = self.summarizer_api_key
+            return ChatSummarizer(
+                self.summarizer_base_url,
+                self.summarizer_model,
+                key.get_secret_value() if key is not None else None,
+                temperature=self.summarizer_temperature,
+                timeout=self.summarizer_timeout,
+            )
+        if self.summarizer_base_url or self.summarizer_model:
+            raise ConfigError(
+                "Set both TOKENFLEX_SUMMARIZER_BASE_URL and TOKENFLEX_SUMMARIZER_MODEL for "
+                f"a model summarizer (got base_url={self.summarizer_base_url!r}, "
+                f"model={self.summarizer_model!r}), or neither for the offline one."
+            )
+        return ExtractiveSummarizer(self.tokenizer)
+
+
+_NAMES = frozenset(Settings.model_fields) | {"encoding"}
+
+
+def get_settings(*, env_file: str | os.PathLike[str] | None = ".env", **overrides: Any) -> Settings:
+    """Settings from defaults, ``env_file``, the environment and ``overrides`` (highest).
+
+    Args:
+        env_file: The dotenv file to read (relative to the working directory); None reads
+            none. A missing file is fine.
+        **overrides: Field values for this call; ``None`` values are ignored so callers
+            can pass optional arguments straight through.
+
+    Raises:
+        ConfigError: an unknown setting name, or a value that does not validate (the
+            message names the variable and the rule).
+    """
+    unknown = sorted(set(overrides) - _NAMES)
+    if unknown:
+        hints = [
+            f"{k!r}"
+            + (
+                f" (did you mean {c[0]!r}?)"
+                if (c := difflib.get_close_matches(k, _NAMES, 1))
+                else ""
+            )
+            for k in unknown
+        ]
+        raise ConfigError(f"Unknown setting {', '.join(hints)}. Settings: {sorted(_NAMES)}.")
+    values = {k: v for k, v in overrides.items() if v is not None}
+    env_path = Path(env_file) if env_file is not None else None
+    try:
+        return Settings(_env_file=env_path, **values)  # type: ignore[call-arg]
+    except ValidationError as exc:
+        problems = "; ".join(_problem(e) for e in exc.errors())
+        raise ConfigError(
+            f"Invalid tokenflex settings: {problems}. Fix the value (environment variable "
+            f"TOKENFLEX_<NAME>, {env_path or 'no .env file'}, or the argument)."
+        ) from exc
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(map(str, error["loc"])) or "?"
+    value = "'**********'" if "api_key" in where else repr(error.get("input"))
+    return f"{where}={value}: {error['msg']}"
