@@ -292,7 +292,9 @@ class ExtractiveSummarizer:
                 if role == "user":
                     prio = 1 if i == 0 else (2 if keyed else 9)
                 elif role == "assistant":
-                    prio = 3 if keyed else (4 if i == 0 else 9)
+                    # an assistant's opener ("Sure!", "Lovely!") says nothing on its own
+                    opener = i == 0 and len(s.split()) >= 4
+                    prio = 3 if keyed else (4 if opener else 9)
                 else:  # tool results: only what carries facts
                     prio = 5 if keyed else 9
                 if prio < 9:
