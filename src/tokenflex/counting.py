@@ -468,7 +468,10 @@ def get_counter(model: str | Model) -> MessageCounter:
             to be strict.
         TokenizerUnavailableError: the model's tokenizer cannot be loaded.
     """
-    hit = _counters.get(model)
+    try:
+        hit = _counters.get(model)
+    except TypeError:  # a Model built with a list field is unhashable: no caching
+        return _build(get_model(model))
     if hit is not None and hit[0] == _models._registry_generation():
         return hit[1]
     with _counters_lock:
