@@ -106,6 +106,7 @@ async def test_real_model_summarizes_and_the_fitted_request_is_accepted(
         min_output_tokens=32,
         summarizer=summarizer,
         summary_max_tokens=64,
+        max_input_tokens=600,  # seed 002's threshold: crossing it summarizes
     )
     assert plan.summary is not None and plan.summary.text
     assert not plan.summary.text.lower().startswith("error")
