@@ -19,6 +19,7 @@ import ctypes
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ class GGUFTokenizer:
                 "upgrade llama-cpp-python or use another tokenizer."
             )
         self._model = model
+        # frees the vocabulary when collected or at exit, while llama_cpp still exists
+        self._free = weakref.finalize(self, lib.llama_model_free, model)
         self._vocab = lib.llama_model_get_vocab(model)
         self._lock = threading.Lock()
         self.metadata: dict[str, str] = self._read_metadata()
@@ -136,6 +139,7 @@ class GGUFTokenizer:
             add_bos: Let llama.cpp add the vocabulary's BOS token (only if the GGUF says
                 it should, ``add_bos``).
         """
+        self._check_open()
         data = text.encode("utf-8")
         lib = self._lib
         # Every token covers at least one byte; BOS/EOS may add a few more.
@@ -166,6 +170,7 @@ class GGUFTokenizer:
 
     def decode(self, tokens: list[int]) -> str:
         """Text of ``tokens`` (special tokens rendered as their text)."""
+        self._check_open()
         lib = self._lib
         arr = (lib.llama_token * len(tokens))(*tokens)
         size = max(16, 8 * len(tokens))
@@ -193,14 +198,14 @@ class GGUFTokenizer:
         """The GGUF's default chat template (``tokenizer.chat_template``), if any."""
         return self.metadata.get("tokenizer.chat_template") or None
 
-    def close(self) -> None:
-        """Free the vocabulary (also done when the object is garbage-collected)."""
-        model, self._model = getattr(self, "_model", None), None
-        if model:
-            self._lib.llama_model_free(model)
+    def _check_open(self) -> None:
+        if not self._free.alive:
+            raise TokenizerUnavailableError(f"{self!r} was closed; create a new one.")
 
-    def __del__(self) -> None:
-        self.close()
+    def close(self) -> None:
+        """Free the vocabulary (also done when the object is collected). Idempotent; the
+        tokenizer cannot be used afterwards."""
+        self._free()
 
     def __repr__(self) -> str:
         return f"GGUFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size})"
