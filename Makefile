@@ -35,9 +35,11 @@ pytest: $(VENV)/.dev
 
 test: lint typecheck pytest
 
-bench: $(VENV)/.dev
-	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) scripts/bench_fit.py
+# peers (litellm pins openai<3) live in their own venv so they never touch .venv
+bench:
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip install -q -e '.[hf,bench]'
+	.venv-bench/bin/python scripts/bench_fit.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-bench build *.egg-info

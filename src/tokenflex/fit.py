@@ -496,24 +496,44 @@ def fit(
             history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
         )
         messages = _with_history(messages, read)
-    job, alloc, kept_start, reason, fallback_from = _first_fit(
-        messages, model, tools, opts, started
-    )
-    if summarizer is not None and reason is not None:
+    first = _First(*_first_fit(messages, model, tools, opts, started))
+    step = first.summary_step(summarizer)
+    if step is not None:
+        try:
+            text = step.call_sync(summarizer)
+        except Exception as exc:  # any failure: fall back to dropping, say so
+            step.failed(exc)
+        else:
+            return first.with_summary(step, text, summarizer)
+    return first.plan()
+
+
+@dataclass
+class _First:
+    """The first solve, shared by fit() and afit(); what follows is the summary or not."""
+
+    job: _Job
+    alloc: Allocation
+    kept_start: int
+    reason: str | None
+    fallback_from: str | None
+
+    def summary_step(self, summarizer: Any) -> Any:
+        if summarizer is None or self.reason is None:
+            return None
         from .summarize_plan import SummaryStep
 
-        step = SummaryStep(job, alloc, kept_start, reason)
-        if step.request is not None:
-            try:
-                text = step.call_sync(summarizer)
-            except Exception as exc:  # any failure: fall back to dropping, say so
-                step.failed(exc)
-            else:
-                plan = step.finish(text, type(summarizer).__name__)
-                if plan is not None:
-                    return _finish(plan, fallback_from)
-    plan = job.plan(messages, job.layout, alloc, kept_start, reason)
-    return _finish(plan, fallback_from)
+        step = SummaryStep(self.job, self.alloc, self.kept_start, self.reason)
+        return step if step.request is not None else None
+
+    def with_summary(self, step: Any, text: str, summarizer: Any) -> Plan:
+        plan = step.finish(text, type(summarizer).__name__)
+        return self.plan() if plan is None else _finish(plan, self.fallback_from)
+
+    def plan(self) -> Plan:
+        job = self.job
+        plan = job.plan(job.messages, job.layout, self.alloc, self.kept_start, self.reason)
+        return _finish(plan, self.fallback_from)
 
 
 def _finish(plan: Plan, fallback_from: str | None) -> Plan:
@@ -546,21 +566,13 @@ async def afit(
             history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
         )
         messages = _with_history(messages, read)
-    job, alloc, kept_start, reason, fallback_from = _first_fit(
-        messages, model, tools, opts, started
-    )
-    if summarizer is not None and reason is not None:
-        from .summarize_plan import SummaryStep
-
-        step = SummaryStep(job, alloc, kept_start, reason)
-        if step.request is not None:
-            try:
-                text = await step.call_async(summarizer)
-            except Exception as exc:
-                step.failed(exc)
-            else:
-                plan = step.finish(text, type(summarizer).__name__)
-                if plan is not None:
-                    return _finish(plan, fallback_from)
-    plan = job.plan(messages, job.layout, alloc, kept_start, reason)
-    return _finish(plan, fallback_from)
+    first = _First(*_first_fit(messages, model, tools, opts, started))
+    step = first.summary_step(summarizer)
+    if step is not None:
+        try:
+            text = await step.call_async(summarizer)
+        except Exception as exc:  # any failure: fall back to dropping, say so
+            step.failed(exc)
+        else:
+            return first.with_summary(step, text, summarizer)
+    return first.plan()
