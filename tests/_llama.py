@@ -72,6 +72,20 @@ def smollm2_path() -> Path:
     return path
 
 
+def _close_llama_cpp_devnull() -> None:
+    """llama_cpp opens two /dev/null files at import and never closes them; with
+    ``filterwarnings = error`` their finalization at interpreter exit prints a
+    ResourceWarning. Tests that load a GGUF vocabulary in-process import llama_cpp."""
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        f = getattr(utils, name, None)
+        if f is not None and hasattr(f, "close"):
+            f.close()
+
+
+atexit.register(_close_llama_cpp_devnull)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
