@@ -150,16 +150,19 @@ def fake_upstream(fake: Fake) -> Starlette:
     async def echo(request: Request) -> Response:
         raw = await request.body()
         fake.seen.append({"headers": dict(request.headers), "path": request.url.path})
-        return JSONResponse(
+        response = JSONResponse(
             {
                 "method": request.method,
                 "path": request.url.path,
                 "query": request.url.query,
                 "body": raw.decode(errors="replace"),
                 "authorization": request.headers.get("authorization"),
+                "cookie": request.headers.get("cookie"),
             },
             status_code=201,
         )
+        response.set_cookie("session", "for-one-client-only")
+        return response
 
     return Starlette(
         routes=[
@@ -455,7 +458,12 @@ def test_other_paths_pass_through(proxy: ServerThread, client: httpx.Client) -> 
         "query": "purpose=x&n=2",
         "body": "raw bytes \ufffd",
         "authorization": "Bearer sk-1",
+        "cookie": None,
     }
+    assert r.cookies["session"] == "for-one-client-only"  # Set-Cookie reaches the client
+    with httpx.Client(timeout=10, trust_env=False) as other:
+        # ... and is not replayed by the proxy's shared client for someone else
+        assert other.get(f"{proxy.url}/v1/files/abc").json()["cookie"] is None
     r = client.get(f"{proxy.url}/flex/extras/tokenize")
     assert r.json()["path"] == "/extras/tokenize"
 

@@ -67,6 +67,7 @@ def serve(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else ""),
         highlight=False,
+        soft_wrap=True,
     )
     uvicorn.run(
         create_app(settings),

@@ -8,6 +8,7 @@ and a stream that breaks after its headers were sent ends with an OpenAI error e
 from __future__ import annotations
 
 import hmac
+import http.cookiejar
 import logging
 from collections.abc import AsyncIterator, Mapping
 
@@ -88,6 +89,10 @@ class Upstream:
                 ),
                 follow_redirects=False,
                 trust_env=False,  # loopback upstreams must not go through an HTTP(S)_PROXY
+                # One client serves every user: never keep an upstream's cookies for the next.
+                cookies=http.cookiejar.CookieJar(
+                    policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
+                ),
             )
         return self._client
 

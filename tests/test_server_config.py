@@ -1,0 +1,204 @@
+"""Proxy settings, the plan store and the ``tokenflex serve`` command."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tokenflex.cli import main
+from tokenflex.errors import ConfigError
+from tokenflex.models import Model
+from tokenflex.server import PlanStore, ServerConfig, create_app
+from tokenflex.server.config import patch_model, split_options
+
+CONFIG = """
+upstream = "http://127.0.0.1:8080/v1/"
+port = 9001
+proxy_key = "from-file"
+max_body_bytes = 1000
+
+[fit]
+safety_margin = 64
+policy = "reserve"
+
+[models."llama-3.1-8b"]
+context_window = 8192
+min_output_tokens = 256
+default_max_tokens = 512
+
+[routes.flex]
+policy = "flex"
+max_tokens_field = "max_completion_tokens"
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "proxy.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_file_env_and_arguments_in_order(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = ServerConfig.load(config_file)
+    assert c.upstream == "http://127.0.0.1:8080"  # trailing /v1 dropped
+    assert c.port == 9001 and c.max_body_bytes == 1000
+    assert c.proxy_key is not None and c.proxy_key.get_secret_value() == "from-file"
+    assert "from-file" not in repr(c)  # secrets stay masked
+
+    monkeypatch.setenv("TOKENFLEX_SERVE_PORT", "9002")
+    monkeypatch.setenv("TOKENFLEX_SERVE_PROXY_KEY", "from-env")
+    c = ServerConfig.load(config_file)
+    assert c.port == 9002 and c.proxy_key is not None
+    assert c.proxy_key.get_secret_value() == "from-env"
+
+    c = ServerConfig.load(config_file, port=9003, host=None)  # None: flag not given
+    assert c.port == 9003 and c.host == "127.0.0.1"
+
+
+def test_options_merge_fit_then_model_then_route(config_file: Path) -> None:
+    c = ServerConfig.load(config_file)
+    assert c.options_for("gpt-4o") == {"safety_margin": 64, "policy": "reserve"}
+    merged = c.options_for("llama-3.1-8b", "flex")
+    assert merged["policy"] == "flex" and merged["min_output_tokens"] == 256
+    patch, proxy, fit = split_options(merged)
+    assert patch == {"context_window": 8192}
+    assert proxy == {"default_max_tokens": 512, "max_tokens_field": "max_completion_tokens"}
+    assert fit == {"safety_margin": 64, "policy": "flex", "min_output_tokens": 256}
+    model = patch_model(Model(name="llama-3.1-8b", context_window=131072), patch)
+    assert model.context_window == 8192 and "proxy config" in model.source
+
+
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        pytest.param({}, "upstream: Field required", id="no-upstream"),
+        pytest.param({"upstream": "ftp://x"}, "http(s) URL", id="bad-scheme"),
+        pytest.param({"upstream": "http://x", "port": 70000}, "port", id="bad-port"),
+        pytest.param(
+            {"upstream": "http://x", "max_body_bytes": 0}, "max_body_bytes", id="zero-body"
+        ),
+        pytest.param({"upstream": "http://x", "routes": {"v1": {}}}, "route name", id="route-v1"),
+        pytest.param(
+            {"upstream": "http://x", "routes": {"a/b": {}}}, "route name", id="route-slash"
+        ),
+        pytest.param(
+            {"upstream": "http://x", "fit": {"max_tokens_field": "tokens"}},
+            "max_tokens_field",
+            id="bad-field",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "models": {"m": {"default_max_tokens": -1}}},
+            "default_max_tokens",
+            id="bad-default",
+        ),
+        pytest.param({"upstream": "http://x", "nonsense": 1}, "nonsense", id="unknown-key"),
+    ],
+)
+def test_bad_settings_are_config_errors(settings: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError, match="Invalid proxy settings") as info:
+        ServerConfig.load(**settings)  # type: ignore[arg-type]
+    assert needle in str(info.value)
+
+
+def test_bad_files_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Cannot read proxy config"):
+        ServerConfig.load(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("upstream = ")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        ServerConfig.load(bad)
+
+
+@pytest.mark.parametrize(
+    ("fit", "needle"),
+    [
+        pytest.param({"polcy": "flex"}, "unknown option(s) ['polcy']", id="typo"),
+        pytest.param({"max_tokens": 100}, "default_max_tokens", id="max-tokens"),
+        pytest.param({"policy": "greedy"}, "policy", id="bad-value"),
+        pytest.param({"history_share": 2.0}, "history_share", id="bad-share"),
+    ],
+)
+def test_unknown_or_bad_fit_options_fail_at_startup(fit: dict[str, object], needle: str) -> None:
+    config = ServerConfig.load(upstream="http://127.0.0.1:1", routes={"r": fit})
+    with pytest.raises(ConfigError) as info:
+        create_app(config)
+    assert needle in str(info.value) and "[routes.r]" in str(info.value)
+
+
+class _Plan:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def to_dict(self) -> dict[str, int]:
+        return {"n": self.n}
+
+
+def test_plan_store_is_bounded_by_count_and_bytes() -> None:
+    store = PlanStore(max_plans=3, max_bytes=1000)
+    for i in range(5):
+        store.put(f"p{i}", _Plan(i), size=10)
+    assert len(store) == 3
+    assert store.get("p0") is None and store.get("p1") is None
+    assert store.get("p4") is not None and store.get("p4").to_dict() == {"n": 4}  # type: ignore[union-attr]
+    store.put("big", _Plan(9), size=990)
+    assert store.get("big") is not None and len(store) == 2  # 990 + 10 bytes: p2, p3 made room
+    assert store.get("p3") is None and store.get("p4") is not None
+    store.put("too-big", _Plan(10), size=1001)
+    assert store.get("too-big") is None  # never kept, nothing evicted for it
+    assert store.get("big") is not None
+    assert len(PlanStore(max_plans=0)) == 0
+
+
+def test_serve_rejects_bad_config_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "upstream" in err and "Traceback" not in err
+    assert main(["serve", "--upstream", "http://x", "--log-level", "loud"]) == 2
+    assert main(["serve", "--config", str(tmp_path / "nope.toml")]) == 2
+
+
+def test_serve_runs_the_proxy(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
+    env["TOKENFLEX_SERVE_PROXY_KEY"] = "k"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokenflex", "serve", "-u", "http://127.0.0.1:9", "-p", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/tokenflex/health", trust_env=False)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "tokenflex serve did not start"
+                time.sleep(0.1)
+        assert r.json() == {"status": "ok"}
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/models", trust_env=False)
+        assert r.status_code == 401  # the key from the environment is enforced
+        r = httpx.get(
+            f"http://127.0.0.1:{port}/v1/models", headers={"x-tokenflex-key": "k"}, trust_env=False
+        )
+        assert r.status_code == 502  # nothing listens upstream
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[0].decode()
+    assert f"http://127.0.0.1:{port}/v1 -> http://127.0.0.1:9 (proxy key required)" in out
