@@ -66,23 +66,24 @@ def test_output_limit_must_hold_the_floor() -> None:
 
 
 def test_required_input_recounted_per_model() -> None:
-    """Tokenizers differ, so the same text costs different tokens per model."""
-    register_model(
-        name="o200k-small", context_window=1_000, tokenizer="o200k_base", input_price=0.1
-    )
-    register_model(name="est-small", context_window=1_000, tokenizer="estimate", input_price=0.2)
-    text = "hello world " * 150  # o200k: ~300 tokens; the estimator: ~900
+    """Tokenizers differ, so the same request costs different tokens per model."""
+    register_model(name="small-a", context_window=1_000, tokenizer="cl100k_base", input_price=0.1)
+    register_model(name="small-b", context_window=1_000, tokenizer="o200k_base", input_price=0.2)
+    text = "Привет, как дела? Сегодня хорошая погода. " * 12
     seen: list[str] = []
 
     def required(m: Model) -> int:
         seen.append(m.name)
         return get_tokenizer(m.tokenizer).count(text)
 
+    a, b = get_tokenizer("cl100k_base").count(text), get_tokenizer("o200k_base").count(text)
+    assert b < a  # o200k is kinder to Cyrillic
+    floor = 1_000 - 100 - b  # exactly fits small-b, not small-a
     c = choose_model(
-        "est-small", ["o200k-small"], required_input_tokens_by_model=required, min_output_tokens=200
+        "small-a", ["small-b"], required_input_tokens_by_model=required, min_output_tokens=floor
     )
-    assert seen == ["est-small", "o200k-small"] and c.model.name == "o200k-small"
-    assert c.required_input_tokens == get_tokenizer("o200k_base").count(text)
+    assert seen == ["small-a", "small-b"] and c.model.name == "small-b"
+    assert c.required_input_tokens == b and c.output_room == floor
 
 
 def test_none_fits_raises_with_numbers() -> None:
