@@ -735,7 +735,7 @@ def fit(recs: list[dict[str, object]]) -> None:
             return (0.0, 1.0)
         if name.startswith("script_"):
             return (0.6, 4.0)  # every non-ASCII character costs something, whatever its script
-        floors = {"words": 0.8, "numbers": 0.5, "digit3": 0.5, "punct": 0.3}
+        floors = {"words": 0.8, "numbers": 0.5, "digit3": 0.5, "punct": 0.3, "escapes": 1.0}
         return (floors.get(name, 0.0), 2.0)
 
     def solve(mask: np.ndarray, high: bool) -> np.ndarray:
@@ -780,10 +780,22 @@ def fit(recs: list[dict[str, object]]) -> None:
                 break
         return w
 
+    owner = {c: "latin" for c in "xgm"} | {c: "cjk" for c in "kzK"}
     for label, high in (("_HIGH", True), ("_LOW", False)):
+        fitted = {
+            g: solve(tune & (regime == g) & ~ascii_latin, high)
+            for g in ("ascii", "latin", "cjk", "script")
+        }
+        if high:
+            # A character costs at least what its own script's regime charges for it, so a
+            # Hebrew word routed with Chinese text (regime "cjk") is not priced at the floor.
+            for j, name in enumerate(names):
+                if name.startswith("script_"):
+                    own = fitted[owner.get(name[-1], "script")][j]
+                    for g in fitted:
+                        fitted[g][j] = max(fitted[g][j], own)
         print(f"{label}: dict[str, tuple[float, ...]] = {{")
-        for g in ("ascii", "latin", "cjk", "script"):
-            w = solve(tune & (regime == g) & ~ascii_latin, high)
+        for g, w in fitted.items():
             vals = ", ".join(
                 f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) > 1e-9 else "0" for v in w
             )
