@@ -522,3 +522,17 @@ def test_chunks_are_hashable_and_comparable() -> None:
     b = Chunk("t", "s", "u", {"k": [1]}, 0.5, "x")
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     assert a != Chunk("t", "s", "u", {"k": [2]}, 0.5, "x")
+
+
+def test_numpy_only_imported_for_optimal() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tokenflex.packing import Chunk, pack_chunks; "
+        "cs = [Chunk(str(i) + 'x' * 300, score=i / 9) for i in range(9)]; "
+        "pack_chunks(cs, budget=300, policy='skip'); assert 'numpy' not in sys.modules; "
+        "pack_chunks(cs, budget=300, policy='optimal'); print('numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
