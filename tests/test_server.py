@@ -35,7 +35,9 @@ class ServerThread:
     """A uvicorn server for ``app`` on a free loopback port, in a daemon thread."""
 
     def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP, or asyncio does not set TCP_NODELAY on accepted connections
+        # and Nagle + delayed ACKs add ~40 ms to every response
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -202,9 +204,22 @@ def start_proxy(upstream_url: str, **settings: Any) -> ServerThread:
     return ServerThread(create_app(config, discover=fake_discover))
 
 
+def dead_url() -> str:
+    """A loopback URL nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
 @pytest.fixture(scope="module")
 def proxy(upstream: ServerThread) -> Iterator[ServerThread]:
-    with start_proxy(upstream.url, routes={"flex": {"policy": "flex"}}) as server:
+    routes = {
+        "flex": {"policy": "flex"},
+        "extractive": {"summarizer": "extractive", "keep_recent": 4},
+        "upsum": {"summarize": True, "keep_recent": 4},
+        "deadsum": {"summarizer": {"base_url": f"{dead_url()}/v1", "model": "m", "timeout": 2}},
+    }
+    with start_proxy(upstream.url, routes=routes) as server:
         yield server
 
 
@@ -216,9 +231,13 @@ def keyed_proxy(upstream: ServerThread) -> Iterator[ServerThread]:
         yield server
 
 
+def make_client() -> httpx.Client:
+    return httpx.Client(timeout=10, trust_env=False)
+
+
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10, trust_env=False) as c:
+    with make_client() as c:
         yield c
 
 
@@ -320,6 +339,48 @@ def test_output_is_negotiated_in_both_fields(
     assert fake.last()["body"]["max_tokens"] == int(r.headers["x-tokenflex-max-tokens"])
 
 
+def test_routes_can_summarize_instead_of_dropping(
+    proxy: ServerThread, fake: Fake, client: httpx.Client
+) -> None:
+    msgs = conversation(40)
+    body = {"model": "tiny", "messages": msgs, "max_tokens": 100}
+
+    r = client.post(f"{proxy.url}/extractive/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-tokenflex-summary"] == "yes"
+    sent = fake.last()["body"]["messages"]
+    assert sent[0] == msgs[0]
+    assert sent[1]["role"] == "system"
+    assert sent[1]["content"].startswith("Previous conversation summary: ")
+    assert sent[-4:] == msgs[-4:]  # keep_recent
+
+    # the upstream summarizes with the request's model, then gets the fitted request
+    before = len(fake.seen)
+    r = client.post(
+        f"{proxy.url}/upsum/v1/chat/completions",
+        json=body,
+        headers={"authorization": "Bearer sk-client"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-tokenflex-summary"] == "yes"
+    # the span does not fit the 1,024-token window in one call: summarized in pieces
+    *summary_calls, chat_call = fake.seen[before:]
+    assert len(summary_calls) >= 1
+    for call in summary_calls:
+        assert call["body"]["model"] == "tiny"
+        assert call["body"]["messages"][0]["content"].startswith("You summarize")
+        assert call["headers"]["authorization"] == "Bearer sk-client"
+    assert chat_call["body"]["messages"][1]["content"] == "Previous conversation summary: ok"
+
+    # a summarizer that cannot be reached: dropped instead, and the plan says why
+    r = client.post(f"{proxy.url}/deadsum/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-tokenflex-summary"] == "no"
+    assert int(r.headers["x-tokenflex-dropped"]) > 0
+    plan = client.get(f"{proxy.url}/tokenflex/plans/{r.headers['x-tokenflex-plan-id']}").json()
+    assert any("unreachable" in w for w in plan["warnings"]), plan["warnings"]
+
+
 def test_streaming_passes_through_unchanged(proxy: ServerThread, client: httpx.Client) -> None:
     chunks: list[bytes] = []
     with client.stream(
@@ -419,9 +480,7 @@ def test_upstream_timeout_is_504_and_unreachable_is_502(
     assert time.monotonic() - started < 2.5
     assert "read_timeout" in err["message"]
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = dead_url()
     with start_proxy(dead) as lonely:
         body["model"] = "gpt-4o"
         r = client.post(f"{lonely.url}/v1/chat/completions", json=body)
@@ -436,10 +495,7 @@ def test_models_pass_through_or_come_from_config(proxy: ServerThread, client: ht
     assert r.status_code == 200
     assert {m["id"] for m in r.json()["data"]} == KNOWN
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    with start_proxy(dead, models={"local-llm": {"context_window": 4096}}) as lonely:
+    with start_proxy(dead_url(), models={"local-llm": {"context_window": 4096}}) as lonely:
         r = client.get(f"{lonely.url}/v1/models")
         assert r.status_code == 200
         assert [m["id"] for m in r.json()["data"]] == ["local-llm"]
@@ -461,7 +517,7 @@ def test_other_paths_pass_through(proxy: ServerThread, client: httpx.Client) -> 
         "cookie": None,
     }
     assert r.cookies["session"] == "for-one-client-only"  # Set-Cookie reaches the client
-    with httpx.Client(timeout=10, trust_env=False) as other:
+    with make_client() as other:
         # ... and is not replayed by the proxy's shared client for someone else
         assert other.get(f"{proxy.url}/v1/files/abc").json()["cookie"] is None
     r = client.get(f"{proxy.url}/flex/extras/tokenize")
@@ -644,12 +700,19 @@ _chat_body = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.fixture(scope="module")
+def shared_client() -> Iterator[httpx.Client]:
+    with make_client() as c:
+        yield c
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=_chat_body | _json)
-def test_random_bodies_never_get_a_500(proxy: ServerThread, body: Any) -> None:
+def test_random_bodies_never_get_a_500(
+    proxy: ServerThread, shared_client: httpx.Client, body: Any
+) -> None:
     content = json.dumps(body).encode()  # NaN / Infinity too: Python's json reads them
-    with httpx.Client(timeout=10, trust_env=False) as c:
-        r = c.post(f"{proxy.url}/v1/chat/completions", content=content)
+    r = shared_client.post(f"{proxy.url}/v1/chat/completions", content=content)
     assert r.status_code < 500, r.text
     if r.status_code >= 400:
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}

@@ -126,6 +126,14 @@ def test_bad_files_are_config_errors(tmp_path: Path) -> None:
         pytest.param({"max_tokens": 100}, "default_max_tokens", id="max-tokens"),
         pytest.param({"policy": "greedy"}, "policy", id="bad-value"),
         pytest.param({"history_share": 2.0}, "history_share", id="bad-share"),
+        pytest.param({"summarize": "yes"}, "summarize must be true or false", id="summarize-str"),
+        pytest.param({"summarizer": "magic"}, "summarizer must be", id="summarizer-name"),
+        pytest.param({"summarizer": {"model": "m"}}, "needs ['base_url']", id="summarizer-url"),
+        pytest.param(
+            {"summarizer": {"base_url": "http://x", "model": "m", "temp": 0}},
+            "unknown keys ['temp']",
+            id="summarizer-key",
+        ),
     ],
 )
 def test_unknown_or_bad_fit_options_fail_at_startup(fit: dict[str, object], needle: str) -> None:

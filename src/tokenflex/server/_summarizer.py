@@ -1,15 +1,87 @@
-"""Summarizers for the ``summarize`` / ``summarizer`` proxy options."""
+"""Summarizers chosen by the ``summarize`` / ``summarizer`` options of a config table.
+
+- ``summarize = true`` (or ``summarizer = "upstream"``): the upstream itself summarizes,
+  with the request's own model, through :class:`tokenflex.summarize.ChatSummarizer`;
+- ``summarizer = "extractive"``: the offline :class:`~tokenflex.summarize.ExtractiveSummarizer`;
+- ``summarizer = {base_url = "...", model = "...", ...}``: another OpenAI-compatible
+  server (fixed by config, like the upstream); keys are ChatSummarizer arguments
+  (``api_key``, ``temperature``, ``timeout``, ``context_window``, ``system_prompt``).
+
+fit() only calls the summarizer when history does not fit; when it fails, fit() drops
+instead and says so in the plan's warnings.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import ConfigError
+from ..models import Model
 from .config import ServerConfig
 
-__all__ = ["build_summarizer"]
+__all__ = ["build_summarizer", "check_summary_options"]
+
+_CHAT_KEYS = frozenset(
+    {"base_url", "model", "api_key", "temperature", "timeout", "context_window", "system_prompt"}
+)
+UPSTREAM_SUMMARY_TIMEOUT = 60.0
 
 
-def build_summarizer(spec: Any, config: ServerConfig, model: str) -> Any:
-    """The summarizer a config option names."""
-    raise ConfigError(f"summarizer {spec!r} for {model!r}: not available yet")
+def check_summary_options(where: str, options: dict[str, Any]) -> None:
+    """ConfigError when ``summarize`` / ``summarizer`` in one table are not usable."""
+    enabled = options.get("summarize")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise ConfigError(
+            f"Proxy config {where}: summarize must be true or false, got {enabled!r}."
+        )
+    spec = options.get("summarizer")
+    if spec is None or spec in ("upstream", "extractive"):
+        return
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"Proxy config {where}: summarizer must be 'upstream', 'extractive' or a table "
+            f"with base_url and model, got {spec!r}."
+        )
+    unknown = sorted(set(spec) - _CHAT_KEYS)
+    missing = sorted({"base_url", "model"} - set(spec))
+    if unknown or missing:
+        raise ConfigError(
+            f"Proxy config {where}: summarizer table "
+            + (f"has unknown keys {unknown}" if unknown else f"needs {missing}")
+            + f"; allowed: {sorted(_CHAT_KEYS)}."
+        )
+
+
+def build_summarizer(
+    options: dict[str, Any],
+    *,
+    config: ServerConfig,
+    model: Model,
+    request_model: str,
+    api_key: str | None,
+) -> Any:
+    """The summarizer for one request (None when summarizing is off); pops the two keys.
+
+    Summarizers are cheap objects without connections, so one is built per request: the
+    upstream summarizer then carries that request's own key.
+    """
+    spec = options.pop("summarizer", None)
+    if not options.pop("summarize", spec is not None):
+        return None
+    from ..summarize import ChatSummarizer, ExtractiveSummarizer
+
+    if spec == "extractive":
+        return ExtractiveSummarizer()
+    if spec is None or spec == "upstream":
+        key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else api_key
+        return ChatSummarizer(
+            f"{config.upstream}/v1",
+            request_model,
+            key,
+            timeout=min(config.read_timeout, UPSTREAM_SUMMARY_TIMEOUT),
+            context_window=model.context_window,
+        )
+    table = dict(spec)
+    return ChatSummarizer(
+        table.pop("base_url"), table.pop("model"), table.pop("api_key", None), **table
+    )

@@ -45,6 +45,7 @@ from ..errors import (
 )
 from ..models import Model
 from ._models import Discover, ModelResolver
+from ._summarizer import build_summarizer
 from ._upstream import Upstream, check_proxy_key
 from ._validate import ChatRequest, parse_chat, parse_count
 from .config import ServerConfig, check_fit_options, patch_model, split_options
@@ -132,7 +133,6 @@ class Proxy:
         self.upstream = Upstream(config)
         self.models = ModelResolver(config, discover)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
-        self._summarizers: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -237,7 +237,9 @@ class Proxy:
 
         model, proxy_options, fit_options = await self._model_for(req.model, route, api_key)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
-        summarizer = self._summarizer(fit_options, route, req.model)
+        summarizer = build_summarizer(
+            fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
+        )
         kwargs: dict[str, Any] = dict(
             model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
         )
@@ -252,19 +254,6 @@ class Proxy:
             return await afit(req.messages, **kwargs)
         except TokenflexError as exc:
             raise library_error(exc) from None
-
-    def _summarizer(self, fit_options: dict[str, Any], route: str | None, model: str) -> Any:
-        """The summarizer configured for this route/model (``summarize`` option), if any."""
-        spec = fit_options.pop("summarizer", None)
-        enabled = fit_options.pop("summarize", spec is not None)
-        if not enabled:
-            return None
-        key = f"{route}|{model}|{spec!r}"
-        if key not in self._summarizers:
-            from ._summarizer import build_summarizer
-
-            self._summarizers[key] = build_summarizer(spec, self.config, model)
-        return self._summarizers[key]
 
     def _fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
         body = dict(req.body)

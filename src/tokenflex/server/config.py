@@ -232,6 +232,7 @@ def check_fit_options(config: ServerConfig) -> None:
     or a value fit() would reject."""
     from ..errors import InvalidInputError
     from ..fit import FitOptions
+    from ._summarizer import check_summary_options
 
     fit_names = {f.name for f in dataclasses.fields(FitOptions)} - {"max_tokens", "extra"}
     allowed = fit_names | MODEL_FIELDS | PROXY_OPTIONS | SUMMARY_OPTIONS
@@ -246,6 +247,7 @@ def check_fit_options(config: ServerConfig) -> None:
                 f"Proxy config {where}: unknown option(s) {unknown}"
                 f"{hint if 'max_tokens' in unknown else ''}. Allowed: {sorted(allowed)}."
             )
+        check_summary_options(where, table)
         merged = config.fit | table
         values = {k: v for k, v in merged.items() if k in fit_names}
         if "fallback_models" in values:
