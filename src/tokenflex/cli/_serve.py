@@ -63,6 +63,8 @@ def serve(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
     logging.getLogger("tokenflex").setLevel(level)
+    # httpx logs every upstream request at INFO: one line per request is ours alone
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else ""),

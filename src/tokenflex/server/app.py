@@ -43,7 +43,7 @@ from ..errors import (
     TokenizerUnavailableError,
     UnknownModelError,
 )
-from ..models import Model
+from ..models import Model, get_model
 from ._models import Discover, ModelResolver
 from ._summarizer import build_summarizer
 from ._upstream import Upstream, check_proxy_key
@@ -136,13 +136,26 @@ class Proxy:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Open the shared upstream client at startup, close it at shutdown."""
+        """Open the shared upstream client and load the tokenizers of the models named in
+        the config (about a second for an OpenAI encoding) before serving; close the
+        client at shutdown."""
         _ = self.upstream.client
+        await anyio.to_thread.run_sync(self._warm_tokenizers)
         log.info("tokenflex proxy: forwarding to %s", self.config.upstream)
         try:
             yield
         finally:
             await self.upstream.aclose()
+
+    def _warm_tokenizers(self) -> None:
+        from ..counting import get_counter
+
+        for name, table in self.config.models.items():
+            patch, _, _ = split_options(table)
+            try:
+                get_counter(patch_model(get_model(name), patch)).tokenizer.count("warm up")
+            except TokenflexError as exc:
+                log.warning("Cannot load the tokenizer for %r at startup: %s", name, exc)
 
     def endpoint(
         self, handler: Handler, *, route: str | None = None, auth: bool = True
