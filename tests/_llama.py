@@ -285,19 +285,30 @@ class LlamaServer:
         )
 
 
+_shared: LlamaServer | None = None
+_users = 0
+
+
 @pytest.fixture(scope="session", name="llama_server")
 def llama_server_fixture() -> Iterator[LlamaServer]:
-    """The real server as fixture ``llama_server``, started once per test session.
+    """The real server as fixture ``llama_server``: one per test session.
 
     Import ``llama_server_fixture`` (not ``llama_server``) into a test module or conftest so
-    the test parameter ``llama_server`` does not shadow the import (ruff F811).
+    the test parameter ``llama_server`` does not shadow the import (ruff F811). pytest
+    makes a separate session fixture for every module that imports it, so they all share
+    one server here, stopped when the last of them is torn down (at session end).
     """
-    server = LlamaServer()
-    server.start()
+    global _shared, _users
+    if _shared is None or not _shared.running:
+        _shared = LlamaServer().start()
+    _users += 1
     try:
-        yield server
+        yield _shared
     finally:
-        server.stop()
+        _users -= 1
+        if _users == 0 and _shared is not None:
+            _shared.stop()
+            _shared = None
 
 
 llama_server = llama_server_fixture
