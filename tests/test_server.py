@@ -156,6 +156,7 @@ def fake_upstream(fake: Fake) -> Starlette:
             {
                 "method": request.method,
                 "path": request.url.path,
+                "raw_path": request.scope["raw_path"].decode(),
                 "query": request.url.query,
                 "body": raw.decode(errors="replace"),
                 "authorization": request.headers.get("authorization"),
@@ -503,14 +504,15 @@ def test_models_pass_through_or_come_from_config(proxy: ServerThread, client: ht
 
 def test_other_paths_pass_through(proxy: ServerThread, client: httpx.Client) -> None:
     r = client.put(
-        f"{proxy.url}/v1/files/abc?purpose=x&n=2",
+        f"{proxy.url}/v1/files/a%2Fbc?purpose=x&n=2",
         content=b"raw bytes \xff",
         headers={"authorization": "Bearer sk-1"},
     )
     assert r.status_code == 201
     assert r.json() == {
         "method": "PUT",
-        "path": "/v1/files/abc",
+        "path": "/v1/files/a/bc",
+        "raw_path": "/v1/files/a%2Fbc",  # escapes reach the upstream as sent
         "query": "purpose=x&n=2",
         "body": "raw bytes \ufffd",
         "authorization": "Bearer sk-1",

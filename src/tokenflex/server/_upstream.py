@@ -68,6 +68,7 @@ class Upstream:
         self.config = config
         self.base = config.upstream
         self._client: httpx.AsyncClient | None = None
+        self._urls: dict[str, httpx.URL] = {}
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -83,7 +84,9 @@ class Upstream:
                 ),
                 limits=httpx.Limits(
                     max_connections=c.max_connections,
-                    max_keepalive_connections=c.max_connections,
+                    # httpcore scans every pooled connection on each request: a small
+                    # idle pool keeps that cheap; bursts still open up to max_connections
+                    max_keepalive_connections=min(c.max_keepalive, c.max_connections),
                     # under uvicorn's 5 s keep-alive, so we never reuse a socket being closed
                     keepalive_expiry=4.0,
                 ),
@@ -123,12 +126,20 @@ class Upstream:
         out.setdefault("accept-encoding", "identity")
         return out
 
-    def url(self, path: str, query: str = "") -> str:
-        """The upstream URL for a request path (already stripped of any route prefix)."""
-        return f"{self.base}{path}" + (f"?{query}" if query else "")
+    def url(self, path: str, query: bytes = b"") -> httpx.URL:
+        """The upstream URL for a raw request path (route prefix already stripped) and raw
+        query string. URLs without a query are parsed once and kept (a few fixed paths)."""
+        if query:
+            return httpx.URL(f"{self.base}{path}?{query.decode('latin-1')}")
+        url = self._urls.get(path)
+        if url is None:
+            url = httpx.URL(self.base + path)
+            if len(self._urls) < 64:
+                self._urls[path] = url
+        return url
 
     async def send(
-        self, method: str, url: str, headers: Mapping[str, str], content: bytes | None
+        self, method: str, url: httpx.URL, headers: Mapping[str, str], content: bytes | None
     ) -> httpx.Response:
         """Send and return once the response headers are in (body not read yet)."""
         request = self.client.build_request(method, url, headers=headers, content=content)

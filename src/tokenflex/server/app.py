@@ -203,7 +203,7 @@ class Proxy:
             body = self._fitted_body(req, plan, route)
             upstream = await self.upstream.send(
                 "POST",
-                self.upstream.url("/v1/chat/completions", request.url.query),
+                self.upstream.url("/v1/chat/completions", request.scope["query_string"]),
                 forward_headers,
                 body,
             )
@@ -285,7 +285,7 @@ class Proxy:
     # -- other endpoints ---------------------------------------------------------------
     async def list_models(self, request: Request, route: str | None) -> Response:
         """``GET /v1/models``: the upstream's list; the config's when the upstream has none."""
-        url = self.upstream.url("/v1/models", request.url.query)
+        url = self.upstream.url("/v1/models", request.scope["query_string"])
         headers = self.upstream.request_headers(request.headers)
         try:
             upstream = await self.upstream.send("GET", url, headers, None)
@@ -353,13 +353,14 @@ class Proxy:
 
     async def passthrough(self, request: Request, route: str | None) -> Response:
         """Anything else: forwarded unchanged, answer streamed back unchanged."""
-        path = request.url.path
+        # the raw path, so percent-escapes (%2F) reach the upstream as the client sent them
+        path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
         if route is not None:
             path = path[len(route) + 1 :] or "/"
         body = await read_body(request, self.config.max_body_bytes)
         upstream = await self.upstream.send(
             request.method,
-            self.upstream.url(path, request.url.query),
+            self.upstream.url(path, request.scope["query_string"]),
             self.upstream.request_headers(request.headers),
             body or None,
         )

@@ -85,6 +85,9 @@ class ServerConfig(BaseSettings):
     write_timeout: float = Field(30.0, gt=0)
     pool_timeout: float = Field(30.0, gt=0)
     max_connections: int = Field(200, gt=0)
+    """Most simultaneous connections to the upstream."""
+    max_keepalive: int = Field(8, ge=0)
+    """Idle connections kept open for reuse."""
     discover: bool = True
     """Ask the upstream for each model's real window (once per model, then cached)."""
     discovery_timeout: float = Field(3.0, gt=0)
