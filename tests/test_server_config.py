@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -13,9 +14,10 @@ import httpx
 import pytest
 
 from tokenflex.cli import main
-from tokenflex.errors import ConfigError
+from tokenflex.errors import ConfigError, UpstreamError
 from tokenflex.models import Model
-from tokenflex.server import PlanStore, ServerConfig, create_app
+from tokenflex.server import PlanStore, ProxyError, ServerConfig, create_app
+from tokenflex.server._models import ModelResolver
 from tokenflex.server.config import patch_model, split_options
 
 CONFIG = """
@@ -210,3 +212,57 @@ def test_serve_runs_the_proxy(tmp_path: Path) -> None:
         proc.terminate()
         out = proc.communicate(timeout=10)[0].decode()
     assert f"http://127.0.0.1:{port}/v1 -> http://127.0.0.1:9 (proxy key required)" in out
+
+
+SERVED = Model(name="served-model", context_window=32_768, tokenizer="estimate", source="server")
+
+
+async def _discover(base_url: str, name: str | None, api_key: str | None) -> Model | None:
+    """An upstream that lists only 'served-model' and serves it under any name."""
+    if name is None or name == "served-model":
+        return SERVED
+    raise UpstreamError(f"{base_url} does not serve {name!r}", status_code=404)
+
+
+@pytest.mark.parametrize(
+    ("name", "window", "source"),
+    [
+        pytest.param("served-model", 32_768, "server", id="listed"),
+        pytest.param("my-local-name", 32_768, "server", id="unlisted-unknown-name"),
+        pytest.param("gpt-4", 8_192, "tokenflex registry", id="unlisted-smaller-registry-window"),
+        pytest.param("gpt-4o", 32_768, "server", id="unlisted-larger-registry-window"),
+    ],
+)
+async def test_window_comes_from_the_upstream_or_the_safer_registry(
+    name: str, window: int, source: str
+) -> None:
+    resolver = ModelResolver(ServerConfig.load(upstream="http://127.0.0.1:1"), _discover)
+    model = await resolver.resolve(name)
+    assert model.context_window == window
+    assert model.source == source
+
+
+async def test_resolver_asks_once_and_falls_back_when_the_upstream_cannot_say() -> None:
+    calls: list[str | None] = []
+
+    async def flaky(base_url: str, name: str | None, api_key: str | None) -> Model | None:
+        calls.append(name)
+        await asyncio.sleep(0.01)
+        raise UpstreamError("connection refused", status_code=502)
+
+    resolver = ModelResolver(ServerConfig.load(upstream="http://127.0.0.1:1"), flaky)
+    models = await asyncio.gather(*(resolver.resolve("gpt-4o") for _ in range(5)))
+    assert calls == ["gpt-4o"]  # concurrent requests share one question
+    assert {m.context_window for m in models} == {128_000}  # the registry answered
+    await resolver.resolve("gpt-4o")
+    assert calls == ["gpt-4o"]  # cached (retried only after RETRY_SECONDS)
+
+    strict = ModelResolver(
+        ServerConfig.load(upstream="http://127.0.0.1:1", strict_models=True), _discover
+    )
+    with pytest.raises(ProxyError) as info:
+        await strict.resolve("no-such-model")
+    assert info.value.status_code == 404 and info.value.code == "model_not_found"
+    off = ModelResolver(ServerConfig.load(upstream="http://127.0.0.1:1", discover=False), flaky)
+    assert (await off.resolve("gpt-4")).context_window == 8_192
+    assert calls == ["gpt-4o"]

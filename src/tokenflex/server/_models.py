@@ -99,6 +99,7 @@ class ModelResolver:
                 found = await asyncio.wait_for(
                     self.discover(base, None, api_key), timeout=c.discovery_timeout
                 )
+                found = self._unlisted(name, found)
         except ProxyError:
             raise
         except Exception as exc:  # any failure: the registry answers, retried later
@@ -121,6 +122,29 @@ class ModelResolver:
             found.tokenizer,
         )
         return found, float("inf")
+
+    def _unlisted(self, name: str, served: Model | None) -> Model | None:
+        """The model for a name the upstream does not list, given the model it does serve.
+
+        A llama.cpp-style server runs its one model whatever the name, so its window is
+        the truth; but a gateway may serve the name without listing it. When the registry
+        knows the name with a smaller window, that window wins: never risk an overflow.
+        """
+        if served is None:
+            return None
+        known = get_model(name)
+        if known.known and known.context_window < served.context_window:
+            log.info(
+                "Model %r is not listed by %s; using the registry's %s-token window, smaller "
+                "than the %s tokens of the model it lists (%r).",
+                name,
+                self.config.upstream,
+                f"{known.context_window:,}",
+                f"{served.context_window:,}",
+                served.name,
+            )
+            return known
+        return served
 
     def _from_registry(self, name: str) -> Model:
         strict = self.config.strict_models and name not in self.config.models
