@@ -85,6 +85,18 @@ async def fake_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+# `tokenflex serve` with uvicorn's pure-Python HTTP parser and event loop, same logging
+_PLAIN = """
+import logging, sys, uvicorn
+from tokenflex.server import ServerConfig, create_app
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+logging.getLogger("httpx").setLevel(logging.WARNING)
+app = create_app(ServerConfig.load(upstream=sys.argv[1], port=int(sys.argv[2])))
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), http="h11", loop="asyncio",
+            log_level="info", access_log=False, server_header=False, ws="none")
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -215,6 +227,12 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per phase (2)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument(
+        "--plain",
+        action="store_true",
+        help="run the proxy on uvicorn's pure-Python h11 parser and asyncio loop, as without "
+        "uvicorn[standard] (httptools, uvloop)",
+    )
     ap.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -245,7 +263,9 @@ def main() -> int:
             stdout=subprocess.DEVNULL,
         ),
         subprocess.Popen(
-            [
+            [sys.executable, "-c", _PLAIN, up_url, str(proxy_port)]
+            if args.plain
+            else [
                 *(sys.executable, "-m", "tokenflex", "serve"),
                 *("--upstream", up_url, "--port", str(proxy_port), "--host", HOST),
             ],
