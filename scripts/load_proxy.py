@@ -153,11 +153,15 @@ async def drive(
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     headers = {"content-type": "application/json", "authorization": "Bearer sk-load"}
     async with httpx.AsyncClient(limits=limits, timeout=10, trust_env=False) as client:
+        # At most `concurrency` requests in flight: httpx's pool gets slow with a long
+        # queue, and a generator that falls behind should say so, not distort the figures.
+        slots = asyncio.Semaphore(concurrency)
 
         async def one() -> None:
             t0 = time.perf_counter()
             try:
-                r = await client.post(url, content=body, headers=headers)
+                async with slots:
+                    r = await client.post(url, content=body, headers=headers)
                 if r.status_code != 200:
                     key = f"HTTP {r.status_code}"
                     phase.errors[key] = phase.errors.get(key, 0) + 1
