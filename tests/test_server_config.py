@@ -66,6 +66,10 @@ def test_file_env_and_arguments_in_order(
     c = ServerConfig.load(config_file, port=9003, host=None)  # None: flag not given
     assert c.port == 9003 and c.host == "127.0.0.1"
 
+    monkeypatch.setenv("TOKENFLEX_SERVE_FIT", '{"policy": "flex"}')  # tables as JSON,
+    fit = ServerConfig.load(config_file).fit  # merged key by key over the file's
+    assert fit == {"policy": "flex", "safety_margin": 64}
+
 
 def test_options_merge_fit_then_model_then_route(config_file: Path) -> None:
     c = ServerConfig.load(config_file)
