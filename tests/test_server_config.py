@@ -246,6 +246,19 @@ async def test_window_comes_from_the_upstream_or_the_safer_registry(
     assert model.source == source
 
 
+async def test_unlisted_names_share_one_question_about_the_served_model() -> None:
+    asked: list[str | None] = []
+
+    async def counting(base_url: str, name: str | None, api_key: str | None) -> Model | None:
+        asked.append(name)
+        return await _discover(base_url, name, api_key)
+
+    resolver = ModelResolver(ServerConfig.load(upstream="http://127.0.0.1:1"), counting)
+    for name in ("a", "b", "c"):
+        assert (await resolver.resolve(name)).name == "served-model"
+    assert asked == ["a", None, "b", "c"]
+
+
 async def test_resolver_asks_once_and_falls_back_when_the_upstream_cannot_say() -> None:
     calls: list[str | None] = []
 

@@ -53,6 +53,7 @@ class ModelResolver:
         self.discover = discover or default_discover(config.discovery_timeout)
         self._cache: OrderedDict[str, tuple[Model, float]] = OrderedDict()
         self._pending: dict[str, asyncio.Future[tuple[Model, float]]] = {}
+        self._served: asyncio.Future[Model | None] | None = None
 
     async def resolve(self, name: str, api_key: str | None = None) -> Model:
         """The Model for ``name`` (before config patches); ``api_key`` is used to ask the
@@ -96,10 +97,7 @@ class ModelResolver:
                 if c.strict_models and name not in c.models:
                     raise ProxyError(404, str(exc), param="model", code="model_not_found") from None
                 # llama.cpp-style servers answer to any name but list only their own model
-                found = await asyncio.wait_for(
-                    self.discover(base, None, api_key), timeout=c.discovery_timeout
-                )
-                found = self._unlisted(name, found)
+                found = self._unlisted(name, await self._served_model(base, api_key))
         except ProxyError:
             raise
         except Exception as exc:  # any failure: the registry answers, retried later
@@ -122,6 +120,19 @@ class ModelResolver:
             found.tokenizer,
         )
         return found, float("inf")
+
+    async def _served_model(self, base: str, api_key: str | None) -> Model | None:
+        """The model the upstream serves by default, asked once for all unlisted names
+        (a llama-cpp-python window probe costs a fraction of a second)."""
+        f = self._served
+        if f is None or (f.done() and (f.cancelled() or f.exception() is not None)):
+            f = asyncio.ensure_future(
+                asyncio.wait_for(
+                    self.discover(base, None, api_key), timeout=self.config.discovery_timeout
+                )
+            )
+            self._served = f
+        return await asyncio.shield(f)
 
     def _unlisted(self, name: str, served: Model | None) -> Model | None:
         """The model for a name the upstream does not list, given the model it does serve.
