@@ -19,11 +19,12 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ._summary_format import is_summary_message
 from ._types import Message, Tool
 from .budget import SectionSpec, solve
 from .counting import get_counter
 from .errors import InvalidMessagesError
-from .fit import _PINNED, FitOptions, _is_summary, _Job, _options, fit
+from .fit import _PINNED, FitOptions, _Job, _options, fit
 from .models import Model, get_model
 from .plan import Plan
 
@@ -88,7 +89,7 @@ class Conversation:
         role = message.get("role")
         i = len(self._msgs)
         self._msgs.append(message)
-        if not self._group_start and role in _PINNED and not _is_summary(message):
+        if not self._group_start and role in _PINNED and not is_summary_message(message):
             self._sys_end = i + 1
             return
         if role in ("tool", "function") and self._group_start:
@@ -134,7 +135,9 @@ class Conversation:
         if max_tokens is not None:
             options["max_tokens"] = max_tokens
         opts = _options(options)
-        has_summary = self._sys_end < len(self._msgs) and _is_summary(self._msgs[self._sys_end])
+        has_summary = self._sys_end < len(self._msgs) and is_summary_message(
+            self._msgs[self._sys_end]
+        )
         if summarizer is not None or opts.fallback_models or has_summary or not self._group_start:
             return fit(
                 self._msgs, model=self.model, tools=self.tools, summarizer=summarizer, **options

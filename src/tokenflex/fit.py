@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._summary_format import is_summary_message
 from ._types import Message, Tool
 from .budget import Allocation, BudgetSpec, Policy, SectionSpec, solve
 from .counting import MessageCounter, get_counter
@@ -34,16 +35,6 @@ __all__ = ["FitOptions", "afit", "fit"]
 log = logging.getLogger("tokenflex")
 
 _PINNED = ("system", "developer")
-SUMMARY_PREFIX = "Previous conversation summary: "
-
-
-def _is_summary(m: Any) -> bool:
-    return (
-        isinstance(m, Mapping)
-        and m.get("role") == "system"
-        and isinstance(m.get("content"), str)
-        and m["content"].startswith(SUMMARY_PREFIX)
-    )
 
 
 @dataclass(frozen=True)
@@ -138,11 +129,11 @@ def _layout(messages: Sequence[Message], counter: MessageCounter) -> _Layout:
         m = messages[i]
         if not isinstance(m, Mapping):
             counter.message(m)  # raises InvalidMessagesError with the index rules
-        if m.get("role") not in _PINNED or _is_summary(m):
+        if m.get("role") not in _PINNED or is_summary_message(m):
             break
         i += 1
     sys_end = i
-    summary_idx = i if i < n and _is_summary(messages[i]) else None
+    summary_idx = i if i < n and is_summary_message(messages[i]) else None
     hist_start = i + 1 if summary_idx is not None else i
     cur = n - 1
     while cur >= hist_start:

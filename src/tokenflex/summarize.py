@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from ._summary_format import SUMMARY_PREFIX, is_summary_message, summary_message
 from ._types import Message
 from .errors import SummarizerError
 
@@ -43,9 +44,6 @@ __all__ = [
 
 log = logging.getLogger("tokenflex")
 
-SUMMARY_PREFIX = "Previous conversation summary: "
-"""How a summary message's content starts (seed 002), so it can be found again."""
-
 DEFAULT_SYSTEM_PROMPT = (
     "You summarize conversations. Write a concise summary in plain prose that preserves "
     "key facts, decisions, names, numbers and open questions. Do not add anything that "
@@ -53,29 +51,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 Count = Callable[[str], int]
-
-
-def summary_message(text: str) -> dict[str, Any]:
-    """The system message that carries a summary.
-
-    >>> summary_message("We chose Postgres.")
-    {'role': 'system', 'content': 'Previous conversation summary: We chose Postgres.'}
-    """
-    return {"role": "system", "content": SUMMARY_PREFIX + text.strip()}
-
-
-def is_summary_message(msg: Message | Any) -> bool:
-    """True for a system message whose content starts with :data:`SUMMARY_PREFIX`.
-
-    >>> is_summary_message({"role": "system", "content": "Previous conversation summary: x"})
-    True
-    """
-    return (
-        isinstance(msg, Mapping)
-        and msg.get("role") == "system"
-        and isinstance(msg.get("content"), str)
-        and msg["content"].startswith(SUMMARY_PREFIX)
-    )
 
 
 @runtime_checkable

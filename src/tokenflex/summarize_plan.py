@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._summary_format import SUMMARY_PREFIX, summary_message
 from ._types import Message
 from .budget import Allocation
 from .errors import ContextOverflowError
@@ -50,8 +51,6 @@ class SummaryStep:
         self.request = self._request()
 
     def _request(self) -> _Request | None:
-        from .fit import SUMMARY_PREFIX
-
         job, lay = self.job, self.job.layout
         msgs = lay.messages
         # The last keep_recent messages stay verbatim, counting the current turn, and the
@@ -126,13 +125,13 @@ class SummaryStep:
 
     def finish(self, text: str, summarizer_name: str = "") -> Plan | None:
         """The plan with the summary in place of the span, or None (fell back)."""
-        from .fit import SUMMARY_PREFIX, _Layout
+        from .fit import _Layout
 
         job, r = self.job, self.request
         assert r is not None
         lay = job.layout
         msgs = lay.messages
-        summary_msg: dict[str, Any] = {"role": "system", "content": SUMMARY_PREFIX + text.strip()}
+        summary_msg = summary_message(text)
         # The request with the summary: system, summary, recent history, current turn.
         new_msgs: Sequence[Message] = [
             *msgs[: lay.sys_end],

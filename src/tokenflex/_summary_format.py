@@ -1,0 +1,37 @@
+"""How a summary message looks, so fit() can find one again (seed 002's known prefix).
+
+Kept apart from :mod:`tokenflex.summarize` (which needs httpx) so the solver path stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SUMMARY_PREFIX", "is_summary_message", "summary_message"]
+
+SUMMARY_PREFIX = "Previous conversation summary: "
+"""How a summary message's content starts (seed 002), so it can be found again."""
+
+
+def summary_message(text: str) -> dict[str, Any]:
+    """The system message that carries a summary.
+
+    >>> summary_message("We chose Postgres.")
+    {'role': 'system', 'content': 'Previous conversation summary: We chose Postgres.'}
+    """
+    return {"role": "system", "content": SUMMARY_PREFIX + text.strip()}
+
+
+def is_summary_message(msg: Any) -> bool:
+    """True for a system message whose content starts with :data:`SUMMARY_PREFIX`.
+
+    >>> is_summary_message({"role": "system", "content": "Previous conversation summary: x"})
+    True
+    """
+    return (
+        isinstance(msg, Mapping)
+        and msg.get("role") == "system"
+        and isinstance(msg.get("content"), str)
+        and msg["content"].startswith(SUMMARY_PREFIX)
+    )
