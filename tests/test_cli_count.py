@@ -206,3 +206,10 @@ def test_models_without_match(capsys: pytest.CaptureFixture[str]) -> None:
     assert "No model matches" in capsys.readouterr().out
     assert main(["models", "zzz-no-such", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_error_messages_keep_brackets(capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenflex.cli import main
+
+    assert main(["count", "/nonexistent/[x].json"]) == 2
+    assert "[x].json" in capsys.readouterr().err

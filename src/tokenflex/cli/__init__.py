@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from rich.markup import escape
+
 from ..errors import TokenflexError
 from . import _count, _demo, _fit, _pack, _serve  # noqa: F401  (registers commands)
 from ._app import app, err_console
@@ -19,11 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (2 for a tokenflex error)."""
     try:
         app(args=argv, standalone_mode=False)
-    except TokenflexError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        return 2
-    except OSError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    except (TokenflexError, OSError) as exc:
+        # escape: messages name things like chunks[0] that rich would read as markup
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
