@@ -156,10 +156,14 @@ class _Job:
     tools: Sequence[Tool] | None
     opts: FitOptions
     started: float
+    documents: Sequence[Any] | None = None
     counter: MessageCounter = field(init=False)
     layout: _Layout = field(init=False)
     request: int = field(init=False)
     warnings: list[str] = field(default_factory=list)
+    packed: Any = field(default=None, init=False)
+    """The last PackResult for ``documents`` (None without documents)."""
+    doc_message: dict[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.counter = get_counter(self.model)
@@ -192,10 +196,55 @@ class _Job:
             input_cap=o.max_input_tokens,
         )
 
+    def required_tokens(self, msgs: Sequence[Message], lay: _Layout) -> int:
+        """Base, pinned system, summary and current turn: what must fit with the floor."""
+        cost = self.counter.message
+        fixed = [*msgs[: lay.sys_end], *msgs[lay.cur_start :]]
+        if lay.summary_idx is not None:
+            fixed.append(msgs[lay.summary_idx])
+        return self.counter.base(self.tools) + sum(cost(m) for m in fixed)
+
+    def pack_documents(self, msgs: Sequence[Message], lay: _Layout) -> int:
+        """Pack the documents into ``min(documents_cap, what is left)`` (seed 003) and
+        return the tokens of the message that carries them (0 when none fit)."""
+        from .packing import pack_chunks
+
+        self.packed, self.doc_message = None, None
+        if not self.documents:
+            return 0
+        o, spec = self.opts, self.spec(0)
+        left = (
+            spec.context_window
+            - spec.safety_margin
+            - (self.request if o.policy == "reserve" else spec.floor)
+        )
+        if o.max_input_tokens is not None:
+            left = min(left, o.max_input_tokens)
+        left -= self.required_tokens(msgs, lay)
+        # Without a cap, documents take half of what is left so history keeps the rest.
+        budget = min(o.documents_cap, left) if o.documents_cap is not None else left // 2
+        envelope = self.counter.message({"role": "system", "content": ""})
+        budget -= envelope
+        if budget <= o.documents_safety_buffer:
+            budget = o.documents_safety_buffer + 1  # admits nothing; every chunk is listed
+        self.packed = pack_chunks(
+            self.documents,
+            budget=budget,
+            tokenizer=self.model,
+            policy=o.documents_policy,  # type: ignore[arg-type]
+            safety_buffer=o.documents_safety_buffer,
+            format=o.documents_format,  # type: ignore[arg-type]
+        )
+        if not self.packed.rendered:
+            return 0
+        self.doc_message = {"role": "system", "content": self.packed.rendered}
+        return self.counter.message(self.doc_message)
+
     def sections(
         self, msgs: Sequence[Message], lay: _Layout, bounds: list[tuple[int, int]]
     ) -> list[SectionSpec]:
         cost = self.counter.message
+        doc_tokens = self.pack_documents(msgs, lay)
         secs = [
             SectionSpec(
                 "system", [cost(m) for m in msgs[: lay.sys_end]], required=-1, priority=100
@@ -211,6 +260,8 @@ class _Job:
             secs.append(
                 SectionSpec("summary", [cost(msgs[lay.summary_idx])], required=-1, priority=80)
             )
+        if doc_tokens:
+            secs.append(SectionSpec("documents", [doc_tokens], required=-1, priority=70))
 
         def history_items() -> Any:
             for start, stop, tokens in iter_groups(msgs, lay.hist_start, lay.cur_start, cost):
@@ -286,6 +337,8 @@ class _Job:
 
         # The caller's dicts go in as they are (never modified); only the list is new.
         out: list[Any] = list(msgs[: lay.sys_end])
+        if self.doc_message is not None:
+            out.append(self.doc_message)
         if lay.summary_idx is not None:
             out.append(msgs[lay.summary_idx])
         out.extend(msgs[kept_from:])
@@ -293,6 +346,32 @@ class _Job:
         spec_window = self.model.context_window
         max_tokens = min(self.request, spec_window - self.opts.safety_margin - input_tokens)
         warnings = [*self.warnings, *alloc.notes]
+        doc_tokens: dict[int, int] = {}
+        extras: dict[str, Any] = {}
+        if self.packed is not None:
+            for d in self.packed.dropped:
+                runs.append(_DropRun("documents", d.index, d.index + 1, d.reason))
+                doc_tokens[d.index] = d.tokens
+            extras["documents"] = {
+                "admitted": len(self.packed.admitted),
+                "dropped": self.packed.dropped_count,
+                "tokens": self.packed.tokens,
+                "budget": self.packed.budget,
+                "policy": self.packed.policy,
+            }
+            if self.packed.partial:
+                warnings.append(
+                    f"documents: {self.packed.dropped_count} of {len(self.documents or ())} "
+                    "chunks omitted to fit the budget (the context tells the model)."
+                )
+        docs = self.documents or ()
+
+        def item(section: str, i: int) -> Any:
+            return docs[i] if section == "documents" else src[i]
+
+        def item_cost(section: str, i: int, it: Any) -> int:
+            return doc_tokens[i] if section == "documents" else cost(it)
+
         for r in runs:
             log.info(
                 "tokenflex: dropped %s[%d:%d] (%d items, reason=%s) for %s",
@@ -315,12 +394,13 @@ class _Job:
             model=self.model,
             sections={k: v for k, v in sections.items() if v}
             | {"tools_and_priming": self.counter.base(self.tools)},
-            dropped=DroppedItems(runs, lambda _s, i: src[i], lambda _s, m: cost(m)),
+            dropped=DroppedItems(runs, item, item_cost),
             summary=summary,
             warnings=tuple(dict.fromkeys(warnings)),
             exact=self.counter.exact,
             policy=self.opts.policy,
             elapsed_ms=(time.perf_counter() - self.started) * 1000,
+            extras=extras,
         )
         log.debug("tokenflex: %r", plan)
         return plan
@@ -343,15 +423,6 @@ def _options(options: Mapping[str, Any]) -> FitOptions:
             f"{k!r}" + (f" (did you mean {c[0]!r}?)" if c else "") for k, c in close.items()
         )
         raise InvalidInputError(f"Unknown fit() option {hint}. Options: {names}.") from exc
-
-
-def _candidates(model: str | Model, opts: FitOptions) -> list[Model]:
-    primary = get_model(model, strict=opts.strict)
-    chain = [get_model(name, strict=opts.strict) for name in opts.fallback_models]
-    # Cheapest first (unknown price last), chain order breaks ties: fallbacks are for this
-    # one request, so the cheapest model whose window fits wins.
-    chain.sort(key=lambda m: (m.input_price is None, m.input_price or 0.0))
-    return [primary, *chain]
 
 
 def _with_history(
@@ -387,54 +458,43 @@ def _history_bound(messages: Sequence[Message], model: Model, opts: FitOptions) 
     return enough
 
 
-def _fit_model(
-    messages: Sequence[Message],
-    model: Model,
-    tools: Sequence[Tool] | None,
-    opts: FitOptions,
-    started: float,
-) -> tuple[_Job, Allocation, int, str | None]:
-    job = _Job(messages, model, tools, opts, started)
-    alloc, kept_start, reason = job.solve(messages, job.layout)
-    return job, alloc, kept_start, reason
-
-
 def _first_fit(
     messages: Sequence[Message],
     model: str | Model,
     tools: Sequence[Tool] | None,
     opts: FitOptions,
     started: float,
+    documents: Sequence[Any] | None,
 ) -> tuple[_Job, Allocation, int, str | None, str | None]:
-    candidates = _candidates(model, opts)
-    first_error: ContextOverflowError | None = None
-    for m in candidates:
-        try:
-            job, alloc, kept_start, reason = _fit_model(messages, m, tools, opts, started)
-        except ContextOverflowError as exc:
-            first_error = first_error or exc
-            continue
-        fallback_from = None
-        if m is not candidates[0]:
-            fallback_from = candidates[0].name
-            job.warnings.append(
-                f"{candidates[0].name} cannot fit this request ({first_error}); using "
-                f"fallback model {m.name} ({m.context_window:,}-token window) for this request."
-            )
-            log.warning("tokenflex: falling back from %s to %s", fallback_from, m.name)
-        return job, alloc, kept_start, reason, fallback_from
-    assert first_error is not None
-    if len(candidates) > 1:
-        raise ContextOverflowError(
-            f"{first_error} None of the fallback models fits either: "
-            f"{', '.join(f'{c.name} ({c.context_window:,})' for c in candidates[1:])}.",
-            model=first_error.model,
-            context_window=first_error.context_window,
-            required_tokens=first_error.required_tokens,
-            max_tokens=first_error.max_tokens,
-            safety_margin=first_error.safety_margin,
-        )
-    raise first_error
+    primary = get_model(model, strict=opts.strict)
+    job = _Job(messages, primary, tools, opts, started, documents)
+    try:
+        return (job, *job.solve(messages, job.layout), None)
+    except ContextOverflowError:
+        if not opts.fallback_models:
+            raise
+    from .fallback import choose_model
+
+    def required(m: Model) -> int:
+        j = _Job(messages, m, tools, opts, started)
+        return j.required_tokens(messages, j.layout)
+
+    # Cheapest model in the chain whose window fits the required input plus the floor,
+    # for this one request; raises with every model's shortfall when none does.
+    choice = choose_model(
+        primary,
+        [get_model(name, strict=opts.strict) for name in opts.fallback_models],
+        required_input_tokens_by_model=required,
+        min_output_tokens=min(opts.min_output_tokens, job.request),
+        safety_margin=opts.safety_margin,
+    )
+    job = _Job(messages, choice.model, tools, opts, started, documents)
+    job.warnings.append(
+        f"{primary.name} cannot fit this request; using fallback model {choice.model.name} "
+        f"({choice.model.context_window:,}-token window) for this request: {choice.reason}"
+    )
+    log.warning("tokenflex: falling back from %s to %s", primary.name, choice.model.name)
+    return (job, *job.solve(messages, job.layout), primary.name)
 
 
 def fit(
@@ -445,6 +505,7 @@ def fit(
     tools: Sequence[Tool] | None = None,
     history: HistorySource | None = None,
     summarizer: Any = None,
+    documents: Sequence[Any] | None = None,
     **options: Any,
 ) -> Plan:
     """Fit a chat request into the model's window.
@@ -460,6 +521,9 @@ def fit(
             :mod:`tokenflex.history`); read only as far as the budget needs.
         summarizer: A :class:`tokenflex.summarize.Summarizer`; when history does not
             fit, older messages are summarized instead of dropped.
+        documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
+            ``min(documents_cap, what is left)`` (default: half of what is left) and sent
+            as a system message after the pinned ones; dropped chunks are in ``dropped``.
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
             ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...).
@@ -482,12 +546,12 @@ def fit(
     opts = _options({"max_tokens": max_tokens, **options})
     messages = _check_messages(messages)
     if history is not None:
-        primary = _candidates(model, opts)[0]
+        primary = get_model(model, strict=opts.strict)
         read, _exhausted = read_newest_first(
             history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
         )
         messages = _with_history(messages, read)
-    first = _First(*_first_fit(messages, model, tools, opts, started))
+    first = _First(*_first_fit(messages, model, tools, opts, started, documents))
     step = first.summary_step(summarizer)
     if step is not None:
         try:
@@ -543,6 +607,7 @@ async def afit(
     tools: Sequence[Tool] | None = None,
     history: Any = None,
     summarizer: Any = None,
+    documents: Sequence[Any] | None = None,
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
@@ -552,12 +617,12 @@ async def afit(
     opts = _options({"max_tokens": max_tokens, **options})
     messages = _check_messages(messages)
     if history is not None:
-        primary = _candidates(model, opts)[0]
+        primary = get_model(model, strict=opts.strict)
         read, _exhausted = await aread_newest_first(
             history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
         )
         messages = _with_history(messages, read)
-    first = _First(*_first_fit(messages, model, tools, opts, started))
+    first = _First(*_first_fit(messages, model, tools, opts, started, documents))
     step = first.summary_step(summarizer)
     if step is not None:
         try:

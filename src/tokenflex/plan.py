@@ -54,7 +54,7 @@ class DroppedItems(Sequence[DroppedItem]):
         self,
         runs: Sequence[_DropRun],
         items: Callable[[str, int], Any],
-        cost: Callable[[str, Any], int],
+        cost: Callable[[str, int, Any], int],
     ) -> None:
         self._runs = tuple(r for r in runs if r.stop > r.start)
         self._items = items
@@ -87,7 +87,9 @@ class DroppedItems(Sequence[DroppedItem]):
         run = self._runs[r_idx]
         index = run.start + (i - self._starts[r_idx])
         item = self._items(run.section, index)
-        return DroppedItem(run.section, index, self._cost(run.section, item), run.reason, item)
+        return DroppedItem(
+            run.section, index, self._cost(run.section, index, item), run.reason, item
+        )
 
     def __iter__(self) -> Iterator[DroppedItem]:
         for j in range(self._len):
@@ -166,8 +168,6 @@ class Plan:
     """Time fit() took."""
     fallback_from: str | None = None
     """The primary model's name when a fallback model was chosen."""
-    full_input_tokens: int | None = None
-    """Input tokens had nothing been dropped (None when not computed: lazy sources)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Extra per-plan data (document packing results, ...)."""
 
@@ -187,6 +187,20 @@ class Plan:
         from .cost import estimate_cost
 
         return estimate_cost(self.model, self.input_tokens, self.max_tokens)
+
+    @cached_property
+    def full_input_tokens(self) -> int:
+        """Input tokens had nothing been dropped or summarized (counted on first access:
+        for a lazy history source, of the rows that were read)."""
+        summary = self.summary.tokens if self.summary is not None else 0
+        return self.input_tokens - summary + sum(d.tokens for d in self.dropped)
+
+    @cached_property
+    def savings(self) -> Any:
+        """What trimming saved against sending everything (``tokenflex.cost.Savings``)."""
+        from .cost import savings
+
+        return savings(self.model, self.input_tokens, self.full_input_tokens)
 
     def request(self, **extra: Any) -> dict[str, Any]:
         """An OpenAI chat request body: model, messages, max_tokens, plus ``extra``."""
@@ -238,6 +252,7 @@ class Plan:
             "warnings": list(self.warnings),
             "fallback_from": self.fallback_from,
             "full_input_tokens": self.full_input_tokens,
+            "savings": self.savings.to_dict(),
             "cost_usd": None if cost is None else cost.to_dict(),
             "elapsed_ms": round(self.elapsed_ms, 3),
             "message_count": len(self.messages),

@@ -1,0 +1,102 @@
+"""Documents as a section of fit() (seed 003 + ADR-0006), savings, fallback via choose_model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tokenflex
+from tokenflex import Chunk, ContextOverflowError, count_messages, fit
+
+
+def _chunks(n: int, words: int = 60) -> list[Chunk]:
+    return [
+        Chunk(
+            text=f"Passage {i}: " + "retrieved evidence about the rollout " * (words // 5),
+            source=f"doc-{i}",
+            identifier=f"https://example.com/{i}",
+            score=1.0 - i / (2 * n),
+            id=f"c{i}",
+        )
+        for i in range(n)
+    ]
+
+
+def _chat(turns: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "Answer from the sources."}]
+    for i in range(turns):
+        msgs.append({"role": "user", "content": f"question {i} " * 20})
+        msgs.append({"role": "assistant", "content": f"answer {i} " * 20})
+    msgs.append({"role": "user", "content": "What changed in the rollout?"})
+    return msgs
+
+
+def test_documents_are_packed_into_min_cap_and_left_and_counted() -> None:
+    msgs = _chat(5)
+    plan = fit(msgs, model="gpt-4", max_tokens=1000, documents=_chunks(40), documents_cap=2000)
+    doc_msg = plan.messages[1]
+    assert doc_msg["role"] == "system" and "Passage 0" in doc_msg["content"]
+    assert plan.sections["documents"] <= 2000
+    assert plan.input_tokens == count_messages(plan.messages, model="gpt-4")
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= 8192
+    dropped = [d for d in plan.dropped if d.section == "documents"]
+    assert dropped and all(d.reason == "budget" and d.tokens > 0 for d in dropped)
+    assert {d.index for d in dropped} == set(range(40)) - {
+        i for i in range(40) if f"Passage {i}:" in doc_msg["content"]
+    }
+    assert "omitted to fit the budget" in doc_msg["content"]
+    assert plan.extras["documents"]["dropped"] == len(dropped)
+
+
+def test_documents_get_only_what_is_left_after_required_input() -> None:
+    big_system = {"role": "system", "content": "rule " * 6000}
+    plan = fit(
+        [big_system, {"role": "user", "content": "q"}],
+        model="gpt-4",
+        max_tokens=1000,
+        documents=_chunks(10),
+        documents_cap=40_000,
+    )
+    left = 8192 - 100 - 1000 - plan.sections["system"] - plan.sections["current"]
+    assert plan.sections.get("documents", 0) <= left
+    assert plan.input_tokens + plan.max_tokens + 100 <= 8192
+
+
+def test_no_room_for_documents_lists_every_chunk_as_dropped() -> None:
+    big_system = {"role": "system", "content": "rule " * 7000}
+    plan = fit(
+        [big_system, {"role": "user", "content": "q"}],
+        model="gpt-4",
+        max_tokens=800,
+        documents=_chunks(5),
+    )
+    assert len([d for d in plan.dropped if d.section == "documents"]) == 5
+    assert all(m["content"] != "" for m in plan.messages)
+
+
+def test_savings_compare_with_sending_everything() -> None:
+    msgs = _chat(200)
+    plan = fit(msgs, model="gpt-4", max_tokens=1000)
+    assert plan.full_input_tokens == count_messages(msgs, model="gpt-4")
+    s = plan.savings
+    assert s.saved_tokens == plan.full_input_tokens - plan.input_tokens > 0
+    assert s.saved_usd is not None and s.saved_usd > 0
+    d = plan.to_dict()
+    assert d["savings"]["saved_tokens"] == s.saved_tokens
+
+
+def test_fallback_goes_through_choose_model_and_says_why() -> None:
+    msgs = [{"role": "system", "content": "word " * 9000}, {"role": "user", "content": "hi"}]
+    plan = fit(msgs, model="gpt-4", max_tokens=1000, fallback_models=["gpt-4-turbo", "gpt-4o"])
+    assert plan.model.name == "gpt-4o"  # the cheaper of the two that fit
+    assert plan.fallback_from == "gpt-4"
+    huge = [{"role": "system", "content": "word " * 20_000}, {"role": "user", "content": "hi"}]
+    with pytest.raises(ContextOverflowError, match="gpt-3.5-turbo"):
+        fit(huge, model="gpt-4", max_tokens=1000, fallback_models=["gpt-3.5-turbo"])
+
+
+def test_documents_with_the_estimator_model() -> None:
+    plan = fit(_chat(3), model="claude-3-5-sonnet", max_tokens=1000, documents=_chunks(5))
+    assert not plan.exact
+    assert plan.input_tokens == tokenflex.count_messages(plan.messages, model="claude-3-5-sonnet")
