@@ -92,7 +92,7 @@ def test_fallback_goes_through_choose_model_and_says_why() -> None:
     assert plan.model.name == "gpt-4o"  # the cheaper of the two that fit
     assert plan.fallback_from == "gpt-4"
     huge = [{"role": "system", "content": "word " * 20_000}, {"role": "user", "content": "hi"}]
-    with pytest.raises(ContextOverflowError, match="gpt-3.5-turbo"):
+    with pytest.raises(ContextOverflowError, match=r"gpt-3\.5-turbo"):
         fit(huge, model="gpt-4", max_tokens=1000, fallback_models=["gpt-3.5-turbo"])
 
 
