@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,19 @@ bench:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/python -m pip install -q -e '.[hf,bench]'
 	.venv-bench/bin/python scripts/bench_fit.py
+
+bench-pack: $(VENV)/.dev
+	$(PY) scripts/bench_pack.py
+
+bench-estimator: $(VENV)/.dev
+	$(PY) scripts/bench_estimator.py --markdown --speed
+
+bench-counting: $(VENV)/.dev
+	$(PY) scripts/bench_counting.py
+
+# loopback only, bounded in time: proxy vs direct against a fast local upstream
+load: $(VENV)/.dev
+	$(PY) scripts/load_proxy.py --rate 200 --duration 20
 
 clean:
 	rm -rf $(VENV) .venv-bench build *.egg-info

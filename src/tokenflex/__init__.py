@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._summary_format import SUMMARY_PREFIX, is_summary_message, summary_message
 from .budget import Allocation, BudgetSpec, SectionSpec, solve
 from .conversation import Conversation
 from .cost import Cost, Savings, estimate_cost, savings
@@ -32,7 +33,7 @@ from .models import Model, get_model, list_models, load_models_file, register_mo
 from .packing import Chunk, DroppedChunk, PackResult, pack_chunks
 from .plan import DroppedItem, Plan, SummaryInfo
 from .tokenizers import get_tokenizer, register_tokenizer
-from .tokenizers.estimate import estimate_tokens
+from .tokenizers.estimate import estimate_tokens, estimate_tokens_range
 from .validate import Validation, rag_budget, validate_budget
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         asummarize_span,
         summarize_span,
     )
+    from .tokenizers.gguf import model_from_gguf
 
 __version__ = "0.1.0"
 
@@ -57,6 +59,7 @@ _LAZY = {
     "discover_model": "discovery",
     "adiscover_model": "discovery",
     "Settings": "settings",
+    "model_from_gguf": "tokenizers.gguf",
     "get_settings": "settings",
 }
 
@@ -71,6 +74,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "SUMMARY_PREFIX",
     "Allocation",
     "BudgetSpec",
     "ChatSummarizer",
@@ -112,13 +116,16 @@ __all__ = [
     "discover_model",
     "estimate_cost",
     "estimate_tokens",
+    "estimate_tokens_range",
     "fit",
     "get_counter",
     "get_model",
     "get_settings",
     "get_tokenizer",
+    "is_summary_message",
     "list_models",
     "load_models_file",
+    "model_from_gguf",
     "pack_chunks",
     "rag_budget",
     "register_model",
@@ -126,5 +133,6 @@ __all__ = [
     "savings",
     "solve",
     "summarize_span",
+    "summary_message",
     "validate_budget",
 ]
