@@ -24,7 +24,7 @@ from ._types import Message, Tool
 from .budget import SectionSpec, solve
 from .counting import get_counter
 from .errors import InvalidMessagesError
-from .fit import _PINNED, FitOptions, _Job, _options, fit
+from .fit import _PINNED, FitOptions, _Job, _Layout, _options, fit
 from .models import Model, get_model
 from .plan import Plan
 
@@ -69,7 +69,7 @@ class Conversation:
         self.model = get_model(model, strict=bool(options.get("strict", False)))
         self.tools = tools
         self.options = dict(options)
-        _options(self.options)  # validate early
+        self._opts = _options(self.options)  # validated once, reused by fit()
         self._counter = get_counter(self.model)
         self._msgs: list[Message] = []
         self._sys_end = 0
@@ -134,7 +134,8 @@ class Conversation:
         options = {**self.options, **overrides}
         if max_tokens is not None:
             options["max_tokens"] = max_tokens
-        opts = _options(options)
+        # options given at construction were validated once there
+        opts = self._opts if not overrides and max_tokens is None else _options(options)
         has_summary = self._sys_end < len(self._msgs) and is_summary_message(
             self._msgs[self._sys_end]
         )
@@ -146,9 +147,9 @@ class Conversation:
 
     def _fast_fit(self, opts: FitOptions) -> Plan:
         started = time.perf_counter()
-        job = _Job(self._msgs, self.model, self.tools, opts, started)
-        lay = job.layout
         cg = self._last_user_group if self._last_user_group >= 0 else len(self._group_start) - 1
+        lay = _Layout(self._msgs, self._sys_end, None, self._sys_end, self._group_start[cg])
+        job = _Job(self._msgs, self.model, self.tools, opts, started, layout=lay)
         cost = self._counter.message
         system = [cost(m) for m in self._msgs[: self._sys_end]]
         current = self._cum[-1] - self._cum[cg]

@@ -157,8 +157,9 @@ class _Job:
     opts: FitOptions
     started: float
     documents: Sequence[Any] | None = None
+    layout: _Layout = None  # type: ignore[assignment]
+    """Precomputed by callers that track it (Conversation); else found here."""
     counter: MessageCounter = field(init=False)
-    layout: _Layout = field(init=False)
     request: int = field(init=False)
     warnings: list[str] = field(default_factory=list)
     packed: Any = field(default=None, init=False)
@@ -167,7 +168,8 @@ class _Job:
 
     def __post_init__(self) -> None:
         self.counter = get_counter(self.model)
-        self.layout = _layout(self.messages, self.counter)
+        if self.layout is None:
+            self.layout = _layout(self.messages, self.counter)
         m, o = self.model, self.opts
         request = o.max_tokens if o.max_tokens is not None else (m.max_output_tokens or 4000)
         if m.max_output_tokens is not None and request > m.max_output_tokens:
