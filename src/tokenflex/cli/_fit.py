@@ -79,51 +79,40 @@ Share = Annotated[float, typer.Option("--history-share", help="Soft share of roo
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable plan.")]
 
 
-@app.command("fit")
-def fit_cmd(
-    file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
-    model: Model = None,
-    max_tokens: MaxTokens = None,
-    policy: Policy = "reserve",
-    min_output_tokens: MinOut = 500,
-    safety_margin: Margin = 100,
-    history_share: Share = 0.8,
-    as_json: AsJson = False,
-) -> None:
-    """Fit a conversation into the model's window: a bar of the window and what was dropped."""
-    _run(
-        file,
-        model,
-        max_tokens,
-        policy,
-        min_output_tokens,
-        safety_margin,
-        history_share,
-        as_json,
-        False,
-    )
+def _command(verbose: bool, doc: str) -> Any:
+    """``fit`` and ``inspect`` share one signature; inspect also lists what was kept."""
+
+    def command(
+        file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
+        model: Model = None,
+        max_tokens: MaxTokens = None,
+        policy: Policy = "reserve",
+        min_output_tokens: MinOut = 500,
+        safety_margin: Margin = 100,
+        history_share: Share = 0.8,
+        as_json: AsJson = False,
+    ) -> None:
+        _run(
+            file,
+            model,
+            max_tokens,
+            policy,
+            min_output_tokens,
+            safety_margin,
+            history_share,
+            as_json,
+            verbose,
+        )
+
+    command.__doc__ = doc
+    return command
 
 
-@app.command("inspect")
-def inspect_cmd(
-    file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
-    model: Model = None,
-    max_tokens: MaxTokens = None,
-    policy: Policy = "reserve",
-    min_output_tokens: MinOut = 500,
-    safety_margin: Margin = 100,
-    history_share: Share = 0.8,
-    as_json: AsJson = False,
-) -> None:
-    """Like fit, and also lists every kept message and up to 200 dropped ones."""
-    _run(
-        file,
-        model,
-        max_tokens,
-        policy,
-        min_output_tokens,
-        safety_margin,
-        history_share,
-        as_json,
-        True,
+app.command("fit")(
+    _command(
+        False, "Fit a conversation into the model's window: the window bar and what was dropped."
     )
+)
+app.command("inspect")(
+    _command(True, "Like fit, and also lists every kept message and up to 200 dropped ones.")
+)

@@ -62,7 +62,7 @@ def dropped_table(plan: Plan, limit: int = 20) -> RenderableType:
             table.add_row("…", f"{len(plan.dropped) - limit:,} more", "", "", "")
             break
         role = d.item.get("role", "") if isinstance(d.item, dict) else ""
-        table.add_row(d.section, str(d.index), str(role), f"{d.tokens:,}", d.reason)
+        table.add_row(d.section, str(d.index), Text(str(role)), f"{d.tokens:,}", d.reason)
     return table
 
 
@@ -89,6 +89,7 @@ def plan_view(plan: Plan, *, verbose: bool = False) -> RenderableType:
         for i, m in enumerate(plan.messages):
             content = m.get("content")
             text = content if isinstance(content, str) else repr(content)
-            kept.add_row(str(i), str(m.get("role")), (text or "")[:80].replace("\n", " "))
+            # Text(), not str: message content is data, never rich markup
+            kept.add_row(str(i), str(m.get("role")), Text((text or "")[:80].replace("\n", " ")))
         items.append(kept)
     return Group(*items)

@@ -1,0 +1,77 @@
+"""tokenflex fit / inspect / demo through the CLI entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenflex.cli import main
+
+
+def _write(tmp_path: Path, data: Any) -> str:
+    p = tmp_path / "req.json"
+    p.write_text(json.dumps(data), encoding="utf-8")
+    return str(p)
+
+
+def _chat(n: int) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": "Be brief."}]
+    for i in range(n):
+        msgs.append(
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"[m{i}] " + "w " * 80}
+        )
+    msgs.append({"role": "user", "content": "now?"})
+    return msgs
+
+
+def test_fit_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, _chat(300))
+    assert main(["fit", path, "--model", "gpt-4", "--max-tokens", "1000", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["input_tokens"] + plan["max_tokens"] + plan["safety_margin"] <= 8192
+    assert plan["dropped_count"] > 0 and plan["dropped_runs"][0]["reason"] in ("share", "budget")
+
+
+def test_fit_table_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, {"model": "gpt-4", "max_tokens": 1000, "messages": _chat(300)})
+    assert main(["fit", path]) == 0
+    out = capsys.readouterr().out
+    assert "gpt-4" in out and "Dropped" in out
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "Kept messages" in out and "[m299]" in out  # content is not read as markup
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        pytest.param("{not json", "not valid JSON", id="invalid-json"),
+        pytest.param('{"x": 1}', "'messages'", id="no-messages"),
+        pytest.param('[{"role": "wizard", "content": "x"}]', "wizard", id="unknown-role"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, needle: str
+) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(content, encoding="utf-8")
+    assert main(["fit", str(p), "--model", "gpt-4o"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_missing_file_and_overflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(tmp_path / "nope.json"), "--model", "gpt-4"]) == 2
+    assert "Cannot read" in capsys.readouterr().err
+    path = _write(tmp_path, [{"role": "user", "content": "word " * 9000}])
+    assert main(["fit", path, "--model", "gpt-4"]) == 2
+    assert "8,192" in capsys.readouterr().err
+
+
+def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "Seed 000" in out and "Seed 001" in out and "raises, never overflows" in out
