@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.rule import Rule
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import ContextOverflowError
 from ._app import app, console
@@ -120,8 +121,8 @@ def _packing_example() -> None:
         f"{result.admitted_tokens:,} tokens; dropped {result.dropped_count} "
         f"({result.dropped_tokens:,} tokens)"
     )
-    tail = result.rendered.strip().splitlines()[-1]
-    console.print(f"the model is told: [italic]{tail}[/italic]")
+    notice = next((ln for ln in result.rendered.splitlines() if "omitted" in ln), "")
+    console.print("the model is told: ", Text(notice, style="italic"))
 
 
 def _validation_example() -> None:
