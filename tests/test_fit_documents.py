@@ -100,3 +100,28 @@ def test_documents_with_the_estimator_model() -> None:
     plan = fit(_chat(3), model="claude-3-5-sonnet", max_tokens=1000, documents=_chunks(5))
     assert not plan.exact
     assert plan.input_tokens == tokenflex.count_messages(plan.messages, model="claude-3-5-sonnet")
+
+
+def test_fallback_input_share_is_seed003s_fallback_status() -> None:
+    counter = tokenflex.get_counter("gpt-4")
+    words = 7450
+    msgs = [{"role": "system", "content": "word " * words}, {"role": "user", "content": "hi"}]
+    required = counter.count(msgs)
+    assert 0.9 * 8192 < required < 8192 - 600  # fits gpt-4, but above 90% of its window
+    plain = fit(msgs, model="gpt-4", max_tokens=500, fallback_models=["gpt-4o"])
+    assert plain.model.name == "gpt-4"
+    switched = fit(
+        msgs, model="gpt-4", max_tokens=500, fallback_models=["gpt-4o"], fallback_input_share=0.9
+    )
+    assert switched.model.name == "gpt-4o" and switched.fallback_from == "gpt-4"
+    assert any("90%" in w or "0.9" in w for w in switched.warnings)
+    kept = fit(
+        msgs,
+        model="gpt-4",
+        max_tokens=500,
+        fallback_models=["gpt-3.5-turbo-0613"],
+        fallback_input_share=0.3,
+    )
+    assert kept.model.name in ("gpt-4", "gpt-3.5-turbo-0613")
+    with pytest.raises(tokenflex.InvalidInputError):
+        fit(msgs, model="gpt-4", fallback_models=["gpt-4o"], fallback_input_share=1.5)

@@ -100,6 +100,7 @@ def choose_model(
     required_input_tokens_by_model: RequiredInput,
     min_output_tokens: int = 500,
     safety_margin: int = 100,
+    max_input_share: float | None = None,
 ) -> FallbackChoice:
     """The primary model if the request fits it, else the cheapest fallback that fits.
 
@@ -110,6 +111,9 @@ def choose_model(
             ``model -> tokens`` (recounted per model: tokenizers differ) or one int.
         min_output_tokens: The output floor the chosen model must leave room for.
         safety_margin: Tokens kept free in the window.
+        max_input_share: Seed 003's FALLBACK rule: a model whose required input is above
+            this share of its window (0.90 in the seed) is passed over for a model in the
+            chain that stays under it; if none does, the plain fit rule decides.
 
     Returns:
         A :class:`FallbackChoice` naming the model and the reason.
@@ -136,6 +140,43 @@ def choose_model(
         if callable(required_input_tokens_by_model):
             return _check_int(f"required input for {m.name!r}", required_input_tokens_by_model(m))
         return _check_int("required_input_tokens_by_model", required_input_tokens_by_model)
+
+    if max_input_share is not None and not 0 < max_input_share <= 1:
+        raise InvalidInputError(
+            f"max_input_share={max_input_share!r} must be in (0, 1], e.g. 0.9 as in seed 003."
+        )
+    if max_input_share is not None:
+        over = [m for m in [first, *chain] if required(m) > max_input_share * m.context_window]
+        if first in over and len(over) <= len(chain):
+            under = [m for m in chain if m not in over]
+            try:  # the primary counts as not fitting; the cheapest model under the share wins
+                choice: FallbackChoice | None = choose_model(
+                    first,
+                    under,
+                    required_input_tokens_by_model=lambda m: (
+                        m.context_window + 1 if m is first else required(m)
+                    ),
+                    min_output_tokens=floor,
+                    safety_margin=margin,
+                )
+            except ContextOverflowError:
+                choice = None
+            if choice is not None and choice.switched:
+                share = required(first) / first.context_window
+                reason = (
+                    f"{first.name}'s required input is {share:.0%} of its window, above "
+                    f"max_input_share={max_input_share:g}; using {choice.model.name} "
+                    f"({choice.model.context_window:,}) for this request."
+                )
+                return FallbackChoice(
+                    choice.model,
+                    first,
+                    True,
+                    choice.required_input_tokens,
+                    choice.output_room,
+                    reason,
+                    choice.considered,
+                )
 
     considered: list[Candidate] = []
     need = f"{{req:,}} input + {floor:,} output floor + {margin:,} margin"

@@ -65,6 +65,9 @@ class FitOptions:
     documents_policy: str = "skip"
     documents_safety_buffer: int = 64
     fallback_models: tuple[str, ...] = ()
+    fallback_input_share: float | None = None
+    """Seed 003's FALLBACK rule: switch to a fallback model when the required input is above
+    this share of the primary's window (0.90 in the seed), not only when it cannot fit."""
     strict: bool = False
     """Unknown model names raise instead of getting the conservative default."""
     page_size: int = 50
@@ -92,6 +95,11 @@ class FitOptions:
             ("summary_max_tokens", self.summary_max_tokens, self.summary_max_tokens > 0),
             ("policy", self.policy, self.policy in ("reserve", "flex")),
             ("page_size", self.page_size, self.page_size > 0),
+            (
+                "fallback_input_share",
+                self.fallback_input_share,
+                self.fallback_input_share is None or 0 < self.fallback_input_share <= 1,
+            ),
         ]
         for name, value, ok in checks:
             if not ok or isinstance(value, bool):
@@ -470,11 +478,18 @@ def _first_fit(
 ) -> tuple[_Job, Allocation, int, str | None, str | None]:
     primary = get_model(model, strict=opts.strict)
     job = _Job(messages, primary, tools, opts, started, documents)
-    try:
-        return (job, *job.solve(messages, job.layout), None)
-    except ContextOverflowError:
-        if not opts.fallback_models:
-            raise
+    share = opts.fallback_input_share
+    over_share = (
+        share is not None
+        and bool(opts.fallback_models)
+        and job.required_tokens(messages, job.layout) > share * primary.context_window
+    )
+    if not over_share:
+        try:
+            return (job, *job.solve(messages, job.layout), None)
+        except ContextOverflowError:
+            if not opts.fallback_models:
+                raise
     from .fallback import choose_model
 
     def required(m: Model) -> int:
@@ -489,7 +504,14 @@ def _first_fit(
         required_input_tokens_by_model=required,
         min_output_tokens=min(opts.min_output_tokens, job.request),
         safety_margin=opts.safety_margin,
+        max_input_share=share,
     )
+    if not choice.switched:  # over the share, but no fallback stays under it: keep the primary
+        job.warnings.append(
+            f"Required input is above fallback_input_share={share} of {primary.name}'s window "
+            f"but no fallback model stays under it; kept {primary.name}."
+        )
+        return (job, *job.solve(messages, job.layout), None)
     job = _Job(messages, choice.model, tools, opts, started, documents)
     job.warnings.append(
         f"{primary.name} cannot fit this request; using fallback model {choice.model.name} "
