@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _cookbook import COOKBOOK_MESSAGES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,41 +29,6 @@ from tokenflex.counting import (
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
 from tokenflex.tokenizers._tiktoken import load_encoding
-
-# The cookbook's example conversation ("How to count tokens with tiktoken", section 6).
-COOKBOOK_MESSAGES = [
-    {
-        "role": "system",
-        "content": "You are a helpful, pattern-following assistant that translates corporate "
-        "jargon into plain English.",
-    },
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "New synergies will help drive top-line growth.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Things working well together will increase revenue.",
-    },
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "Let's circle back when we have more bandwidth to touch base on "
-        "opportunities for increased leverage.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Let's talk later when we're less busy about how to do better.",
-    },
-    {
-        "role": "user",
-        "content": "This late pivot means we don't have time to boil the ocean for the client "
-        "deliverable.",
-    },
-]
 
 # The cookbook's tools example (section 7).
 COOKBOOK_TOOLS = [
