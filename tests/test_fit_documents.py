@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import Chunk, ContextOverflowError, count_messages, fit
@@ -125,3 +127,41 @@ def test_fallback_input_share_is_seed003s_fallback_status() -> None:
     assert kept.model.name in ("gpt-4", "gpt-3.5-turbo-0613")
     with pytest.raises(tokenflex.InvalidInputError):
         fit(msgs, model="gpt-4", fallback_models=["gpt-4o"], fallback_input_share=1.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_chunks=st.integers(0, 12),
+    words=st.integers(5, 400),
+    turns=st.integers(0, 40),
+    window=st.integers(1500, 9000),
+    cap=st.one_of(st.none(), st.integers(100, 6000)),
+    policy=st.sampled_from(["skip", "stop", "optimal"]),
+)
+def test_promise_with_documents_property(
+    n_chunks: int, words: int, turns: int, window: int, cap: int | None, policy: str
+) -> None:
+    model = tokenflex.get_model("gpt-4o").replace(
+        name=f"gpt-4o-w{window}", context_window=window, max_output_tokens=None
+    )
+    msgs = _chat(turns)
+    chunks = _chunks(n_chunks, words)
+    try:
+        plan = fit(
+            msgs,
+            model=model,
+            max_tokens=300,
+            documents=chunks,
+            documents_cap=cap,
+            documents_policy=policy,
+        )
+    except ContextOverflowError:
+        return
+    assert plan.input_tokens == count_messages(plan.messages, model=model)
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= window
+    if cap is not None:
+        assert plan.sections.get("documents", 0) <= cap
+    docs_dropped = {d.index for d in plan.dropped if d.section == "documents"}
+    rendered = plan.messages[1]["content"] if plan.sections.get("documents") else ""
+    for i, c in enumerate(chunks):
+        assert (c.text in rendered) != (i in docs_dropped)  # whole, or reported dropped
