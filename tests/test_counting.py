@@ -28,7 +28,7 @@ from tokenflex.counting import (
 )
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
-from tokenflex.tokenizers._tiktoken import load_encoding
+from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding
 
 # The cookbook's tools example (section 7).
 COOKBOOK_TOOLS = [
@@ -403,6 +403,23 @@ def test_count_tokens_uses_the_model_tokenizer() -> None:
     assert count_tokens("tiktoken is great!", model="gpt-4") == 6
     assert count_tokens("お誕生日おめでとう", model="gpt-4o") == 8
     assert count_tokens("お誕生日おめでとう", model="gpt-4") == 9
+
+
+_SPECIALS = ["<|endoftext|>", "<|endofprompt|>", "<|fim_prefix|>", "<|im_start|>", "<|"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=30), st.sampled_from(_SPECIALS)), max_size=6))
+def test_counts_treat_special_token_text_as_ordinary_text(parts: list[str]) -> None:
+    # What the API does with message content; count() uses encode_ordinary for speed and
+    # must agree with encode(disallowed_special=()) token for token.
+    text = "".join(parts)
+    for name in ("o200k_base", "cl100k_base"):
+        enc = load_encoding(name)
+        assert TiktokenTokenizer(name).count(text) == len(
+            enc.encode(text, disallowed_special=())
+        )
+    assert count_tokens("<|endoftext|>", model="gpt-4o") > 1
 
 
 def test_counters_are_cached_and_follow_registry_changes() -> None:
