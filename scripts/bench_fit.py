@@ -329,9 +329,17 @@ def bench_local(quick: bool) -> dict[str, Any]:
             conv.append(assistant)
         return kept
 
+    texts = [m["content"] for pair in pairs for m in pair]
+
+    def run_floor() -> list[int]:
+        # What any exact tool pays at least once: tokenizing each new message.
+        encode = enc.encode_ordinary
+        return [len(encode(t)) for t in texts]
+
     runs = 3 if quick else 5
     out: dict[str, Any] = {}
     for name, fn in (
+        ("floor", run_floor),
         ("limit", run_limit_session),
         ("tf_list", run_tf_list_session),
         ("tf_conv", run_tf_conv_session),
@@ -342,6 +350,10 @@ def bench_local(quick: bool) -> dict[str, Any]:
         )
         out[name] = statistics.median(times)
         out[f"kept_{name}"] = results[-1]
+    out["new_tokens"] = sum(out["kept_floor"])
+    # The re-fitting alone: the same session with every message already counted.
+    run_tf_conv_session()
+    out["tf_conv_refit"] = statistics.median(timed(run_tf_conv_session, runs))
     res["session"] = out
     res["turns"] = len(pairs)
     return res
@@ -431,8 +443,10 @@ def worker(peer: str, case: str, runs: int, cap_s: float) -> None:
     trim = peer_trimmer(peer, enc)
     trim(conversation(4))  # warm-up: imports, lazy loads
     out: dict[str, Any] = {"peer": peer, "case": case}
-    if case == "session":
+    if case.startswith("session"):
         system, pairs = session()
+        if case == "session-quick":
+            pairs = pairs[:100]
         msgs = [system]
         kept: list[int] = []
         t0 = time.perf_counter()
@@ -496,7 +510,8 @@ def bench_peers(quick: bool) -> dict[str, dict[str, Any]]:
             res[peer][str(n)] = run_peer(peer, str(n), runs, cap, timeout)
             print(f"  {peer} {n}: {summary(res[peer][str(n)])}", file=sys.stderr)
         cap = 40.0 if not quick else 3.0
-        res[peer]["session"] = run_peer(peer, "session", 1, cap, cap + 30)
+        case = "session-quick" if quick else "session"
+        res[peer]["session"] = run_peer(peer, case, 1, cap, cap + 30)
         print(f"  {peer} session: {summary(res[peer]['session'])}", file=sys.stderr)
     return res
 
@@ -572,6 +587,25 @@ def build_rows(local: dict[str, Any], peers: dict[str, dict[str, Any]]) -> list[
                 ),
             ]
         )
+    dash = ["—"] * len(PEERS)
+    rows.append(
+        [
+            f"{turns:,}-turn session: tokenizing the {2 * turns:,} new messages once (floor)",
+            "—",
+            fmt_ms(s["floor"]),
+            "—",
+            *dash,
+        ]
+    )
+    rows.append(
+        [
+            f"{turns:,}-turn session, Conversation, messages already counted (re-fitting only)",
+            "—",
+            fmt_ms(s["tf_conv_refit"]),
+            "—",
+            *dash,
+        ]
+    )
     return rows
 
 
@@ -617,11 +651,22 @@ def goals(local: dict[str, Any], peers: dict[str, dict[str, Any]]) -> list[tuple
     out.append(("Warm re-fit of 10,000 messages under 2 ms", w < 2.0, fmt_ms(w)))
     conv = local["session"]["tf_conv"]
     lst = local["session"]["tf_list"]
+    floor = local["session"]["floor"]
+    refit = local["session"]["tf_conv_refit"]
     out.append(
         (
             f"{local['turns']:,}-turn session re-fitted every turn under 60 ms total",
             conv < 60.0,
-            f"Conversation {fmt_ms(conv)}, fit(list) {fmt_ms(lst)}",
+            f"Conversation {fmt_ms(conv)} (fit(list) {fmt_ms(lst)}); tokenizing the new "
+            f"messages once takes {fmt_ms(floor)} by itself",
+        )
+    )
+    out.append(
+        (
+            f"... the re-fitting alone ({local['turns']:,} fits, messages already counted) "
+            "under 60 ms",
+            refit < 60.0,
+            f"{fmt_ms(refit)}; Conversation − floor = {fmt_ms(max(0.0, conv - floor))}",
         )
     )
     behind = []
@@ -759,17 +804,18 @@ peer time / tokenflex time for the same row.
   first, then rebuilds the kept list message by message, re-counting it each time.
 - Every peer runs in a subprocess with a network guard: a connection to anything but
   loopback raises, so a peer that tried to download a file would show up as "skipped".
-- **Noise**: the machine had 2 cores shared with other jobs (load average ~4-6 during the
-  run), so single-digit-millisecond rows swing by several × between runs (the limit on
-  10,000 messages measured 1.6 ms in one run and 10.9 ms in the next). The cold tokenflex
-  and limit runs are interleaved so load hits both alike; a re-run of the 10,000 cold row
-  alone gave limit 10.94 ms, tokenflex 11.44 ms (1.05×).
-- **The session goal (60 ms)** includes counting every new message once: tokenizing the
-  session's 2,000 messages (10-400 tokens each) alone took 445 ms here, so it cannot be met
-  with these message sizes. With all counts cached, the 1,000 `append` + `fit` turns still
-  took 199 ms (~0.2 ms per turn, flat in the history length): a fixed per-fit overhead
-  (profile: `budget.solve` 83 µs, `Conversation._fast_fit` own time 38 µs, `_Job.plan`
-  61 µs, `_layout` 33 µs, `_options`/`FitOptions` validation 33 µs per turn).
+- **Noise**: the machine has 2 cores, shared with other jobs, so single-digit-millisecond
+  rows swing by several × between runs. The cold tokenflex and limit runs are interleaved
+  so load hits both alike.
+- **The session goal (60 ms)** includes counting every new message once. The session
+  brings {2 * local["turns"]:,} new messages of 10–400 tokens ({local["session"]["new_tokens"]:,}
+  tokens in all); tiktoken needs {fmt_ms(local["session"]["floor"])} to tokenize them once
+  (the "floor" row), so no exact tool can run this session in 60 ms on this machine.
+  tokenflex's own share is the rest: the same 1,000 `append` + `fit` turns with every
+  message already counted take {fmt_ms(local["session"]["tf_conv_refit"])}
+  ({1000 * local["session"]["tf_conv_refit"] / local["turns"]:.0f} µs per turn, flat in the
+  history length: options validated once, the layout kept by the conversation, a bisect
+  over running sums).
 - tokenflex's plan and the limit loop must keep the same number of messages (checked for
   every row and every session turn; see the last goal).
 """
