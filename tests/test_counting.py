@@ -416,9 +416,7 @@ def test_counts_treat_special_token_text_as_ordinary_text(parts: list[str]) -> N
     text = "".join(parts)
     for name in ("o200k_base", "cl100k_base"):
         enc = load_encoding(name)
-        assert TiktokenTokenizer(name).count(text) == len(
-            enc.encode(text, disallowed_special=())
-        )
+        assert TiktokenTokenizer(name).count(text) == len(enc.encode(text, disallowed_special=()))
     assert count_tokens("<|endoftext|>", model="gpt-4o") > 1
 
 

@@ -109,13 +109,13 @@ def _model(
     base = _registry(name)
     if chat_template:
         tokenizer, chat_format = f"server:{root}", "template"
-    elif base is not None and base.tokenizer != "estimate":
+    elif base is not None and base.tokenizer.partition(":")[0] != "estimate":
         tokenizer, chat_format = base.tokenizer, base.chat_format
     elif exact_tokenizer:
         # exact text counts, conservative per-message overhead
         tokenizer, chat_format = f"server:{root}", "generic"
     else:
-        tokenizer, chat_format = "estimate", "generic"
+        tokenizer, chat_format = "estimate:1.3", "generic"  # an unknown tokenizer
     output = base.max_output_tokens if base is not None else None
     if output is not None and output >= window:
         output = None

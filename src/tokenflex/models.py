@@ -293,7 +293,7 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
     return Model(
         name=name,
         context_window=DEFAULT_CONTEXT_WINDOW,
-        tokenizer="estimate",
+        tokenizer="estimate:1.3",
         chat_format="generic",
         source="default",
         known=False,

@@ -5,6 +5,8 @@ server needs no registration):
 
 - ``o200k_base``, ``cl100k_base``: OpenAI encodings through tiktoken, offline.
 - ``estimate``: the conservative, tokenizer-free estimator (an upper bound in practice).
+- ``estimate:F``: the estimate times ``F >= 1``, for tokenizers known to need more tokens
+  than the OpenAI encodings (the registry uses ``estimate:1.3`` for Anthropic models).
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
 - ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
 - ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
@@ -124,6 +126,17 @@ def _from_scheme(name: str) -> Tokenizer | None:
         from .server import ServerTokenizer
 
         return ServerTokenizer(rest)
+    if scheme == "estimate":
+        from .estimate import EstimatorTokenizer
+
+        try:
+            factor = float(rest)
+        except ValueError:
+            raise TokenizerUnavailableError(
+                f"Tokenizer {name!r}: the factor after 'estimate:' must be a number >= 1, "
+                "e.g. 'estimate:1.3'."
+            ) from None
+        return EstimatorTokenizer(factor)
     return None
 
 
@@ -148,7 +161,7 @@ def get_tokenizer(name: str) -> CountCache:
             hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
             raise TokenizerUnavailableError(
                 f"Unknown tokenizer {name!r}.{hint} Known: {sorted(_factories)}, or use "
-                "'hf:PATH/tokenizer.json', 'gguf:PATH.gguf' or 'server:URL'."
+                "'hf:PATH/tokenizer.json', 'gguf:PATH.gguf', 'server:URL' or 'estimate:1.3'."
             )
         cache = CountCache(tok)
         _instances[name] = cache
