@@ -19,13 +19,15 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ._job import _PINNED, _Job, _Layout
 from ._summary_format import is_summary_message
 from ._types import Message, Tool
 from .budget import SectionSpec, solve
 from .counting import get_counter
 from .errors import InvalidMessagesError
-from .fit import _PINNED, FitOptions, _Job, _Layout, _options, fit
+from .fit import fit
 from .models import Model, get_model
+from .options import FitOptions, _options
 from .plan import Plan
 
 __all__ = ["Conversation"]

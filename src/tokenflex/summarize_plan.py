@@ -23,7 +23,7 @@ from .history import iter_groups
 from .plan import Plan, SummaryInfo, _DropRun
 
 if TYPE_CHECKING:
-    from .fit import _Job
+    from ._job import _Job
 
 __all__ = ["SummaryStep"]
 
@@ -125,7 +125,7 @@ class SummaryStep:
 
     def finish(self, text: str, summarizer_name: str = "") -> Plan | None:
         """The plan with the summary in place of the span, or None (fell back)."""
-        from .fit import _Layout
+        from ._job import _Layout
 
         job, r = self.job, self.request
         assert r is not None

@@ -234,7 +234,7 @@ def check_fit_options(config: ServerConfig) -> None:
     """Fail at startup, not per request, when an option table names an unknown option
     or a value fit() would reject."""
     from ..errors import InvalidInputError
-    from ..fit import FitOptions
+    from ..options import FitOptions
     from ._summarizer import check_summary_options
 
     fit_names = {f.name for f in dataclasses.fields(FitOptions)} - {"max_tokens", "extra"}
