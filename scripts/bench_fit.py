@@ -810,7 +810,9 @@ peer time / tokenflex time for the same row.
 - **The session goal (60 ms)** includes counting every new message once. The session
   brings {2 * local["turns"]:,} new messages of 10–400 tokens ({local["session"]["new_tokens"]:,}
   tokens in all); tiktoken needs {fmt_ms(local["session"]["floor"])} to tokenize them once
-  (the "floor" row), so no exact tool can run this session in 60 ms on this machine.
+  (the "floor" row), so no tool counting with tiktoken can run this session in 60 ms on
+  this machine (the fastest exact BPE counter we tried, rs-bpe 0.1.0, took about half
+  tiktoken's time on the same text; not a dependency we would add for it).
   tokenflex's own share is the rest: the same 1,000 `append` + `fit` turns with every
   message already counted take {fmt_ms(local["session"]["tf_conv_refit"])}
   ({1000 * local["session"]["tf_conv_refit"] / local["turns"]:.0f} µs per turn, flat in the
