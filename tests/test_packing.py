@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenflex import get_model
+from tokenflex._pack_render import _frame, _notice, _parts
 from tokenflex.errors import InvalidInputError
-from tokenflex.packing import Chunk, _frame, _notice, _parts, pack_chunks
+from tokenflex.packing import Chunk, pack_chunks
 from tokenflex.tokenizers import CountCache, get_tokenizer
 
 
