@@ -31,14 +31,16 @@ Beyond the cookbook (documented, conservative rules):
 - Tool results (role ``tool`` / ``function``): the cookbook rule (``tool_call_id``
   included) plus 8 tokens for the function-name header the API renders.
 - Tool schemas: nested schema parts the cookbook skips (objects, arrays, ``anyOf``, extra
-  keywords) add the tokens of their compact JSON.
+  keywords) add the tokens of their compact JSON (see :mod:`tokenflex._tool_schemas`).
 - Images: see :mod:`tokenflex._images` (size read from a data URL's header, never fetched;
   remote URLs cost the model's worst case).
+
+What makes a message well formed, and the errors that say what is wrong with one, are in
+:mod:`tokenflex._message_checks`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -46,6 +48,9 @@ from typing import Any
 
 from . import models as _models
 from ._images import image_size, image_tokens
+from ._message_checks import IMAGE_PARTS, ROLES, TEXT_PARTS, BadMessage, bad_part, validated_role
+from ._tool_schemas import GENERIC_TOOLS_PREAMBLE as GENERIC_TOOLS_PREAMBLE
+from ._tool_schemas import dumps, generic_tools_tokens, openai_tools_tokens, tool_list
 from ._types import Message, Messages, Tool
 from .errors import ConfigError, InvalidInputError, InvalidMessagesError
 from .models import Model, get_model
@@ -61,74 +66,18 @@ __all__ = [
 
 log = logging.getLogger("tokenflex")
 
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-"""Roles a message may have."""
-
 TOOL_CALL_OVERHEAD = 12
 TOOL_RESULT_OVERHEAD = 8
 GENERIC_TOKENS_PER_MESSAGE = 8
 GENERIC_BASE = 32
 GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
-GENERIC_TOOLS_PREAMBLE = 128
-# (func_init, prop_init, prop_key, enum_init, enum_item, func_end), from the cookbook's
-# num_tokens_for_tools. Other OpenAI families get the larger func_init (conservative).
-_TOOL_CONSTANTS = {
-    "gpt-4o": (7, 3, 3, -3, 3, 12),
-    "gpt-4o-mini": (7, 3, 3, -3, 3, 12),
-    "gpt-4": (10, 3, 3, -3, 3, 12),
-    "gpt-3.5-turbo": (10, 3, 3, -3, 3, 12),
-}
-_TOOL_CONSTANTS_DEFAULT = (10, 3, 3, -3, 3, 12)
-_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
-_IMAGE_PARTS = ("image_url", "input_image")
 _MAX_CACHE = 100_000
 
-
-class _BadMessage(InvalidMessagesError):
-    """An invalid message; :meth:`at` names its index in the list."""
-
-    def __init__(self, problem: str, fix: str, index: int | None = None) -> None:
-        where = "message" if index is None else f"messages[{index}]"
-        super().__init__(f"{where} {problem}. {fix}")
-        self.problem, self.fix = problem, fix
-
-    def at(self, index: int) -> _BadMessage:
-        return _BadMessage(self.problem, self.fix, index)
-
-
-def _dumps(value: Any, indent: int | None = None) -> str:
-    separators = (",", ":") if indent is None else None
-    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, default=str)
-
-
-def _validated_role(msg: Any) -> str:
-    """The role of a well-formed message; raises :class:`_BadMessage` otherwise."""
-    if not isinstance(msg, Mapping):
-        raise _BadMessage(
-            f"is a {type(msg).__name__}, not a dict",
-            "Pass each message as a dict like {'role': 'user', 'content': '...'}",
-        )
-    if "role" not in msg:
-        raise _BadMessage("has no 'role'", f"Add 'role': one of {', '.join(ROLES)}")
-    role = msg["role"]
-    if not isinstance(role, str) or role not in ROLES:
-        raise _BadMessage(f"has role {role!r}", f"Use one of {', '.join(ROLES)}")
-    content = msg.get("content")
-    if content is None:
-        if role == "assistant" and (msg.get("tool_calls") or msg.get("function_call")):
-            return role
-        state = "has content None" if "content" in msg else "has no 'content'"
-        raise _BadMessage(
-            state,
-            "Give it a string ('' if empty) or a list of content parts; only an assistant "
-            "message with tool_calls may have content None",
-        )
-    if not isinstance(content, str | list):
-        raise _BadMessage(
-            f"has content of type {type(content).__name__}",
-            "Content must be a string or a list of parts like {'type': 'text', 'text': '...'}",
-        )
-    return role
+# Names other modules import from here (tokenflex._template_counter): they now live in
+# _message_checks and _tool_schemas.
+_BadMessage = BadMessage
+_dumps = dumps
+_validated_role = validated_role
 
 
 class MessageCounter:
@@ -196,12 +145,12 @@ class MessageCounter:
         total = self.base(tools)
         try:
             return total + sum(map(self.message, messages))
-        except _BadMessage:
+        except BadMessage:
             pass
         for i, msg in enumerate(messages):  # slow path, only to name the bad index
             try:
                 self.message(msg)
-            except _BadMessage as exc:
+            except BadMessage as exc:
                 raise exc.at(i) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -226,44 +175,28 @@ class MessageCounter:
         """Tokens of a list of content parts (text parts only when ``text``)."""
         total = 0
         for j, part in enumerate(parts):
-            if not isinstance(part, Mapping):
-                raise _BadMessage(
-                    f"has content[{j}] of type {type(part).__name__}",
-                    "Each content part is a dict like {'type': 'text', 'text': '...'}",
-                )
-            ptype = part.get("type")
-            if ptype in _TEXT_PARTS:
-                value = part.get(_TEXT_PARTS[ptype])
+            ptype = part.get("type") if isinstance(part, Mapping) else None
+            if ptype in TEXT_PARTS:
+                value = part.get(TEXT_PARTS[ptype])
                 if not isinstance(value, str):
-                    raise _BadMessage(
-                        f"has a {ptype!r} part without a string {_TEXT_PARTS[ptype]!r}",
-                        f"Give content[{j}] a string {_TEXT_PARTS[ptype]!r}",
-                    )
+                    raise bad_part(j, part)
                 if text:
                     total += self._count(value)
-            elif ptype in _IMAGE_PARTS:
+            elif ptype in IMAGE_PARTS:
                 image = part.get("image_url")
                 url = image.get("url") if isinstance(image, Mapping) else image
                 if not isinstance(url, str):
-                    raise _BadMessage(
-                        f"has an image part without a URL in content[{j}]",
-                        "Use {'type': 'image_url', 'image_url': {'url': 'data:image/png;"
-                        "base64,...', 'detail': 'low'}}",
-                    )
+                    raise bad_part(j, part)
                 detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
                 total += self._image(url, str(detail or "auto"))
             else:
-                raise _BadMessage(
-                    f"has content[{j}] of type {ptype!r}",
-                    "Supported content parts: text, image_url (count other media yourself "
-                    "and reserve it as a section)",
-                )
+                raise bad_part(j, part)
         return total
 
     def _call(self, call: Any, with_id: bool) -> int:
         """Tokens of one assistant tool call (or legacy function_call)."""
         if not isinstance(call, Mapping):
-            raise _BadMessage(
+            raise BadMessage(
                 f"has a tool call of type {type(call).__name__}",
                 "Each tool call is {'id': ..., 'type': 'function', 'function': "
                 "{'name': ..., 'arguments': '{...}'}}",
@@ -271,10 +204,10 @@ class MessageCounter:
         fn = call.get("function", call) if with_id else call
         if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
             # Not a function call (e.g. a custom tool): count all of it.
-            return TOOL_CALL_OVERHEAD + self._count(_dumps(call))
+            return TOOL_CALL_OVERHEAD + self._count(dumps(call))
         args = fn.get("arguments", "")
         total = TOOL_CALL_OVERHEAD + self._count(fn["name"])
-        total += self._count(args if isinstance(args, str) else _dumps(args))
+        total += self._count(args if isinstance(args, str) else dumps(args))
         call_id = call.get("id") if with_id else None
         if isinstance(call_id, str):
             total += self._count(call_id)
@@ -282,29 +215,18 @@ class MessageCounter:
 
     def _tool_calls(self, calls: Any) -> int:
         if not isinstance(calls, list | tuple):
-            raise _BadMessage(
+            raise BadMessage(
                 f"has tool_calls of type {type(calls).__name__}", "tool_calls must be a list"
             )
         return sum(self._call(call, True) for call in calls)
 
     def _tool_list(self, tools: Any) -> list[Mapping[str, Any]]:
-        if not isinstance(tools, list | tuple):
-            raise InvalidInputError(
-                f"tools must be a list of tool definitions, got {type(tools).__name__}. "
-                "Use [{'type': 'function', 'function': {'name': ..., 'parameters': {...}}}]."
-            )
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, Mapping):
-                raise InvalidInputError(
-                    f"tools[{i}] is a {type(tool).__name__}, not a dict. Use "
-                    "{'type': 'function', 'function': {'name': ..., 'parameters': {...}}}."
-                )
-        return list(tools)
+        """``tools`` checked to be a list of tool dicts (raises InvalidInputError)."""
+        return tool_list(tools)
 
     def _generic_tools(self, tools: Sequence[Tool] | None) -> int:
-        if not tools:
-            return 0
-        return GENERIC_TOOLS_PREAMBLE + self._count(_dumps(self._tool_list(tools), indent=4))
+        """Tokens of tool schemas under the generic rule (also a template's fallback)."""
+        return generic_tools_tokens(tools, self._count)
 
 
 class _EnvelopeCounter(MessageCounter):
@@ -340,7 +262,7 @@ class _EnvelopeCounter(MessageCounter):
         return self._message(msg)
 
     def _message(self, msg: Any) -> int:
-        role = _validated_role(msg)
+        role = validated_role(msg)
         total = self.per_message
         for key, value in msg.items():
             if value is None:
@@ -358,7 +280,7 @@ class _EnvelopeCounter(MessageCounter):
             elif isinstance(value, list | dict) and not value:
                 continue
             else:
-                total += self._count(_dumps(value))  # unknown structured field: its JSON
+                total += self._count(dumps(value))  # unknown structured field: its JSON
         if role in ("tool", "function"):
             total += TOOL_RESULT_OVERHEAD
         return total
@@ -369,54 +291,7 @@ class _EnvelopeCounter(MessageCounter):
     def tools(self, tools: Sequence[Tool] | None) -> int:
         if self.model.chat_format == "generic":
             return self._generic_tools(tools)
-        return self._openai_tools(tools)
-
-    def _openai_tools(self, tools: Sequence[Tool] | None) -> int:
-        """The cookbook's num_tokens_for_tools, plus nested schema parts it skips."""
-        if not tools:
-            return 0
-        func_init, prop_init, prop_key, enum_init, enum_item, func_end = _TOOL_CONSTANTS.get(
-            self.model.family, _TOOL_CONSTANTS_DEFAULT
-        )
-        count = self._count
-        total = 0
-        for i, tool in enumerate(self._tool_list(tools)):
-            fn = tool.get("function", tool)  # also the legacy `functions` list
-            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-                raise InvalidInputError(
-                    f"tools[{i}] has no function name. Use {{'type': 'function', "
-                    "'function': {'name': ..., 'description': ..., 'parameters': {...}}}."
-                )
-            total += func_init
-            desc = str(fn.get("description") or "")
-            total += count(fn["name"] + ":" + desc.removesuffix("."))
-            params = fn.get("parameters") or {}
-            props = (params.get("properties") or {}) if isinstance(params, Mapping) else {}
-            if props:
-                total += prop_init
-                for key, prop in props.items():
-                    total += prop_key
-                    prop = prop if isinstance(prop, Mapping) else {"type": prop}
-                    p_type = prop.get("type", "")
-                    p_type = p_type if isinstance(p_type, str) else _dumps(p_type)
-                    if "enum" in prop:
-                        total += enum_init
-                        for item in prop["enum"]:
-                            total += enum_item + count(str(item))
-                    p_desc = str(prop.get("description", "")).removesuffix(".")
-                    total += count(f"{key}:{p_type}:{p_desc}")
-                    nested = {k: v for k, v in prop.items() if k not in _FLAT_KEYS}
-                    if nested:
-                        total += count(_dumps(nested))
-            if isinstance(params, Mapping):
-                extra = {k: v for k, v in params.items() if k not in _PARAM_KEYS}
-                if extra:
-                    total += count(_dumps(extra))
-        return total + func_end
-
-
-_FLAT_KEYS = frozenset({"type", "description", "enum"})
-_PARAM_KEYS = frozenset({"type", "properties", "required"})
+        return openai_tools_tokens(tools, self.model.family, self._count)
 
 
 def _build(model: Model) -> MessageCounter:
