@@ -19,13 +19,10 @@ request id (the log has the traceback), never a bare one.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import anyio.to_thread
 from starlette.applications import Starlette
@@ -34,20 +31,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import (
-    ConfigError,
-    ContextOverflowError,
-    InvalidInputError,
-    InvalidMessagesError,
-    TokenflexError,
-    TokenizerUnavailableError,
-    UnknownModelError,
-)
-from ..models import Model, get_model
+from ..errors import TokenflexError
+from ..models import get_model
+
+# The "X as X" imports re-export names that were defined here before _fitter.py existed.
+from ._fitter import Fitter, library_error, plan_headers
 from ._models import Discover, ModelResolver
-from ._summarizer import build_summarizer
 from ._upstream import Upstream, check_proxy_key
-from ._validate import ChatRequest, parse_chat, parse_count
+from ._validate import parse_chat, parse_count
 from .config import ServerConfig, check_fit_options, patch_model, split_options
 from .errors import ProxyError, error_response
 from .plans import PlanStore, new_plan_id
@@ -57,27 +48,9 @@ __all__ = ["Proxy", "create_app"]
 log = logging.getLogger("tokenflex")
 
 Handler = Callable[[Request, "str | None"], Awaitable[Response]]
-_OFFLOAD_BYTES = 256 * 1024  # fit bodies larger than this in a worker thread
 _DRAIN_CAP = 32 * 1024 * 1024  # read (and discard) this much of an oversized body
-_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def library_error(exc: TokenflexError) -> ProxyError:
-    """The HTTP answer for a tokenflex error raised while fitting or counting."""
-    if isinstance(exc, ContextOverflowError):
-        return ProxyError(400, str(exc), param="messages", code="context_length_exceeded")
-    if isinstance(exc, UnknownModelError):
-        return ProxyError(404, str(exc), param="model", code="model_not_found")
-    if isinstance(exc, InvalidMessagesError):
-        return ProxyError(400, str(exc), param="messages", code="invalid_value")
-    if isinstance(exc, InvalidInputError):
-        return ProxyError(400, str(exc), code="invalid_value")
-    kind = "configuration" if isinstance(exc, (ConfigError, TokenizerUnavailableError)) else "fit"
-    return ProxyError(
-        500, f"tokenflex proxy {kind} problem: {exc}", type="server_error", code="proxy_error"
-    )
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -113,25 +86,14 @@ def bearer(headers: dict[str, str]) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
-    """The ``x-tokenflex-*`` summary of a plan."""
-    return {
-        "x-tokenflex-input-tokens": str(plan.input_tokens),
-        "x-tokenflex-max-tokens": str(plan.max_tokens),
-        "x-tokenflex-context-window": str(plan.context_window),
-        "x-tokenflex-dropped": str(len(plan.dropped)),
-        "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
-        "x-tokenflex-plan-id": plan_id,
-    }
-
-
 class Proxy:
-    """The proxy's state (config, upstream client, model cache, plan store) and endpoints."""
+    """The proxy's state (config, upstream client, models, fitter, plan store) and endpoints."""
 
     def __init__(self, config: ServerConfig, *, discover: Discover | None = None) -> None:
         self.config = config
         self.upstream = Upstream(config)
         self.models = ModelResolver(config, discover)
+        self.fitter = Fitter(config, self.models)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
 
     @contextlib.asynccontextmanager
@@ -195,12 +157,12 @@ class Proxy:
             req = parse_chat(raw)
             note = f"model={req.model!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers)
-            plan = await self._fit(req, route, len(raw), bearer(forward_headers))
+            plan = await self.fitter.fit(req, route, len(raw), bearer(forward_headers))
             fit_ms = (time.perf_counter() - started) * 1000
             plan_id = new_plan_id()
             self.plans.put(plan_id, plan, size=len(raw))
             headers = plan_headers(plan, plan_id)
-            body = self._fitted_body(req, plan, route)
+            body = self.fitter.fitted_body(req, plan, route)
             upstream = await self.upstream.send(
                 "POST",
                 self.upstream.url("/v1/chat/completions", request.scope["query_string"]),
@@ -236,52 +198,6 @@ class Proxy:
             else:
                 log.info("chat %s %s status=%d (not fitted)", rid, note.strip(), status)
 
-    async def _model_for(
-        self, name: str, route: str | None, api_key: str | None = None
-    ) -> tuple[Model, dict[str, Any], dict[str, Any]]:
-        model = await self.models.resolve(name, api_key)
-        patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
-        return patch_model(model, patch), proxy_options, fit_options
-
-    async def _fit(
-        self, req: ChatRequest, route: str | None, size: int, api_key: str | None
-    ) -> Any:
-        from ..fit import afit, fit
-
-        model, proxy_options, fit_options = await self._model_for(req.model, route, api_key)
-        requested = req.requested_output or proxy_options.get("default_max_tokens")
-        summarizer = build_summarizer(
-            fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
-        )
-        kwargs: dict[str, Any] = dict(
-            model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
-        )
-        kwargs.update(fit_options)
-        try:
-            if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
-                # Counting that waits on a tokenize endpoint, or a lot of text: keep the
-                # event loop free for the other requests.
-                return await anyio.to_thread.run_sync(
-                    functools.partial(fit, req.messages, **kwargs)
-                )
-            return await afit(req.messages, **kwargs)
-        except TokenflexError as exc:
-            raise library_error(exc) from None
-
-    def _fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
-        body = dict(req.body)
-        body["messages"] = plan.messages
-        if plan.fallback_from is not None:
-            body["model"] = plan.model.name
-        fields = [f for f in _MAX_TOKEN_FIELDS if body.get(f) is not None]
-        if not fields:
-            _, proxy_options, _ = split_options(self.config.options_for(req.model, route))
-            if proxy_options.get("add_max_tokens", True):
-                fields = [proxy_options.get("max_tokens_field", "max_tokens")]
-        for f in fields:
-            body[f] = plan.max_tokens
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
     # -- other endpoints ---------------------------------------------------------------
     async def list_models(self, request: Request, route: str | None) -> Response:
         """``GET /v1/models``: the upstream's list; the config's when the upstream has none."""
@@ -313,7 +229,7 @@ class Proxy:
             await read_body(request, self.config.max_body_bytes)
         )
         api_key = bearer(self.upstream.request_headers(request.headers))
-        model, _, _ = await self._model_for(name, route, api_key)
+        model, _, _ = await self.fitter.model_for(name, route, api_key)
         try:
             counter = get_counter(model)
             if messages is not None:

@@ -1,0 +1,145 @@
+"""The fitting step of a chat request: which model, fit() with the config's options, and
+the fitted body that goes upstream.
+
+The request's ``model`` name is resolved once (discovery, then the registry) and patched
+by the config tables that apply (``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]``); the
+remaining options go to :func:`tokenflex.afit`. Fitting that waits on a tokenize endpoint,
+or that counts a large body, runs in a worker thread so the event loop stays free. Library
+errors become OpenAI-shaped :class:`ProxyError` answers (:func:`library_error`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import anyio.to_thread
+
+from ..errors import (
+    ConfigError,
+    ContextOverflowError,
+    InvalidInputError,
+    InvalidMessagesError,
+    TokenflexError,
+    TokenizerUnavailableError,
+    UnknownModelError,
+)
+from ..models import Model
+from ._models import ModelResolver
+from ._summarizer import build_summarizer
+from ._validate import ChatRequest
+from .config import ServerConfig, patch_model, split_options
+from .errors import ProxyError
+
+__all__ = ["Fitter", "library_error", "plan_headers"]
+
+_OFFLOAD_BYTES = 256 * 1024  # fit bodies larger than this in a worker thread
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def library_error(exc: TokenflexError) -> ProxyError:
+    """The HTTP answer for a tokenflex error raised while fitting or counting."""
+    if isinstance(exc, ContextOverflowError):
+        return ProxyError(400, str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, UnknownModelError):
+        return ProxyError(404, str(exc), param="model", code="model_not_found")
+    if isinstance(exc, InvalidMessagesError):
+        return ProxyError(400, str(exc), param="messages", code="invalid_value")
+    if isinstance(exc, InvalidInputError):
+        return ProxyError(400, str(exc), code="invalid_value")
+    kind = "configuration" if isinstance(exc, (ConfigError, TokenizerUnavailableError)) else "fit"
+    return ProxyError(
+        500, f"tokenflex proxy {kind} problem: {exc}", type="server_error", code="proxy_error"
+    )
+
+
+def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
+    """The ``x-tokenflex-*`` summary of a plan."""
+    return {
+        "x-tokenflex-input-tokens": str(plan.input_tokens),
+        "x-tokenflex-max-tokens": str(plan.max_tokens),
+        "x-tokenflex-context-window": str(plan.context_window),
+        "x-tokenflex-dropped": str(len(plan.dropped)),
+        "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
+        "x-tokenflex-plan-id": plan_id,
+    }
+
+
+class Fitter:
+    """Fits chat requests with the config's options and builds the bodies to forward."""
+
+    def __init__(self, config: ServerConfig, models: ModelResolver) -> None:
+        self.config = config
+        self.models = models
+
+    async def model_for(
+        self, name: str, route: str | None, api_key: str | None = None
+    ) -> tuple[Model, dict[str, Any], dict[str, Any]]:
+        """The model a request's ``model`` name means, with the config's patches applied.
+
+        Args:
+            name: The ``model`` the client asked for.
+            route: The ``[routes.NAME]`` table the request came through (None: ``/v1``).
+            api_key: The client's bearer token, for asking the upstream about the model.
+
+        Returns:
+            The patched model, the proxy's own options and the fit() options.
+        """
+        model = await self.models.resolve(name, api_key)
+        patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
+        return patch_model(model, patch), proxy_options, fit_options
+
+    async def fit(self, req: ChatRequest, route: str | None, size: int, api_key: str | None) -> Any:
+        """The plan for one chat request.
+
+        Args:
+            req: The parsed request.
+            route: The ``[routes.NAME]`` table the request came through (None: ``/v1``).
+            size: The request body's bytes (large bodies are fitted in a worker thread).
+            api_key: The client's bearer token (model discovery, upstream summarizer).
+
+        Raises:
+            ProxyError: fit() raised a tokenflex error (see :func:`library_error`).
+        """
+        from ..fit import afit, fit
+
+        model, proxy_options, fit_options = await self.model_for(req.model, route, api_key)
+        requested = req.requested_output or proxy_options.get("default_max_tokens")
+        summarizer = build_summarizer(
+            fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
+        )
+        kwargs: dict[str, Any] = dict(
+            model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
+        )
+        kwargs.update(fit_options)
+        try:
+            if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
+                # Counting that waits on a tokenize endpoint, or a lot of text: keep the
+                # event loop free for the other requests.
+                return await anyio.to_thread.run_sync(
+                    functools.partial(fit, req.messages, **kwargs)
+                )
+            return await afit(req.messages, **kwargs)
+        except TokenflexError as exc:
+            raise library_error(exc) from None
+
+    def fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
+        """The JSON body to forward: the client's, with the plan's messages and limit.
+
+        The model is replaced only when the plan fell back to another one. Every output
+        limit field the client sent is set to the plan's ``max_tokens``; when it sent none,
+        ``max_tokens_field`` is added unless the options say ``add_max_tokens = false``.
+        """
+        body = dict(req.body)
+        body["messages"] = plan.messages
+        if plan.fallback_from is not None:
+            body["model"] = plan.model.name
+        fields = [f for f in _MAX_TOKEN_FIELDS if body.get(f) is not None]
+        if not fields:
+            _, proxy_options, _ = split_options(self.config.options_for(req.model, route))
+            if proxy_options.get("add_max_tokens", True):
+                fields = [proxy_options.get("max_tokens_field", "max_tokens")]
+        for f in fields:
+            body[f] = plan.max_tokens
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
