@@ -32,6 +32,7 @@ from .history import SQLiteMessageStore
 from .models import Model, get_model, list_models, load_models_file, register_model
 from .packing import Chunk, DroppedChunk, PackResult, pack_chunks
 from .plan import DroppedItem, Plan, SummaryInfo
+from .prompt import Prompt
 from .tokenizers import get_tokenizer, register_tokenizer
 from .tokenizers.estimate import estimate_tokens, estimate_tokens_range
 from .validate import Validation, rag_budget, validate_budget
@@ -94,6 +95,7 @@ __all__ = [
     "Model",
     "PackResult",
     "Plan",
+    "Prompt",
     "SQLiteMessageStore",
     "Savings",
     "SectionSpec",

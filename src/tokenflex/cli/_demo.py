@@ -125,6 +125,40 @@ def _packing_example() -> None:
     console.print("the model is told: ", Text(notice, style="italic"))
 
 
+def _prompt_example() -> None:
+    from ..prompt import Prompt
+    from ._render import plan_view
+
+    console.print(Rule("Prompt builder: memories, a long document, history and the question in 4K"))
+    manual = " ".join(
+        f"Step {i}: check the {['valve', 'pump', 'filter', 'sensor'][i % 4]} on line {i % 5} "
+        "and write the reading in the log."
+        for i in range(300)
+    )
+    prompt = Prompt(_small_gpt4(), max_tokens=1000)
+    prompt.add("system", "You are the plant's maintenance assistant.", required=True)
+    prompt.add(
+        "memories",
+        [f"Operator note {i}: line {i % 5} " + "was serviced last week. " * 3 for i in range(12)],
+        scores=[(7 * i) % 12 for i in range(12)],
+        header="What you remember:",
+        priority=3,
+        cap=400,
+    )
+    prompt.add(
+        "manual", manual, shrink="truncate", boundary="sentence", cap=1200, priority=2, role="user"
+    )
+    prompt.add("history", _conversation(40)[1:-1], priority=1)
+    prompt.add("current", [{"role": "user", "content": "What is step 12?"}], required=True)
+    console.print(plan_view(prompt.fit()))
+
+
+def _small_gpt4() -> Any:
+    from ..models import get_model
+
+    return get_model("gpt-4").replace(name="gpt-4 (4K window)", context_window=4096)
+
+
 def _validation_example() -> None:
     try:
         from ..validate import validate_budget
@@ -150,4 +184,5 @@ def demo() -> None:
     _seed_examples()
     _summary_example()
     _packing_example()
+    _prompt_example()
     _validation_example()
