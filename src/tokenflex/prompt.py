@@ -6,10 +6,12 @@ in the request, each with a priority, an optional minimum and cap in tokens,
 ``required``, and a way to shrink, then call :meth:`Prompt.fit`.
 
 >>> from tokenflex import Prompt
->>> p = Prompt("gpt-4o", max_tokens=500)
->>> p.add("system", "You are a concise assistant.", required=True)
->>> p.add("memories", ["Likes tea.", "Lives in Lyon."], shrink="drop_lowest", scores=[0.2, 0.9])
->>> p.add("current", [{"role": "user", "content": "Where do I live?"}], required=True)
+>>> p = (
+...     Prompt("gpt-4o", max_tokens=500)
+...     .add("system", "You are a concise assistant.", required=True)
+...     .add("memories", ["Likes tea.", "Lives in Lyon."], scores=[0.2, 0.9])
+...     .add("current", [{"role": "user", "content": "Where do I live?"}], required=True)
+... )
 >>> plan = p.fit()
 >>> [m["role"] for m in plan.messages]
 ['system', 'system', 'user']
