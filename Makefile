@@ -31,7 +31,7 @@ typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy
 
 pytest: $(VENV)/.dev
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules tests src/tokenflex
 
 test: lint typecheck pytest
 
