@@ -262,7 +262,7 @@ def fit_prompt(prompt: Prompt, started: float) -> Plan:
         if msgs:
             sections[s.name] = sum(counter.message(m) for m in msgs)
         runs += _runs(lay, alloc, solved)  # orphans count as kept here: their own runs
-    runs.sort(key=lambda r: (r.section, r.start))
+    runs.sort(key=lambda r: (by_name[r.section].section.order, r.start))  # request order
     sections["tools_and_priming"] = base
 
     def item(section: str, i: int) -> Any:
