@@ -21,12 +21,18 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import sys
 import time
 import timeit
+from pathlib import Path
 from typing import Any
 
 import tokenflex
 from tokenflex.counting import get_counter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
+
 from tokenflex.tokenizers._tiktoken import load_encoding
 
 # ---- Reference: the cookbook's functions ----------------------------------------------
@@ -99,69 +105,10 @@ def num_tokens_for_tools(
 
 # ---- Conversations ----------------------------------------------------------------------
 
-COOKBOOK = [
-    {
-        "role": "system",
-        "content": "You are a helpful, pattern-following assistant that translates corporate "
-        "jargon into plain English.",
-    },
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "New synergies will help drive top-line growth.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Things working well together will increase revenue.",
-    },
-    {
-        "role": "system",
-        "name": "example_user",
-        "content": "Let's circle back when we have more bandwidth to touch base on opportunities "
-        "for increased leverage.",
-    },
-    {
-        "role": "system",
-        "name": "example_assistant",
-        "content": "Let's talk later when we're less busy about how to do better.",
-    },
-    {
-        "role": "user",
-        "content": "This late pivot means we don't have time to boil the ocean for the client "
-        "deliverable.",
-    },
-]
-WEATHER = [
-    {
-        "role": "system",
-        "content": "You are a helpful assistant that can answer to questions about the weather.",
-    },
-    {"role": "user", "content": "What's the weather like in San Francisco?"},
-]
+COOKBOOK = COOKBOOK_MESSAGES
+WEATHER = COOKBOOK_TOOL_MESSAGES
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_current_weather",
-            "description": "Get the current weather in a given location",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "location": {
-                        "type": "string",
-                        "description": "The city and state, e.g. San Francisco, CA",
-                    },
-                    "unit": {
-                        "type": "string",
-                        "description": "The unit of temperature to return",
-                        "enum": ["celsius", "fahrenheit"],
-                    },
-                },
-                "required": ["location"],
-            },
-        },
-    },
+    *COOKBOOK_TOOLS,
     {
         "type": "function",
         "function": {

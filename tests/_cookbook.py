@@ -1,4 +1,4 @@
-"""Shared test data: the OpenAI cookbook's example conversation."""
+"""Shared test data: the OpenAI cookbook's example conversation and tools example."""
 
 from __future__ import annotations
 
@@ -35,4 +35,37 @@ COOKBOOK_MESSAGES = [
         "content": "This late pivot means we don't have time to boil the ocean for the client "
         "deliverable.",
     },
+]
+
+# The cookbook's tools example (section 7).
+COOKBOOK_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {
+                        "type": "string",
+                        "description": "The city and state, e.g. San Francisco, CA",
+                    },
+                    "unit": {
+                        "type": "string",
+                        "description": "The unit of temperature to return",
+                        "enum": ["celsius", "fahrenheit"],
+                    },
+                },
+                "required": ["location"],
+            },
+        },
+    }
+]
+COOKBOOK_TOOL_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful assistant that can answer to questions about the weather.",
+    },
+    {"role": "user", "content": "What's the weather like in San Francisco?"},
 ]

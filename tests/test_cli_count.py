@@ -8,42 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from _cookbook import COOKBOOK_MESSAGES
+from _cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 
 from tokenflex.cli import main
 
 COOKBOOK = COOKBOOK_MESSAGES
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_current_weather",
-            "description": "Get the current weather in a given location",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "location": {
-                        "type": "string",
-                        "description": "The city and state, e.g. San Francisco, CA",
-                    },
-                    "unit": {
-                        "type": "string",
-                        "description": "The unit of temperature to return",
-                        "enum": ["celsius", "fahrenheit"],
-                    },
-                },
-                "required": ["location"],
-            },
-        },
-    }
-]
-WEATHER = [
-    {
-        "role": "system",
-        "content": "You are a helpful assistant that can answer to questions about the weather.",
-    },
-    {"role": "user", "content": "What's the weather like in San Francisco?"},
-]
+TOOLS = COOKBOOK_TOOLS
+WEATHER = COOKBOOK_TOOL_MESSAGES
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:

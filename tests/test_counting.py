@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cookbook import COOKBOOK_MESSAGES
+from _cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,39 +29,6 @@ from tokenflex.counting import (
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
 from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding
-
-# The cookbook's tools example (section 7).
-COOKBOOK_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_current_weather",
-            "description": "Get the current weather in a given location",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "location": {
-                        "type": "string",
-                        "description": "The city and state, e.g. San Francisco, CA",
-                    },
-                    "unit": {
-                        "type": "string",
-                        "description": "The unit of temperature to return",
-                        "enum": ["celsius", "fahrenheit"],
-                    },
-                },
-                "required": ["location"],
-            },
-        },
-    }
-]
-COOKBOOK_TOOL_MESSAGES = [
-    {
-        "role": "system",
-        "content": "You are a helpful assistant that can answer to questions about the weather.",
-    },
-    {"role": "user", "content": "What's the weather like in San Francisco?"},
-]
 
 
 def reference_count(
