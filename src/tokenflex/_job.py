@@ -22,7 +22,7 @@ from .errors import InvalidMessagesError
 from .history import iter_groups
 from .models import Model
 from .options import FitOptions
-from .plan import DroppedItems, Plan, SummaryInfo, _DropRun
+from .plan import DroppedItems, Plan, SummaryInfo, _DropRun, _log_dropped
 
 log = logging.getLogger("tokenflex")
 
@@ -36,6 +36,26 @@ def _check_messages(messages: Any) -> Sequence[Message]:
             'Pass [{"role": "user", "content": "..."}].'
         )
     return messages
+
+
+def output_request(
+    model: Model, max_tokens: int | None, counter: MessageCounter, warnings: list[str]
+) -> int:
+    """The output request clamped to the model's max output (None: that max, else
+    4,000); appends the warnings a plan for ``model`` carries from the start."""
+    request = max_tokens if max_tokens is not None else (model.max_output_tokens or 4000)
+    if model.max_output_tokens is not None and request > model.max_output_tokens:
+        warnings.append(
+            f"max_tokens={request:,} is above {model.name}'s max output "
+            f"{model.max_output_tokens:,}; requested {model.max_output_tokens:,}."
+        )
+        request = model.max_output_tokens
+    if not counter.exact:
+        warnings.append(
+            f"{model.name}: counts are conservative estimates (no exact tokenizer or chat "
+            "format registered)."
+        )
+    return request
 
 
 @dataclass
@@ -97,20 +117,7 @@ class _Job:
         self.counter = get_counter(self.model)
         if self.layout is None:
             self.layout = _layout(self.messages, self.counter)
-        m, o = self.model, self.opts
-        request = o.max_tokens if o.max_tokens is not None else (m.max_output_tokens or 4000)
-        if m.max_output_tokens is not None and request > m.max_output_tokens:
-            self.warnings.append(
-                f"max_tokens={request:,} is above {m.name}'s max output "
-                f"{m.max_output_tokens:,}; requested {m.max_output_tokens:,}."
-            )
-            request = m.max_output_tokens
-        self.request = request
-        if not self.counter.exact:
-            self.warnings.append(
-                f"{self.model.name}: counts are conservative estimates (no exact tokenizer "
-                "or chat format registered)."
-            )
+        self.request = output_request(self.model, self.opts.max_tokens, self.counter, self.warnings)
 
     # -- budget ----------------------------------------------------------------------
     def spec(self, base: int) -> BudgetSpec:
@@ -301,16 +308,7 @@ class _Job:
         def item_cost(section: str, i: int, it: Any) -> int:
             return doc_tokens[i] if section == "documents" else cost(it)
 
-        for r in runs:
-            log.info(
-                "tokenflex: dropped %s[%d:%d] (%d items, reason=%s) for %s",
-                r.section,
-                r.start,
-                r.stop,
-                r.stop - r.start,
-                r.reason,
-                self.model.name,
-            )
+        _log_dropped(runs, self.model.name)
         src = msgs if source is None else source
         plan = Plan(
             messages=out,

@@ -11,22 +11,21 @@ is reserved and the solve repeated, so the plan's ``input_tokens`` is the real c
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._job import output_request
 from ._types import Message
 from .budget import Allocation, BudgetSpec, SectionSpec, solve
 from .counting import MessageCounter
 from .errors import ContextOverflowError
 from .history import iter_groups
-from .plan import DroppedItems, Plan, _DropRun
+from .plan import DroppedItems, Plan, _DropRun, _log_dropped
 
 if TYPE_CHECKING:
     from .prompt import Prompt, _Section
 
-log = logging.getLogger("tokenflex")
 
 _ROUNDS = 8  # re-solves for joined text costing more than its parts
 _ANSWER_ROLES = ("assistant", "tool", "function")
@@ -170,20 +169,7 @@ def fit_prompt(prompt: Prompt, started: float) -> Plan:
     model = prompt.model
     counter = prompt._counter()
     warnings: list[str] = []
-    request = prompt.max_tokens
-    if request is None:
-        request = model.max_output_tokens or 4000
-    if model.max_output_tokens is not None and request > model.max_output_tokens:
-        warnings.append(
-            f"max_tokens={request:,} is above {model.name}'s max output "
-            f"{model.max_output_tokens:,}; requested {model.max_output_tokens:,}."
-        )
-        request = model.max_output_tokens
-    if not counter.exact:
-        warnings.append(
-            f"{model.name}: counts are conservative estimates (no exact tokenizer or chat "
-            "format registered)."
-        )
+    request = output_request(model, prompt.max_tokens, counter, warnings)
     base = counter.base(prompt.tools)
     layouts = [_layout(s, counter) for s in prompt._sections if s.source()]
     left_out: list[_Layout] = []  # optional text sections whose envelope did not fit
@@ -271,16 +257,7 @@ def fit_prompt(prompt: Prompt, started: float) -> Plan:
     def item_cost(section: str, i: int, it: Any) -> int:
         return by_name[section].input_tokens.get(i, 0)
 
-    for r in runs:
-        log.info(
-            "tokenflex: dropped %s[%d:%d] (%d items, reason=%s) for %s",
-            r.section,
-            r.start,
-            r.stop,
-            r.stop - r.start,
-            r.reason,
-            model.name,
-        )
+    _log_dropped(runs, model.name)
     return Plan(
         messages=[m if isinstance(m, dict) else dict(m) for m in ordered],
         max_tokens=max_tokens,

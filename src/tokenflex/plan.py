@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -38,6 +39,21 @@ class _DropRun:
     start: int
     stop: int
     reason: str
+
+
+def _log_dropped(runs: Sequence[_DropRun], model: str) -> None:
+    """Nothing is dropped silently: one INFO line per run."""
+    log = logging.getLogger("tokenflex")
+    for r in runs:
+        log.info(
+            "tokenflex: dropped %s[%d:%d] (%d items, reason=%s) for %s",
+            r.section,
+            r.start,
+            r.stop,
+            r.stop - r.start,
+            r.reason,
+            model,
+        )
 
 
 class DroppedItems(Sequence[DroppedItem]):
