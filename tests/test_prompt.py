@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tokenflex
-from tokenflex import ContextOverflowError, InvalidInputError, Prompt, count_messages, get_model
+from tokenflex import (
+    ContextOverflowError,
+    InvalidInputError,
+    InvalidMessagesError,
+    Prompt,
+    count_messages,
+    get_model,
+)
 from tokenflex.prompt import segments
 from tokenflex.tokenizers.gguf import model_from_gguf
 
@@ -218,6 +225,13 @@ def test_deterministic() -> None:
 def test_bad_input(call: Any, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):
         call(Prompt("gpt-4o"))
+
+
+def test_bad_messages_name_the_section_and_index() -> None:
+    p = Prompt("gpt-4o")
+    p.add("history", [{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}])
+    with pytest.raises(InvalidMessagesError, match=r"Section 'history': .*messages\[1\].*wizard"):
+        p.fit()
 
 
 def test_bad_options_are_fits_errors() -> None:

@@ -19,7 +19,7 @@ from ._job import output_request
 from ._types import Message
 from .budget import Allocation, BudgetSpec, SectionSpec, solve
 from .counting import MessageCounter
-from .errors import ContextOverflowError
+from .errors import ContextOverflowError, InvalidMessagesError
 from .history import iter_groups
 from .plan import DroppedItems, Plan, _DropRun, _log_dropped
 
@@ -77,6 +77,10 @@ def _layout(s: _Section, counter: MessageCounter) -> _Layout:
     if s.messages is not None:
         msgs = s.messages
         cost = counter.message
+        try:
+            counter.count(msgs)  # validates, naming the bad message's index; counts are cached
+        except InvalidMessagesError as exc:
+            raise InvalidMessagesError(f"Section {s.name!r}: {exc}") from None
         groups = list(iter_groups(msgs, 0, len(msgs), cost))[::-1]  # chronological
         scores = None
         if s.scores is not None:  # a group scores as its best message
