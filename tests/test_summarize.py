@@ -22,13 +22,13 @@ from tokenflex.summarize import (
     ChatSummarizer,
     ExtractiveSummarizer,
     Summarizer,
-    _trim_to_tokens,
     asummarize_span,
     is_summary_message,
     render_transcript,
     summarize_span,
     summary_message,
 )
+from tokenflex.summarize.sentences import trim_to_tokens
 from tokenflex.tokenizers import get_tokenizer
 
 TRIP = [
@@ -101,13 +101,13 @@ def test_transcript_spells_out_tool_calls_parts_and_summaries() -> None:
 
 def test_trim_keeps_whole_sentences() -> None:
     text = "First point. Second point is longer than the first. Third."
-    assert _trim_to_tokens(text, 100, o200k) == text
-    cut = _trim_to_tokens(text, o200k("First point. Second point is longer"), o200k)
+    assert trim_to_tokens(text, 100, o200k) == text
+    cut = trim_to_tokens(text, o200k("First point. Second point is longer"), o200k)
     assert cut == "First point."
 
 
 def test_trim_without_a_fitting_sentence_cuts_at_a_word() -> None:
-    cut = _trim_to_tokens("one two three four five six seven eight", 4, o200k)
+    cut = trim_to_tokens("one two three four five six seven eight", 4, o200k)
     assert cut.endswith(" …") and o200k(cut) <= 4
     assert cut.startswith("one")
 
@@ -115,7 +115,7 @@ def test_trim_without_a_fitting_sentence_cuts_at_a_word() -> None:
 @given(st.text(min_size=0, max_size=400), st.integers(min_value=1, max_value=60))
 @settings(max_examples=150, deadline=None)
 def test_trim_never_exceeds_the_budget(text: str, budget: int) -> None:
-    out = _trim_to_tokens(text, budget, o200k)
+    out = trim_to_tokens(text, budget, o200k)
     assert o200k(out) <= budget
     if out != text.strip():  # trimmed only when the text does not fit
         assert o200k(text.strip()) > budget

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._summary_format import SUMMARY_PREFIX, is_summary_message, summary_message
 from .budget import Allocation, BudgetSpec, SectionSpec, solve
 from .conversation import Conversation
 from .cost import Cost, Savings, estimate_cost, savings
@@ -33,6 +32,7 @@ from .models import Model, get_model, list_models, load_models_file, register_mo
 from .packing import Chunk, DroppedChunk, PackResult, pack_chunks
 from .plan import DroppedItem, Plan, SummaryInfo
 from .prompt import Prompt
+from .summarize import SUMMARY_PREFIX, is_summary_message, summary_message
 from .tokenizers import get_tokenizer, register_tokenizer
 from .tokenizers.estimate import estimate_tokens, estimate_tokens_range
 from .validate import Validation, rag_budget, validate_budget

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._summary_format import is_summary_message
 from ._types import Message, Tool
 from .budget import Allocation, BudgetSpec, SectionSpec, solve
 from .counting import MessageCounter, get_counter
@@ -23,6 +22,7 @@ from .history import iter_groups
 from .models import Model
 from .options import FitOptions
 from .plan import DroppedItems, Plan, SummaryInfo, _DropRun, _log_dropped
+from .summarize import is_summary_message
 
 log = logging.getLogger("tokenflex")
 

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ._job import _PINNED, _Job, _Layout
-from ._summary_format import is_summary_message
 from ._types import Message, Tool
 from .budget import SectionSpec, solve
 from .counting import get_counter
@@ -29,6 +28,7 @@ from .fit import fit
 from .models import Model, get_model
 from .options import FitOptions, _options
 from .plan import Plan
+from .summarize import is_summary_message
 
 __all__ = ["Conversation"]
 

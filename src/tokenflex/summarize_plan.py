@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._summary_format import SUMMARY_PREFIX, summary_message
 from ._types import Message
 from .budget import Allocation
 from .errors import ContextOverflowError
 from .history import iter_groups
 from .plan import Plan, SummaryInfo, _DropRun
+from .summarize import SUMMARY_PREFIX, summary_message
 
 if TYPE_CHECKING:
     from ._job import _Job

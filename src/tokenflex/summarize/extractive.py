@@ -1,8 +1,7 @@
 """The offline summarizer: key sentences of a span, in order, under the token budget.
 
 No model and no I/O: it keeps the first sentence of each user turn and the sentences that
-carry decisions, numbers and names, deterministically. Re-exported by
-:mod:`tokenflex.summarize`.
+carry decisions, numbers and names, deterministically.
 """
 
 from __future__ import annotations
@@ -11,10 +10,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._summarize_sentences import counter_fn, split_sentences, trim_to_tokens
-from ._summarize_transcript import message_line
-from ._summary_format import SUMMARY_PREFIX, is_summary_message
-from ._types import Message
+from .._types import Message
+from .format import SUMMARY_PREFIX, is_summary_message
+from .sentences import counter_fn, split_sentences, trim_to_tokens
+from .transcript import message_line
 
 __all__ = ["ExtractiveSummarizer"]
 

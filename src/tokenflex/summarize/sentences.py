@@ -32,11 +32,11 @@ def counter_fn(counter: Any) -> Count:
     """A text counter from a MessageCounter (``.tokenizer.count``), a tokenizer
     (``.count``), a callable, a tokenizer name, or None (the conservative estimator)."""
     if counter is None:
-        from .tokenizers import get_tokenizer
+        from ..tokenizers import get_tokenizer
 
         return get_tokenizer("estimate").count
     if isinstance(counter, str):
-        from .tokenizers import get_tokenizer
+        from ..tokenizers import get_tokenizer
 
         return get_tokenizer(counter).count
     tok = getattr(counter, "tokenizer", None)

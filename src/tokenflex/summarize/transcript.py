@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._summary_format import SUMMARY_PREFIX, is_summary_message
-from ._types import Message
+from .._types import Message
+from .format import SUMMARY_PREFIX, is_summary_message
 
 __all__ = ["message_line", "render_transcript"]
 

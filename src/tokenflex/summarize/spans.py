@@ -1,24 +1,9 @@
-"""Summarizers: compact old history into a short text, with a real model or without one.
+"""Spans too long for one summarizer call, summarized in rolling pieces.
 
-- :class:`ChatSummarizer` asks any OpenAI-compatible server (vLLM, llama.cpp, Ollama,
-  OpenAI) for a summary with a low temperature and its own short system prompt, sync or
-  async. It never returns an error text as a summary: timeouts, HTTP errors, empty output
-  and outputs that read like error messages raise :class:`~tokenflex.errors.SummarizerError`.
-- :class:`ExtractiveSummarizer` needs no model: it keeps key sentences (the first sentence
-  of each user turn, sentences with decisions, numbers and names) under the token budget,
-  deterministically.
-- :func:`summarize_span` / :func:`asummarize_span` summarize a span that does not fit the
-  summarizer's own window in pieces, rolling: the summary of piece *k* is the previous
-  summary of piece *k + 1*. The result is trimmed at a sentence boundary to ``max_tokens``
-  of the caller's tokenizer.
-
-A summary goes into a conversation as a system message starting with
-:data:`SUMMARY_PREFIX` (seed 002's format), built by :func:`summary_message`.
-
-This module holds the :class:`Summarizer` protocol and the span functions; the rest lives
-in private modules, one concept each, and is re-exported here: ``_summarize_chat`` (the
-HTTP summarizer and its prompt), ``_summarize_extractive``, ``_summarize_transcript``
-(messages as text) and ``_summarize_sentences`` (sentence cuts under a token budget).
+:func:`summarize_span` / :func:`asummarize_span` summarize a span that does not fit the
+summarizer's own window in pieces, rolling: the summary of piece *k* is the previous
+summary of piece *k + 1*. The result is trimmed at a sentence boundary to ``max_tokens``
+of the caller's tokenizer. Any :class:`Summarizer` does the summarizing.
 """
 
 from __future__ import annotations
@@ -27,46 +12,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ._summarize_chat import _ERROR_TEXT as _ERROR_TEXT
-from ._summarize_chat import _LEADING_LABEL as _LEADING_LABEL
-from ._summarize_chat import DEFAULT_SYSTEM_PROMPT, ChatSummarizer
-from ._summarize_chat import _clean as _clean
-from ._summarize_extractive import _DECISION as _DECISION
-from ._summarize_extractive import _NAME as _NAME
-from ._summarize_extractive import _NUMBER as _NUMBER
-from ._summarize_extractive import ExtractiveSummarizer
-from ._summarize_sentences import _BOUNDARY as _BOUNDARY
-from ._summarize_sentences import _CODE_FENCE as _CODE_FENCE
-from ._summarize_sentences import SENTENCE_END, split_sentences
-from ._summarize_sentences import Count as Count
-from ._summarize_sentences import counter_fn as _counter_fn
-from ._summarize_sentences import split_text as _split_text
-from ._summarize_sentences import trim_to_tokens as _trim_to_tokens
-from ._summarize_transcript import _content_text as _content_text
-from ._summarize_transcript import message_line as _message_line
-from ._summarize_transcript import render_transcript
-from ._summary_format import SUMMARY_PREFIX, is_summary_message, summary_message
-from ._types import Message
-from .errors import SummarizerError
+from .._types import Message
+from ..errors import SummarizerError
+from .extractive import ExtractiveSummarizer
+from .sentences import Count, counter_fn, split_text, trim_to_tokens
+from .transcript import message_line
 
-# The private helpers that lived here before the split stay importable from
-# tokenflex.summarize (tests import ``_trim_to_tokens``): the ``name as name`` and
-# ``name as _name`` imports above, and these two renamed ones.
-_SENTENCE_END = SENTENCE_END
-_sentences = split_sentences
-
-__all__ = [
-    "DEFAULT_SYSTEM_PROMPT",
-    "SUMMARY_PREFIX",
-    "ChatSummarizer",
-    "ExtractiveSummarizer",
-    "Summarizer",
-    "asummarize_span",
-    "is_summary_message",
-    "render_transcript",
-    "summarize_span",
-    "summary_message",
-]
+__all__ = ["Summarizer", "asummarize_span", "summarize_span"]
 
 log = logging.getLogger("tokenflex")
 
@@ -105,7 +57,7 @@ def _pieces(span: Sequence[Message], budget: int, count: Count) -> list[list[Mes
     current: list[Message] = []
     size = 0
     for msg in span:
-        line = _message_line(msg)
+        line = message_line(msg)
         n = count(line) + 2
         if size + n <= budget:
             current.append(msg)
@@ -119,7 +71,7 @@ def _pieces(span: Sequence[Message], budget: int, count: Count) -> list[list[Mes
             continue
         role = str(msg.get("role", "user"))
         label, _, body = line.partition(": ")
-        parts = _split_text(body, max(1, budget - count(label) - 12), count)
+        parts = split_text(body, max(1, budget - count(label) - 12), count)
         for i, part in enumerate(parts, 1):
             pieces.append([{"role": role, "content": f"(part {i}/{len(parts)}) {part}"}])
     if current:
@@ -142,7 +94,7 @@ class _SpanJob:
     ) -> None:
         if max_tokens <= 0:
             raise SummarizerError(f"max_tokens must be positive, got {max_tokens!r}.")
-        self.count = _counter_fn(counter)
+        self.count = counter_fn(counter)
         if isinstance(summarizer, ExtractiveSummarizer) and summarizer.tokenizer is None:
             summarizer = summarizer.with_counter(self.count)
         self.summarizer = summarizer
@@ -151,12 +103,12 @@ class _SpanJob:
         own = getattr(summarizer, "tokenizer", None)
         if window_tokens is None and callable(getattr(summarizer, "window_tokens", None)):
             # Counted in the caller's tokenizer the summarizer's window needs headroom.
-            sizer = _counter_fn(own) if own is not None else self.count
+            sizer = counter_fn(own) if own is not None else self.count
             window_tokens = summarizer.window_tokens(max_tokens, sizer)
             if window_tokens is not None and own is None:
                 window_tokens = int(window_tokens * 0.9)
         self.window = window_tokens
-        self.piece_count = _counter_fn(own) if own is not None else self.count
+        self.piece_count = counter_fn(own) if own is not None else self.count
         if self.window is None:
             self.pieces = [list(span)] if span else []
         else:
@@ -174,7 +126,7 @@ class _SpanJob:
             log.info("tokenflex: summarizing %d messages in %d pieces", len(span), len(self.pieces))
 
     def finish(self, text: str) -> str:
-        out = _trim_to_tokens(text, self.max_tokens, self.count)
+        out = trim_to_tokens(text, self.max_tokens, self.count)
         if not out.strip():
             raise SummarizerError("The summarizer returned nothing that fits the summary budget.")
         return out

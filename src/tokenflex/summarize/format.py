@@ -1,6 +1,7 @@
 """How a summary message looks, so fit() can find one again (seed 002's known prefix).
 
-Kept apart from :mod:`tokenflex.summarize` (which needs httpx) so the solver path stays light.
+No dependencies: ``tokenflex`` imports it eagerly, and the engine finds earlier summaries
+with :func:`is_summary_message`.
 """
 
 from __future__ import annotations

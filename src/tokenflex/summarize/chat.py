@@ -5,8 +5,8 @@ low temperature and its own short system prompt, :data:`DEFAULT_SYSTEM_PROMPT`, 
 async. It never returns an error text as a summary: timeouts, HTTP errors, empty output and
 outputs that read like error messages raise :class:`~tokenflex.errors.SummarizerError`.
 
-Needs httpx; imported only through :mod:`tokenflex.summarize`, which ``tokenflex`` loads
-lazily, so ``import tokenflex`` stays light.
+Needs httpx: :mod:`tokenflex.summarize` imports this module on first use of
+:class:`ChatSummarizer` or :data:`DEFAULT_SYSTEM_PROMPT`, so ``import tokenflex`` stays light.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 
-from ._summarize_sentences import SENTENCE_END, Count
-from ._summarize_transcript import render_transcript
-from ._summary_format import SUMMARY_PREFIX
-from ._types import Message
-from .errors import SummarizerError
+from .._types import Message
+from ..errors import SummarizerError
+from .format import SUMMARY_PREFIX
+from .sentences import SENTENCE_END, Count
+from .transcript import render_transcript
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "ChatSummarizer"]
 
