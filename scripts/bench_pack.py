@@ -14,7 +14,7 @@ import math
 import random
 import time
 
-from tokenflex.packing import Chunk, pack_chunks
+from tokenflex.documents import Chunk, pack_chunks
 from tokenflex.tokenizers import CountCache, get_tokenizer
 
 WORDS = [

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenflex import get_model
-from tokenflex._pack_render import _frame, _notice, _parts
+from tokenflex.documents import Chunk, pack_chunks
+from tokenflex.documents.render import chunk_parts, context_frame, omitted_notice
 from tokenflex.errors import InvalidInputError
-from tokenflex.packing import Chunk, pack_chunks
 from tokenflex.tokenizers import CountCache, get_tokenizer
 
 
@@ -63,7 +63,7 @@ def rank_order(chunks: list[Chunk]) -> list[int]:
 
 def reference_cost(chunk: Chunk, n_unique: int, fmt: str, tok: CountCache) -> int:
     wide = "9" * len(str(max(n_unique, 1)))
-    return sum(tok.count(p) for p in _parts(fmt, wide, chunk))
+    return sum(tok.count(p) for p in chunk_parts(fmt, wide, chunk))
 
 
 def check_invariants(chunks: list[Chunk], r, tok: CountCache) -> None:  # type: ignore[no-untyped-def]
@@ -167,8 +167,8 @@ def test_skip_dropped_chunks_really_did_not_fit() -> None:
     n = len(chunks)
     room = (
         r.limit
-        - sum(tok.count(p) for p in _frame("markdown"))
-        - tok.count(_notice("markdown", n, n))
+        - sum(tok.count(p) for p in context_frame("markdown"))
+        - tok.count(omitted_notice("markdown", n, n))
     )
     left = room - r.admitted_tokens
     assert r.dropped and all(d.reason == "budget" and d.tokens > left for d in r.dropped)
@@ -186,7 +186,7 @@ def _costs(chunks: list[Chunk], fmt: str = "markdown") -> list[int]:
 
 def _room_budget(chunks: list[Chunk], room: int, fmt: str = "markdown") -> int:
     n = len(chunks)
-    fixed = sum(CHARS.count(p) for p in _frame(fmt)) + CHARS.count(_notice(fmt, n, n))
+    fixed = sum(CHARS.count(p) for p in context_frame(fmt)) + CHARS.count(omitted_notice(fmt, n, n))
     return room + fixed
 
 
@@ -283,7 +283,7 @@ def test_optimal_matches_brute_force(
         chunks, budget=budget, safety_buffer=0, tokenizer=CHARS, policy="optimal", format=fmt
     )  # type: ignore[arg-type]
     got = math.fsum(c.score or 0.0 for c in r.admitted)
-    if sum(costs) + sum(CHARS.count(p) for p in _frame(fmt)) <= budget:
+    if sum(costs) + sum(CHARS.count(p) for p in context_frame(fmt)) <= budget:
         assert len(r.admitted) == len(chunks)  # everything fits
     else:
         assert got == pytest.approx(_brute_force(costs, scores[: len(chunks)], room), abs=1e-9)
@@ -295,7 +295,7 @@ def test_optimal_matches_brute_force(
 def test_optimal_scaled_never_over_budget_and_beats_skip(
     monkeypatch: pytest.MonkeyPatch, pure: bool
 ) -> None:
-    from tokenflex import packing
+    from tokenflex.documents import packing
 
     monkeypatch.setattr(packing, "_FORCE_PURE", pure)
     monkeypatch.setattr(packing, "_MAX_DP_CELLS", 2_000)
@@ -314,7 +314,7 @@ def test_optimal_scaled_never_over_budget_and_beats_skip(
 
 
 def test_pure_python_table_matches_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokenflex import packing
+    from tokenflex.documents import packing
 
     chunks = [Chunk("q" * ((i * 29) % 50 + 3), score=((i * 7) % 11) / 11) for i in range(40)]
     a = pack_chunks(chunks, budget=700, tokenizer=CHARS, policy="optimal")
@@ -512,7 +512,9 @@ def test_whole_context_check_drops_lowest_ranked(policy: str) -> None:
     chunks = [Chunk(f"{i}:" + "t" * 90, score=1 - i / 100, id=str(i)) for i in range(40)]
     r = pack_chunks(chunks, budget=1_200, tokenizer=tok, policy=policy)  # type: ignore[arg-type]
     assert tok.tokenizer.count(r.rendered) == r.tokens <= 1_200 - 64
-    parts_fit = (1_200 - 64 - 9 - tok.count(_notice("markdown", 40, 40))) // r.admitted_costs[0]
+    parts_fit = (
+        1_200 - 64 - 9 - tok.count(omitted_notice("markdown", 40, 40))
+    ) // r.admitted_costs[0]
     assert 0 < len(r.admitted) < parts_fit  # the whole-context step dropped some
     assert list(r.admitted_indices) == list(range(len(r.admitted)))  # lowest ranked went
     assert {d.reason for d in r.dropped} <= {"budget", "stopped"}
@@ -530,7 +532,7 @@ def test_numpy_only_imported_for_optimal() -> None:
     import sys
 
     code = (
-        "import sys; from tokenflex.packing import Chunk, pack_chunks; "
+        "import sys; from tokenflex.documents import Chunk, pack_chunks; "
         "cs = [Chunk(str(i) + 'x' * 300, score=i / 9) for i in range(9)]; "
         "pack_chunks(cs, budget=300, policy='skip'); assert 'numpy' not in sys.modules; "
         "pack_chunks(cs, budget=300, policy='optimal'); print('numpy' in sys.modules)"

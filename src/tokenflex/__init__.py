@@ -14,6 +14,7 @@ from .budget import Allocation, BudgetSpec, SectionSpec, solve
 from .conversation import Conversation
 from .cost import Cost, Savings, estimate_cost, savings
 from .counting import MessageCounter, count_messages, count_tokens, get_counter
+from .documents import Chunk, DroppedChunk, PackResult, pack_chunks
 from .errors import (
     ConfigError,
     ContextOverflowError,
@@ -29,7 +30,6 @@ from .fallback import FallbackChoice, choose_model
 from .fit import FitOptions, afit, fit
 from .history import SQLiteMessageStore
 from .models import Model, get_model, list_models, load_models_file, register_model
-from .packing import Chunk, DroppedChunk, PackResult, pack_chunks
 from .plan import DroppedItem, Plan, SummaryInfo
 from .prompt import Prompt
 from .summarize import SUMMARY_PREFIX, is_summary_message, summary_message

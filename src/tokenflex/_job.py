@@ -143,7 +143,7 @@ class _Job:
     def pack_documents(self, msgs: Sequence[Message], lay: _Layout) -> int:
         """Pack the documents into ``min(documents_cap, what is left)`` (seed 003) and
         return the tokens of the message that carries them (0 when none fit)."""
-        from .packing import pack_chunks
+        from .documents import pack_chunks
 
         self.packed, self.doc_message = None, None
         if not self.documents:

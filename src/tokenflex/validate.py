@@ -88,9 +88,9 @@ def _fraction(name: str, value: float) -> Fraction:
 
 def _count(value: Any, name: str, tokenizer: Any) -> int:
     if isinstance(value, str):
-        from .packing import _resolve_tokenizer
+        from .documents.packing import resolve_tokenizer
 
-        return _resolve_tokenizer(tokenizer).count(value)
+        return resolve_tokenizer(tokenizer).count(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInputError(
             f"Component {name!r} must be a token count (int >= 0) or a text, got {value!r}."

@@ -102,7 +102,7 @@ def _summary_example() -> None:
 
 def _packing_example() -> None:
     try:
-        from ..packing import Chunk, pack_chunks
+        from ..documents import Chunk, pack_chunks
     except ImportError:  # pragma: no cover
         return
     console.print(Rule("ADR-0006: ranked chunks packed with their citations into 600 tokens"))

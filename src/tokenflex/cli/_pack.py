@@ -38,7 +38,7 @@ _CHUNK_HINT = (
 
 def load_chunks(path: str) -> list[Any]:
     """Chunks from a JSON list, a ``{"chunks": [...]}`` object or a JSON-lines file."""
-    from ..packing import Chunk
+    from ..documents import Chunk
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -133,8 +133,8 @@ def pack_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
 ) -> None:
     """Pack ranked chunks and their citations into a token budget; show what was dropped."""
+    from ..documents import pack_chunks
     from ..models import get_model
-    from ..packing import pack_chunks
 
     if model and tokenizer:
         raise InvalidInputError("Pass --model or --tokenizer, not both.")

@@ -1,7 +1,8 @@
 """What packing takes and gives back: a :class:`Chunk` in, a :class:`PackResult` out.
 
-Kept apart from :mod:`tokenflex.packing` so the renderer can name :class:`Chunk` without
-importing the packer. Import these names from :mod:`tokenflex.packing` (or :mod:`tokenflex`).
+Kept apart from :mod:`tokenflex.documents.packing` so the renderer can name :class:`Chunk`
+without importing the packer. Import these names from :mod:`tokenflex.documents` (or
+:mod:`tokenflex`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 __all__ = ["Chunk", "DropReason", "DroppedChunk", "PackResult"]
 

@@ -1,10 +1,11 @@
 """Which chunks to take: pure solvers over plain integer costs (no tokenizer, no I/O).
 
 Positions index the ranked list (best first) and ``room`` is the token capacity left for
-chunks. :func:`_greedy` serves the ``skip`` and ``stop`` policies, :func:`_optimal` the
-``optimal`` one (0/1 knapsack, see :mod:`tokenflex.packing`). The numpy module and the
-table bound are arguments: :mod:`tokenflex.packing` owns those knobs, so numpy is only
-imported when ``optimal`` runs and tests can shrink the table in one place.
+chunks. :func:`select_greedy` serves the ``skip`` and ``stop`` policies,
+:func:`select_optimal` the ``optimal`` one (0/1 knapsack, see
+:mod:`tokenflex.documents.packing`). The numpy module and the table bound are arguments:
+:mod:`tokenflex.documents.packing` owns those knobs, so numpy is only imported when
+``optimal`` runs and tests can shrink the table in one place.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
+__all__ = ["select_greedy", "select_optimal"]
 
-def _greedy(
+
+def select_greedy(
     costs: Sequence[int], room: int, *, stop: bool, allowed: Iterable[int] | None = None
 ) -> tuple[list[int], int | None]:
     """Positions taken in order, and the position of the first miss (for ``stop``)."""
@@ -85,7 +88,7 @@ def _scaled_dp(
     return [fit[i][0] for i in chosen], scale
 
 
-def _optimal(
+def select_optimal(
     costs: Sequence[int],
     values: Sequence[float],
     room: int,
@@ -104,7 +107,7 @@ def _optimal(
     ``np`` is the numpy module (``None``: pure Python) and ``cells`` the table bound.
     """
     greedy_pos = [p for p in range(len(costs)) if values[p] >= 0]
-    greedy, _ = _greedy(costs, room, stop=False, allowed=greedy_pos)
+    greedy, _ = select_greedy(costs, room, stop=False, allowed=greedy_pos)
     items = [p for p in range(len(costs)) if values[p] > 0 and costs[p] <= room]
     how = "exact"
     options: list[list[int]] = []

@@ -2,7 +2,8 @@
 
 Markdown numbers each passage (``[1] text``) and lists the citations after a ``Sources:``
 line; XML wraps each passage and its citation in a ``<document>``. The packer counts a
-chunk by rendering it with :func:`_parts`, so what it counts is what :func:`_render` sends.
+chunk by rendering it with :func:`chunk_parts`, so what it counts is what
+:func:`render_context` sends.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._pack_types import Chunk
+from .chunks import Chunk
+
+__all__ = ["chunk_parts", "context_frame", "omitted_notice", "render_context"]
 
 
 def _citation(chunk: Chunk) -> str:
@@ -27,12 +30,13 @@ def _extras_json(extras: Mapping[str, Any]) -> str:
     )
 
 
-def _notice(fmt: str, omitted: int, total: int) -> str:
+def omitted_notice(fmt: str, omitted: int, total: int) -> str:
+    """The partial-context notice: ``omitted`` of ``total`` passages left out."""
     text = f"{omitted} of {total} retrieved passages omitted to fit the budget."
     return f"<notice>{text}</notice>\n" if fmt == "xml" else f"Note: {text}\n\n"
 
 
-def _parts(fmt: str, n: str, chunk: Chunk) -> tuple[str, ...]:
+def chunk_parts(fmt: str, n: str, chunk: Chunk) -> tuple[str, ...]:
     """The rendered pieces of one chunk: ``n`` is its citation number as text."""
     if fmt == "xml":
         lines = [f'<document index="{n}">\n']
@@ -47,17 +51,18 @@ def _parts(fmt: str, n: str, chunk: Chunk) -> tuple[str, ...]:
     return f"[{n}] {chunk.text}\n\n", f"[{n}] {_citation(chunk)}\n"
 
 
-def _frame(fmt: str) -> tuple[str, str]:
+def context_frame(fmt: str) -> tuple[str, str]:
     """Text before and after the chunks (only when at least one is admitted)."""
     return ("<documents>\n", "</documents>\n") if fmt == "xml" else ("", "Sources:\n")
 
 
-def _render(fmt: str, chunks: Sequence[Chunk], omitted: int, total: int) -> str:
-    notice = _notice(fmt, omitted, total) if omitted else ""
+def render_context(fmt: str, chunks: Sequence[Chunk], omitted: int, total: int) -> str:
+    """The documents context: the notice (when ``omitted``), the chunks and their citations."""
+    notice = omitted_notice(fmt, omitted, total) if omitted else ""
     if not chunks:
         return notice
-    head, tail = _frame(fmt)
-    pieces = [_parts(fmt, str(i), c) for i, c in enumerate(chunks, 1)]
+    head, tail = context_frame(fmt)
+    pieces = [chunk_parts(fmt, str(i), c) for i, c in enumerate(chunks, 1)]
     if fmt == "xml":
         return notice + head + "".join(p[0] for p in pieces) + tail
     return notice + "".join(p[0] for p in pieces) + tail + "".join(p[1] for p in pieces)

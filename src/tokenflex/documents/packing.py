@@ -22,10 +22,10 @@ Policies (highest rank first: score descending, ties by input order):
   so it is never over budget but may fall slightly short of the best score
   (``PackResult.knapsack`` says which). Never worse than ``skip`` on the same scores.
 
-Layout: the data types live in :mod:`tokenflex._pack_types`, rendering in
-:mod:`tokenflex._pack_render`, the greedy and knapsack solvers in
-:mod:`tokenflex._pack_selection`. This module validates, ranks, counts and runs the final
-check; the public types are re-exported here.
+Layout: the data types live in :mod:`tokenflex.documents.chunks`, rendering in
+:mod:`tokenflex.documents.render`, the greedy and knapsack solvers in
+:mod:`tokenflex.documents.selection`. This module validates, ranks, counts and runs the
+final check.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from ._pack_render import _frame, _notice, _parts, _render
-from ._pack_selection import _greedy, _optimal
-from ._pack_types import Chunk, DroppedChunk, DropReason, PackResult
-from .errors import InvalidInputError
-from .models import Model
-from .tokenizers import CountCache, Tokenizer, get_tokenizer
+from ..errors import InvalidInputError
+from ..models import Model
+from ..tokenizers import CountCache, Tokenizer, get_tokenizer
+from .chunks import Chunk, DroppedChunk, DropReason, PackResult
+from .render import chunk_parts, context_frame, omitted_notice, render_context
+from .selection import select_greedy, select_optimal
 
-__all__ = ["Chunk", "DroppedChunk", "PackResult", "pack_chunks"]
+__all__ = ["pack_chunks", "resolve_tokenizer"]
 
 log = logging.getLogger("tokenflex")
 
@@ -50,7 +50,7 @@ Format = Literal["markdown", "xml"]
 POLICIES = ("skip", "stop", "optimal")
 FORMATS = ("markdown", "xml")
 
-# The knapsack's knobs live here, not in _pack_selection: the solver takes them as
+# The knapsack's knobs live here, not in selection.py: the solver takes them as
 # arguments (no module state), numpy stays a lazy import, and tests patch them here.
 _MAX_DP_CELLS = 20_000_000  # knapsack table bound with numpy (bool cells: ~20 MB)
 _MAX_DP_CELLS_PURE = 2_000_000  # without numpy
@@ -68,7 +68,9 @@ def _numpy() -> Any:
     return numpy
 
 
-def _resolve_tokenizer(tokenizer: str | CountCache | Tokenizer | Model) -> CountCache:
+def resolve_tokenizer(tokenizer: str | CountCache | Tokenizer | Model) -> CountCache:
+    """The counter for ``tokenizer``: a name, a CountCache (as is), a Tokenizer (cached) or
+    a Model (its tokenizer). InvalidInputError for anything else."""
     if isinstance(tokenizer, CountCache):
         return tokenizer
     if isinstance(tokenizer, Model):
@@ -109,7 +111,7 @@ def pack_chunks(
     Raises:
         InvalidInputError: bad budget, buffer, policy, format or chunk.
 
-    >>> from tokenflex.packing import Chunk, pack_chunks
+    >>> from tokenflex.documents import Chunk, pack_chunks
     >>> r = pack_chunks([Chunk("Paris is the capital of France.", "Atlas", "https://x.org",
     ...                        score=0.9), Chunk("x" * 4000, "Noise", score=0.1)],
     ...                 budget=200, safety_buffer=16)
@@ -136,7 +138,7 @@ def pack_chunks(
                 f"chunks[{i}] is a {type(c).__name__}, not a tokenflex Chunk; build it with "
                 "Chunk(text, source, identifier, extras, score, id)."
             )
-    tok = _resolve_tokenizer(tokenizer)
+    tok = resolve_tokenizer(tokenizer)
     limit = budget - safety_buffer
 
     order = sorted(
@@ -158,10 +160,10 @@ def pack_chunks(
     total = len(ranked)
     wide = "9" * len(str(max(total, 1)))
     cost: dict[int, int] = {
-        i: sum(tok.count(p) for p in _parts(format, wide, items[i])) for i in order
+        i: sum(tok.count(p) for p in chunk_parts(format, wide, items[i])) for i in order
     }
-    frame = sum(tok.count(p) for p in _frame(format))
-    notice = tok.count(_notice(format, total, total))
+    frame = sum(tok.count(p) for p in context_frame(format))
+    notice = tok.count(omitted_notice(format, total, total))
 
     costs = [cost[i] for i in ranked]
     reasons: dict[int, DropReason] = {i: "duplicate" for i in duplicates}
@@ -174,10 +176,10 @@ def pack_chunks(
             values = [items[i].score or 0.0 for i in ranked]
             np = _numpy()
             cells = _MAX_DP_CELLS if np is not None else _MAX_DP_CELLS_PURE
-            taken, knapsack = _optimal(costs, values, room, np=np, cells=cells)
+            taken, knapsack = select_optimal(costs, values, room, np=np, cells=cells)
             miss = None
         else:
-            taken, miss = _greedy(costs, room, stop=policy == "stop")
+            taken, miss = select_greedy(costs, room, stop=policy == "stop")
         admitted = [ranked[p] for p in taken]
         for p in range(len(ranked)):
             if miss is not None and p > miss:
@@ -189,7 +191,7 @@ def pack_chunks(
     # chunk while it is over (BPE can merge across part boundaries; this is exact).
     while True:
         omitted = total - len(admitted)
-        rendered = _render(format, [items[i] for i in admitted], omitted, total)
+        rendered = render_context(format, [items[i] for i in admitted], omitted, total)
         # Whole contexts bypass the cache: they are large and rarely repeat.
         # An empty context is nothing to send: 0 tokens (the estimator would say 1).
         tokens = tok.tokenizer.count(rendered) if rendered else 0
