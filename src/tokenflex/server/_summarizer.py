@@ -15,41 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
 from ..models import Model
 from .config import ServerConfig
 
-__all__ = ["build_summarizer", "check_summary_options"]
+__all__ = ["build_summarizer"]
 
-_CHAT_KEYS = frozenset(
-    {"base_url", "model", "api_key", "temperature", "timeout", "context_window", "system_prompt"}
-)
 UPSTREAM_SUMMARY_TIMEOUT = 60.0
-
-
-def check_summary_options(where: str, options: dict[str, Any]) -> None:
-    """ConfigError when ``summarize`` / ``summarizer`` in one table are not usable."""
-    enabled = options.get("summarize")
-    if enabled is not None and not isinstance(enabled, bool):
-        raise ConfigError(
-            f"Proxy config {where}: summarize must be true or false, got {enabled!r}."
-        )
-    spec = options.get("summarizer")
-    if spec is None or spec in ("upstream", "extractive"):
-        return
-    if not isinstance(spec, dict):
-        raise ConfigError(
-            f"Proxy config {where}: summarizer must be 'upstream', 'extractive' or a table "
-            f"with base_url and model, got {spec!r}."
-        )
-    unknown = sorted(set(spec) - _CHAT_KEYS)
-    missing = sorted({"base_url", "model"} - set(spec))
-    if unknown or missing:
-        raise ConfigError(
-            f"Proxy config {where}: summarizer table "
-            + (f"has unknown keys {unknown}" if unknown else f"needs {missing}")
-            + f"; allowed: {sorted(_CHAT_KEYS)}."
-        )
 
 
 def build_summarizer(

@@ -229,13 +229,42 @@ def patch_model(model: Model, patch: dict[str, Any]) -> Model:
 SUMMARY_OPTIONS = frozenset({"summarize", "summarizer"})
 """Keys that choose a summarizer (built by the proxy, passed to fit() as ``summarizer=``)."""
 
+_CHAT_KEYS = frozenset(
+    {"base_url", "model", "api_key", "temperature", "timeout", "context_window", "system_prompt"}
+)
+"""Keys of a ``summarizer = {...}`` table: ChatSummarizer arguments."""
+
+
+def check_summary_options(where: str, options: dict[str, Any]) -> None:
+    """ConfigError when ``summarize`` / ``summarizer`` in one table are not usable."""
+    enabled = options.get("summarize")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise ConfigError(
+            f"Proxy config {where}: summarize must be true or false, got {enabled!r}."
+        )
+    spec = options.get("summarizer")
+    if spec is None or spec in ("upstream", "extractive"):
+        return
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"Proxy config {where}: summarizer must be 'upstream', 'extractive' or a table "
+            f"with base_url and model, got {spec!r}."
+        )
+    unknown = sorted(set(spec) - _CHAT_KEYS)
+    missing = sorted({"base_url", "model"} - set(spec))
+    if unknown or missing:
+        raise ConfigError(
+            f"Proxy config {where}: summarizer table "
+            + (f"has unknown keys {unknown}" if unknown else f"needs {missing}")
+            + f"; allowed: {sorted(_CHAT_KEYS)}."
+        )
+
 
 def check_fit_options(config: ServerConfig) -> None:
     """Fail at startup, not per request, when an option table names an unknown option
     or a value fit() would reject."""
     from ..errors import InvalidInputError
     from ..options import FitOptions
-    from ._summarizer import check_summary_options
 
     fit_names = {f.name for f in dataclasses.fields(FitOptions)} - {"max_tokens", "extra"}
     allowed = fit_names | MODEL_FIELDS | PROXY_OPTIONS | SUMMARY_OPTIONS
