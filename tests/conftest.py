@@ -21,4 +21,4 @@ def _isolate_env(
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     yield
-    models._reset_for_tests()
+    models.reset_registry()

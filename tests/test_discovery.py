@@ -13,8 +13,8 @@ import httpx
 import pytest
 from _llama import MODEL_ALIAS, LlamaServer, llama_server_fixture  # noqa: F401
 
-from tokenflex.discovery import adiscover_model, discover_model
 from tokenflex.errors import TokenizerUnavailableError, UpstreamError
+from tokenflex.models.discovery import adiscover_model, discover_model
 from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.gguf import GGUFTokenizer
 from tokenflex.tokenizers.server import ServerTokenizer, server_root

@@ -92,7 +92,7 @@ def test_stopped_server_falls_back() -> None:
 async def test_real_model_summarizes_and_the_fitted_request_is_accepted(
     llama_server: LlamaServer,
 ) -> None:
-    from tokenflex.discovery import adiscover_model
+    from tokenflex.models.discovery import adiscover_model
 
     model = await adiscover_model(llama_server.base_url)
     summarizer = ChatSummarizer(

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tokenflex import models
 from tokenflex.errors import ConfigError, UnknownModelError
 from tokenflex.models import (
     CHAT_FORMATS,
@@ -18,6 +17,8 @@ from tokenflex.models import (
     list_models,
     load_models_file,
     register_model,
+    registry,
+    registry_generation,
 )
 from tokenflex.tokenizers import get_tokenizer
 
@@ -184,9 +185,9 @@ def test_duplicate_names_in_the_embedded_data_are_detected() -> None:
     text = (
         '[[model]]\nname = "a"\ncontext_window = 10\n\n[[model]]\nname = "a"\ncontext_window = 20\n'
     )
-    models._ensure_loaded()
+    registry._ensure_loaded()
     with pytest.raises(ConfigError, match="defined twice"):
-        models._load_toml(text, "test data", replace=False)
+        registry._load_toml(text, "test data", replace=False)
 
 
 def test_registry_has_at_least_60_entries() -> None:
@@ -245,6 +246,6 @@ def test_model_is_frozen_and_validated() -> None:
 
 
 def test_registry_generation_changes_on_register() -> None:
-    before = models._registry_generation()
+    before = registry_generation()
     register_model(name="gen-test", context_window=1000)
-    assert models._registry_generation() != before
+    assert registry_generation() != before

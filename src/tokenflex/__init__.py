@@ -38,7 +38,7 @@ from .tokenizers.estimate import estimate_tokens, estimate_tokens_range
 from .validate import Validation, rag_budget, validate_budget
 
 if TYPE_CHECKING:
-    from .discovery import adiscover_model, discover_model
+    from .models.discovery import adiscover_model, discover_model
     from .settings import Settings, get_settings
     from .summarize import (
         ChatSummarizer,
@@ -57,8 +57,8 @@ _LAZY = {
     "Summarizer": "summarize",
     "summarize_span": "summarize",
     "asummarize_span": "summarize",
-    "discover_model": "discovery",
-    "adiscover_model": "discovery",
+    "discover_model": "models.discovery",
+    "adiscover_model": "models.discovery",
     "Settings": "settings",
     "model_from_gguf": "tokenizers.gguf",
     "get_settings": "settings",

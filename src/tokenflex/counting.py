@@ -347,11 +347,11 @@ def get_counter(model: str | Model) -> MessageCounter:
         hit = _counters.get(model)
     except TypeError:  # a Model built with a list field is unhashable: no caching
         return _build(get_model(model))
-    if hit is not None and hit[0] == _models._registry_generation():
+    if hit is not None and hit[0] == _models.registry_generation():
         return hit[1]
     with _counters_lock:
         resolved = get_model(model)  # loads the registry first: read the generation after
-        generation = _models._registry_generation()
+        generation = _models.registry_generation()
         counter = _build(resolved)
         if len(_counters) >= 1024:
             _counters.clear()

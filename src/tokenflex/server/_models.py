@@ -35,10 +35,10 @@ MAX_CACHED = 256  # model names come from clients: bound what we remember
 
 
 def default_discover(timeout: float) -> Discover:
-    """:func:`tokenflex.discovery.adiscover_model` with a per-request ``timeout``."""
+    """:func:`tokenflex.models.discovery.adiscover_model` with a per-request ``timeout``."""
 
     async def discover(base_url: str, name: str | None, api_key: str | None) -> Model | None:
-        from ..discovery import adiscover_model
+        from ..models.discovery import adiscover_model
 
         return await adiscover_model(base_url, model=name, api_key=api_key, timeout=timeout)
 

@@ -314,7 +314,7 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         config: Upstream, limits, keys and fit options (:class:`ServerConfig`).
         discover: How to ask the upstream for a model's window
             (``discover(base_url, name) -> Model | None``); defaults to
-            :func:`tokenflex.discovery.adiscover_model`.
+            :func:`tokenflex.models.discovery.adiscover_model`.
 
     Raises:
         ConfigError: an option table names an unknown fit() option or a bad value.

@@ -226,7 +226,7 @@ def model_from_gguf(
         name: Model name; default the file name without ``.gguf``.
         context_window: The window the server really runs with (its ``--n_ctx``); default
             the training window from the metadata. Servers often run smaller: pass it, or
-            use :func:`tokenflex.discovery.discover_model` to ask the server.
+            use :func:`tokenflex.models.discovery.discover_model` to ask the server.
         max_output_tokens: The model's output limit, if it has one.
 
     Raises:

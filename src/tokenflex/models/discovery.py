@@ -30,9 +30,9 @@ from typing import Any
 
 import httpx
 
-from .errors import UnknownModelError, UpstreamError
-from .models import Model, get_model
-from .tokenizers.server import server_root
+from ..errors import UnknownModelError, UpstreamError
+from ..tokenizers.server import server_root
+from .registry import Model, get_model
 
 __all__ = ["DEFAULT_PROBE_TOKENS", "OLLAMA_DEFAULT_NUM_CTX", "adiscover_model", "discover_model"]
 

@@ -1,4 +1,5 @@
-"""What a model can hold: context window, output limit, tokenizer, chat format, prices.
+"""What a model can hold (:class:`Model`: context window, output limit, tokenizer, chat
+format, prices), and the registry that finds one by name.
 
 The embedded registry (``data/models.toml``) covers the seeds' models and the current
 major families. Users add or override models from code (:func:`register_model`) or from a
@@ -29,15 +30,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError, UnknownModelError
+from ..errors import ConfigError, UnknownModelError
 
 __all__ = [
+    "CHAT_FORMATS",
     "DEFAULT_CONTEXT_WINDOW",
     "Model",
     "get_model",
     "list_models",
     "load_models_file",
     "register_model",
+    "registry_generation",
+    "reset_registry",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -319,13 +323,16 @@ def list_models(query: str = "") -> list[Model]:
     )
 
 
-def _registry_generation() -> int:
+def registry_generation() -> int:
     """A number that changes whenever the registry does (for caches keyed by name)."""
     return _generation
 
 
-def _reset_for_tests() -> None:
-    """Forget code/file overrides and reload the embedded registry on next use."""
+def reset_registry() -> None:
+    """Forget code/file overrides and reload the embedded registry on next use.
+
+    Tests call it after each test, so models one test registers do not leak into the next.
+    """
     global _loaded, _loaded_env_file, _generation
     with _lock:
         _generation += 1

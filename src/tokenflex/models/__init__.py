@@ -1,0 +1,35 @@
+"""What a model can hold, and where tokenflex learns it.
+
+- :mod:`~tokenflex.models.registry`: :class:`Model` (context window, output limit,
+  tokenizer, chat format, prices) and the registry that finds one by name (embedded data,
+  ``TOKENFLEX_MODELS_FILE``, :func:`register_model`);
+- :mod:`~tokenflex.models.discovery`: ask a running OpenAI-compatible server what model
+  it serves and the window it really runs with (``discover_model``, ``adiscover_model``;
+  needs httpx, so it is imported on first use).
+"""
+
+from __future__ import annotations
+
+from .registry import (
+    CHAT_FORMATS,
+    DEFAULT_CONTEXT_WINDOW,
+    Model,
+    get_model,
+    list_models,
+    load_models_file,
+    register_model,
+    registry_generation,
+    reset_registry,
+)
+
+__all__ = [
+    "CHAT_FORMATS",
+    "DEFAULT_CONTEXT_WINDOW",
+    "Model",
+    "get_model",
+    "list_models",
+    "load_models_file",
+    "register_model",
+    "registry_generation",
+    "reset_registry",
+]
