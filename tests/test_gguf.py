@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from tokenflex.counting import get_counter
 from tokenflex.errors import ConfigError, TokenizerUnavailableError
+from tokenflex.models.gguf import model_from_gguf
 from tokenflex.tokenizers import get_tokenizer
-from tokenflex.tokenizers.gguf import GGUFTokenizer, model_from_gguf
+from tokenflex.tokenizers.gguf import GGUFTokenizer
 
 GGUF = smollm2_path()
 

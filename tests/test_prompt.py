@@ -20,8 +20,8 @@ from tokenflex import (
     count_messages,
     get_model,
 )
+from tokenflex.models.gguf import model_from_gguf
 from tokenflex.prompt import segments
-from tokenflex.tokenizers.gguf import model_from_gguf
 
 GPT4O = get_model("gpt-4o")
 

@@ -39,6 +39,7 @@ from .validate import Validation, rag_budget, validate_budget
 
 if TYPE_CHECKING:
     from .models.discovery import adiscover_model, discover_model
+    from .models.gguf import model_from_gguf
     from .settings import Settings, get_settings
     from .summarize import (
         ChatSummarizer,
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
         asummarize_span,
         summarize_span,
     )
-    from .tokenizers.gguf import model_from_gguf
 
 __version__ = "0.1.0"
 
@@ -60,7 +60,7 @@ _LAZY = {
     "discover_model": "models.discovery",
     "adiscover_model": "models.discovery",
     "Settings": "settings",
-    "model_from_gguf": "tokenizers.gguf",
+    "model_from_gguf": "models.gguf",
     "get_settings": "settings",
 }
 

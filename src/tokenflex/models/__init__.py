@@ -5,7 +5,9 @@
   ``TOKENFLEX_MODELS_FILE``, :func:`register_model`);
 - :mod:`~tokenflex.models.discovery`: ask a running OpenAI-compatible server what model
   it serves and the window it really runs with (``discover_model``, ``adiscover_model``;
-  needs httpx, so it is imported on first use).
+  needs httpx, so it is imported on first use);
+- :mod:`~tokenflex.models.gguf`: a Model from a GGUF file's metadata
+  (``model_from_gguf``).
 """
 
 from __future__ import annotations
