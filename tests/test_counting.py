@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import struct
 import zlib
 from pathlib import Path
@@ -14,18 +15,16 @@ from _cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenflex import counting
-from tokenflex._images import _patch_tokens, image_size, image_tokens
-from tokenflex.counting import (
+from tokenflex.counting import MessageCounter, count_messages, count_tokens, get_counter
+from tokenflex.counting.images import image_size, image_tokens
+from tokenflex.counting.messages import (
     GENERIC_BASE,
+    GENERIC_BASE_BY_FAMILY,
     GENERIC_TOKENS_PER_MESSAGE,
     TOOL_CALL_OVERHEAD,
     TOOL_RESULT_OVERHEAD,
-    MessageCounter,
-    count_messages,
-    count_tokens,
-    get_counter,
 )
+from tokenflex.counting.tools import GENERIC_TOOLS_PREAMBLE
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
 from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding
@@ -263,8 +262,8 @@ def test_image_tokens(model: str, size: tuple[int, int] | None, detail: str, exp
 
 
 def test_patch_budget_example() -> None:
-    # OpenAI's example: 1800x2400 -> 1452 patches after scaling.
-    assert _patch_tokens(1800, 2400, 1.0) == 1452
+    # OpenAI's example: 1800x2400 -> 1452 patches after scaling, times the model's multiplier.
+    assert image_tokens(get_model("gpt-4.1-mini"), (1800, 2400)) == math.ceil(1452 * 1.62)
 
 
 def test_images_in_messages() -> None:
@@ -361,8 +360,8 @@ def test_generic_format_is_conservative_envelope() -> None:
     assert counter.count(msgs) == GENERIC_BASE + GENERIC_TOKENS_PER_MESSAGE + tok("user") + tok(
         "Hello there"
     )
-    assert get_counter("gpt-oss-20b").base() == counting.GENERIC_BASE_BY_FAMILY["gpt-oss"]
-    assert counter.tools(COOKBOOK_TOOLS) > counting.GENERIC_TOOLS_PREAMBLE
+    assert get_counter("gpt-oss-20b").base() == GENERIC_BASE_BY_FAMILY["gpt-oss"]
+    assert counter.tools(COOKBOOK_TOOLS) > GENERIC_TOOLS_PREAMBLE
 
 
 def test_count_tokens_uses_the_model_tokenizer() -> None:

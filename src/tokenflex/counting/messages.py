@@ -1,28 +1,8 @@
-"""How many tokens a chat request costs: messages, names, tool calls, tool schemas, images.
+"""What one message costs: the :class:`MessageCounter` interface every counter follows,
+and the per-message envelope rules of the ``openai``, ``openai-0301`` and ``generic`` chat
+formats (:class:`EnvelopeCounter`).
 
-A :class:`MessageCounter` counts for one model. Its total is additive, which is what lets
-the solver drop one message and know the new size without re-counting the rest::
-
-    counter.count(messages, tools)
-        == counter.base(tools) + sum(counter.message(m) for m in messages)
-
-Rules per ``Model.chat_format``:
-
-``openai`` (exact for gpt-4o, gpt-4o-mini, gpt-4, gpt-3.5-turbo)
-    The OpenAI cookbook "How to count tokens with tiktoken": 3 tokens per message, every
-    string value of the message encoded (role included), +1 per ``name``, +3 to prime the
-    reply; ``openai-0301`` is 4 per message and -1 per name. Tool schemas follow the
-    cookbook's ``num_tokens_for_tools`` constants for the model's family.
-``generic`` (models counted with the estimator, or without a known template)
-    The same shape with a conservative 8 tokens per message and a 32-token base (reply
-    priming, BOS and the default system text templates add: Llama 3.1's date header,
-    Qwen's default system prompt); gpt-oss reserves 96 for the harmony system message.
-``template`` (open models with a Jinja chat template and their own tokenizer)
-    A message costs the tokens of its rendered segment; the base is the generation prompt
-    plus whatever the template adds around a lone message (BOS, default system text).
-    :meth:`MessageCounter.count_rendered` renders the whole conversation for the exact
-    total; the additive count is never below it by construction of the probes (the
-    template's default text is counted once even when a system message replaces it).
+The per-format rules are described in :mod:`tokenflex.counting`.
 
 Beyond the cookbook (documented, conservative rules):
 
@@ -31,57 +11,44 @@ Beyond the cookbook (documented, conservative rules):
 - Tool results (role ``tool`` / ``function``): the cookbook rule (``tool_call_id``
   included) plus 8 tokens for the function-name header the API renders.
 - Tool schemas: nested schema parts the cookbook skips (objects, arrays, ``anyOf``, extra
-  keywords) add the tokens of their compact JSON (see :mod:`tokenflex._tool_schemas`).
-- Images: see :mod:`tokenflex._images` (size read from a data URL's header, never fetched;
-  remote URLs cost the model's worst case).
-
-What makes a message well formed, and the errors that say what is wrong with one, are in
-:mod:`tokenflex._message_checks`.
+  keywords) add the tokens of their compact JSON (see :mod:`tokenflex.counting.tools`).
+- Images: see :mod:`tokenflex.counting.images` (size read from a data URL's header, never
+  fetched; remote URLs cost the model's worst case).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import models as _models
-from ._images import image_size, image_tokens
-from ._message_checks import IMAGE_PARTS, ROLES, TEXT_PARTS, BadMessage, bad_part, validated_role
-from ._tool_schemas import GENERIC_TOOLS_PREAMBLE as GENERIC_TOOLS_PREAMBLE
-from ._tool_schemas import dumps, generic_tools_tokens, openai_tools_tokens, tool_list
-from ._types import Message, Messages, Tool
-from .errors import ConfigError, InvalidInputError, InvalidMessagesError
-from .models import Model, get_model
-from .tokenizers import CountCache, get_tokenizer
+from .._types import Message, Messages, Tool
+from ..errors import InvalidInputError, InvalidMessagesError
+from ..models import Model
+from ..tokenizers import CountCache
+from .checks import IMAGE_PARTS, ROLES, TEXT_PARTS, BadMessage, bad_part, validated_role
+from .images import image_size, image_tokens
+from .tools import dumps, generic_tools_tokens, openai_tools_tokens, tool_list
 
 __all__ = [
-    "ROLES",
+    "GENERIC_BASE",
+    "GENERIC_BASE_BY_FAMILY",
+    "GENERIC_TOKENS_PER_MESSAGE",
+    "TOOL_CALL_OVERHEAD",
+    "TOOL_RESULT_OVERHEAD",
+    "EnvelopeCounter",
     "MessageCounter",
-    "count_messages",
-    "count_tokens",
-    "get_counter",
 ]
-
-log = logging.getLogger("tokenflex")
 
 TOOL_CALL_OVERHEAD = 12
 TOOL_RESULT_OVERHEAD = 8
 GENERIC_TOKENS_PER_MESSAGE = 8
 GENERIC_BASE = 32
 GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
-_MAX_CACHE = 100_000
-
-# Names other modules import from here (tokenflex._template_counter): they now live in
-# _message_checks and _tool_schemas.
-_BadMessage = BadMessage
-_dumps = dumps
-_validated_role = validated_role
 
 
 class MessageCounter:
-    """Counts tokens of messages for one model (get one with :func:`get_counter`).
+    """Counts tokens of messages for one model (get one with
+    :func:`~tokenflex.counting.get_counter`).
 
     Attributes:
         model: The model counted for.
@@ -229,7 +196,7 @@ class MessageCounter:
         return generic_tools_tokens(tools, self._count)
 
 
-class _EnvelopeCounter(MessageCounter):
+class EnvelopeCounter(MessageCounter):
     """Per-message envelope rules: the OpenAI cookbook, and the generic format."""
 
     def __init__(
@@ -292,93 +259,3 @@ class _EnvelopeCounter(MessageCounter):
         if self.model.chat_format == "generic":
             return self._generic_tools(tools)
         return openai_tools_tokens(tools, self.model.family, self._count)
-
-
-def _build(model: Model) -> MessageCounter:
-    tokenizer = get_tokenizer(model.tokenizer)
-    fmt = model.chat_format
-    if fmt == "openai":
-        return _EnvelopeCounter(
-            model, tokenizer, exact=tokenizer.exact, per_message=3, per_name=1, priming=3
-        )
-    if fmt == "openai-0301":
-        return _EnvelopeCounter(
-            model, tokenizer, exact=tokenizer.exact, per_message=4, per_name=-1, priming=3
-        )
-    if fmt == "template":
-        from ._template_counter import TemplateCounter
-
-        if not model.chat_template:
-            raise ConfigError(
-                f"Model {model.name!r} has chat_format 'template' but no chat_template. Set "
-                "chat_template (from the model's tokenizer_config.json) or use 'generic'."
-            )
-        return TemplateCounter(model, tokenizer)
-    base = GENERIC_BASE_BY_FAMILY.get(model.family, GENERIC_BASE)
-    return _EnvelopeCounter(
-        model,
-        tokenizer,
-        exact=False,
-        per_message=GENERIC_TOKENS_PER_MESSAGE,
-        per_name=1,
-        priming=base,
-    )
-
-
-_counters: dict[str | Model, tuple[int, MessageCounter]] = {}
-_counters_lock = threading.Lock()
-
-
-def get_counter(model: str | Model) -> MessageCounter:
-    """The (cached) counter for a model name or :class:`~tokenflex.Model`.
-
-    >>> from tokenflex import get_counter
-    >>> c = get_counter("gpt-4o")
-    >>> c.count([{"role": "user", "content": "Hello!"}])
-    9
-
-    Raises:
-        UnknownModelError: never for a plain unknown name (that gets the conservative
-            default and a logged warning); pass a Model from ``get_model(..., strict=True)``
-            to be strict.
-        TokenizerUnavailableError: the model's tokenizer cannot be loaded.
-    """
-    try:
-        hit = _counters.get(model)
-    except TypeError:  # a Model built with a list field is unhashable: no caching
-        return _build(get_model(model))
-    if hit is not None and hit[0] == _models.registry_generation():
-        return hit[1]
-    with _counters_lock:
-        resolved = get_model(model)  # loads the registry first: read the generation after
-        generation = _models.registry_generation()
-        counter = _build(resolved)
-        if len(_counters) >= 1024:
-            _counters.clear()
-        _counters[model] = (generation, counter)
-    return counter
-
-
-def count_messages(
-    messages: Messages, *, model: str | Model, tools: Sequence[Tool] | None = None
-) -> int:
-    """Tokens a chat request's input costs ``model``: messages, tools, reply priming.
-
-    >>> import tokenflex
-    >>> tokenflex.count_messages([{"role": "user", "content": "Hello!"}], model="gpt-4")
-    9
-
-    Raises:
-        InvalidMessagesError: ``messages`` is not a list of OpenAI-style message dicts.
-    """
-    return get_counter(model).count(messages, tools)
-
-
-def count_tokens(text: str, *, model: str | Model) -> int:
-    """Tokens of plain text with ``model``'s tokenizer (no chat envelope).
-
-    >>> import tokenflex
-    >>> tokenflex.count_tokens("tiktoken is great!", model="gpt-4")
-    6
-    """
-    return get_counter(model).text(text)

@@ -24,7 +24,7 @@ import binascii
 import math
 import struct
 
-from .models import Model
+from ..models import Model
 
 __all__ = ["image_size", "image_tokens"]
 

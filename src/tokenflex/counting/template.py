@@ -14,30 +14,118 @@ what the template adds around a lone user message beyond its segment: BOS, a def
 system prompt (Qwen, SmolLM), a date header (Llama 3.1). When a conversation has its own
 system message that default text is replaced, so the additive count may exceed the exact
 one by it; :meth:`TemplateCounter.count_rendered` renders the whole conversation once.
+
+Rendering follows Hugging Face ``apply_chat_template``: sandboxed (templates come from
+model files), with the globals and filters real templates use: ``raise_exception``,
+``strftime_now`` and a ``tojson`` that does not HTML-escape.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from ._chat_template import TemplateRejected, compile_template, render
-from ._types import Message, Messages, Tool
-from .counting import (
-    GENERIC_TOKENS_PER_MESSAGE,
-    MessageCounter,
-    _BadMessage,
-    _dumps,
-    _validated_role,
-)
-from .errors import InvalidMessagesError
-from .models import Model
-from .tokenizers import CountCache
+from .._types import Message, Messages, Tool
+from ..errors import ConfigError, InvalidMessagesError
+from ..models import Model
+from ..tokenizers import CountCache
+from .checks import BadMessage, validated_role
+from .messages import GENERIC_TOKENS_PER_MESSAGE, MessageCounter
+from .tools import dumps
 
-__all__ = ["TemplateCounter"]
+__all__ = ["TemplateCounter", "TemplateRejected", "compile_template", "render"]
 
 log = logging.getLogger("tokenflex")
+
+
+class TemplateRejected(InvalidMessagesError):
+    """The chat template refused the messages (``raise_exception`` or a template error)."""
+
+
+def _raise_exception(message: str) -> None:
+    import jinja2
+
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_template(source: str) -> Any:
+    """A compiled, sandboxed ``jinja2.Template`` (cached per template text).
+
+    Raises:
+        ConfigError: the template is not valid Jinja.
+    """
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source)
+    except jinja2.exceptions.TemplateSyntaxError as exc:
+        raise ConfigError(
+            f"The chat template is not valid Jinja (line {exc.lineno}: {exc.message}). "
+            "Use the chat_template string from the model's tokenizer_config.json."
+        ) from exc
+
+
+def render(
+    template: Any,
+    messages: Sequence[Any],
+    *,
+    add_generation_prompt: bool,
+    bos_token: str = "",
+    eos_token: str = "",
+    tools: Sequence[Any] | None = None,
+) -> str:
+    """The prompt text the template makes of ``messages``.
+
+    Raises:
+        TemplateRejected: the template raised (e.g. "roles must alternate").
+    """
+    import jinja2
+
+    try:
+        text: str = template.render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            tools=list(tools) if tools else None,
+        )
+    except (jinja2.exceptions.TemplateError, TypeError, ValueError, LookupError) as exc:
+        # Templates also fail with plain Python errors, e.g. "+" on list content.
+        raise TemplateRejected(
+            f"The model's chat template rejected the messages: {exc}. Fix the conversation "
+            "(roles, order) to what the template accepts."
+        ) from exc
+    return text
+
 
 _USER = {"role": "user", "content": "Hi"}
 _ASSISTANT = {"role": "assistant", "content": "Hello"}
@@ -116,11 +204,11 @@ class TemplateCounter(MessageCounter):
                     return n
             else:
                 plain = False
-        _validated_role(msg)
+        validated_role(msg)
         segment = self._segment(msg)
         if segment is None:
             log.debug("chat template of %s renders no segment for %r", self.model.name, msg)
-            n = GENERIC_TOKENS_PER_MESSAGE + self._count(_dumps(dict(msg)))
+            n = GENERIC_TOKENS_PER_MESSAGE + self._count(dumps(dict(msg)))
         else:
             n = self._count(segment) + self._media(msg)
         if plain:
@@ -144,7 +232,7 @@ class TemplateCounter(MessageCounter):
         return with_tools - without
 
     def base(self, tools: Sequence[Tool] | None = None) -> int:
-        key = _dumps(list(tools)) if tools else ""
+        key = dumps(list(tools)) if tools else ""
         n = self._bases.get(key)
         if n is not None:
             return n
@@ -166,9 +254,9 @@ class TemplateCounter(MessageCounter):
         images = 0
         for i, msg in enumerate(messages):
             try:
-                _validated_role(msg)
+                validated_role(msg)
                 images += self._media(msg)
-            except _BadMessage as exc:
+            except BadMessage as exc:
                 raise exc.at(i) from None
         tool_list = self._tool_list(tools) if tools else None
         return self._count(self._render(messages, True, tool_list)) + images

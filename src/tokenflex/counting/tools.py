@@ -19,8 +19,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._types import Tool
-from .errors import InvalidInputError
+from .._types import Tool
+from ..errors import InvalidInputError
 
 __all__ = [
     "GENERIC_TOOLS_PREAMBLE",

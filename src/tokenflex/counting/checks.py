@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidMessagesError
+from ..errors import InvalidMessagesError
 
 __all__ = ["IMAGE_PARTS", "ROLES", "TEXT_PARTS", "BadMessage", "bad_part", "validated_role"]
 

@@ -1,0 +1,56 @@
+"""How many tokens a chat request costs: messages, names, tool calls, tool schemas, images.
+
+A :class:`MessageCounter` counts for one model. Its total is additive, which is what lets
+the solver drop one message and know the new size without re-counting the rest::
+
+    counter.count(messages, tools)
+        == counter.base(tools) + sum(counter.message(m) for m in messages)
+
+Rules per ``Model.chat_format``:
+
+``openai`` (exact for gpt-4o, gpt-4o-mini, gpt-4, gpt-3.5-turbo)
+    The OpenAI cookbook "How to count tokens with tiktoken": 3 tokens per message, every
+    string value of the message encoded (role included), +1 per ``name``, +3 to prime the
+    reply; ``openai-0301`` is 4 per message and -1 per name. Tool schemas follow the
+    cookbook's ``num_tokens_for_tools`` constants for the model's family.
+``generic`` (models counted with the estimator, or without a known template)
+    The same shape with a conservative 8 tokens per message and a 32-token base (reply
+    priming, BOS and the default system text templates add: Llama 3.1's date header,
+    Qwen's default system prompt); gpt-oss reserves 96 for the harmony system message.
+``template`` (open models with a Jinja chat template and their own tokenizer)
+    A message costs the tokens of its rendered segment; the base is the generation prompt
+    plus whatever the template adds around a lone message (BOS, default system text).
+    :meth:`MessageCounter.count_rendered` renders the whole conversation for the exact
+    total; the additive count is never below it by construction of the probes (the
+    template's default text is counted once even when a system message replaces it).
+
+Where each part lives:
+
+- :mod:`~tokenflex.counting.registry`: which counter counts for a model
+  (:func:`get_counter`, cached), and the one-call :func:`count_messages` /
+  :func:`count_tokens`;
+- :mod:`~tokenflex.counting.messages`: the :class:`MessageCounter` interface and the
+  per-message envelope rules (``openai``, ``openai-0301``, ``generic``), with the rules
+  beyond the cookbook (tool calls, tool results);
+- :mod:`~tokenflex.counting.template`: rendering a chat template, and counting through
+  it (``template``);
+- :mod:`~tokenflex.counting.tools`: what tool schemas add;
+- :mod:`~tokenflex.counting.images`: what an image costs (size read from a data URL's
+  header, never fetched; remote URLs cost the model's worst case);
+- :mod:`~tokenflex.counting.checks`: what makes a message well formed, and the errors
+  that say what is wrong with one.
+"""
+
+from __future__ import annotations
+
+from .checks import ROLES
+from .messages import MessageCounter
+from .registry import count_messages, count_tokens, get_counter
+
+__all__ = [
+    "ROLES",
+    "MessageCounter",
+    "count_messages",
+    "count_tokens",
+    "get_counter",
+]

@@ -1,0 +1,111 @@
+"""Which counter counts for a model: one per model and chat format, built on first use
+and cached until the model registry changes; and the one-call helpers over it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from .._types import Messages, Tool
+from ..errors import ConfigError
+from ..models import Model, get_model, registry_generation
+from ..tokenizers import get_tokenizer
+from .messages import (
+    GENERIC_BASE,
+    GENERIC_BASE_BY_FAMILY,
+    GENERIC_TOKENS_PER_MESSAGE,
+    EnvelopeCounter,
+    MessageCounter,
+)
+from .template import TemplateCounter
+
+__all__ = ["count_messages", "count_tokens", "get_counter"]
+
+
+def _build(model: Model) -> MessageCounter:
+    tokenizer = get_tokenizer(model.tokenizer)
+    fmt = model.chat_format
+    if fmt == "openai":
+        return EnvelopeCounter(
+            model, tokenizer, exact=tokenizer.exact, per_message=3, per_name=1, priming=3
+        )
+    if fmt == "openai-0301":
+        return EnvelopeCounter(
+            model, tokenizer, exact=tokenizer.exact, per_message=4, per_name=-1, priming=3
+        )
+    if fmt == "template":
+        if not model.chat_template:
+            raise ConfigError(
+                f"Model {model.name!r} has chat_format 'template' but no chat_template. Set "
+                "chat_template (from the model's tokenizer_config.json) or use 'generic'."
+            )
+        return TemplateCounter(model, tokenizer)
+    base = GENERIC_BASE_BY_FAMILY.get(model.family, GENERIC_BASE)
+    return EnvelopeCounter(
+        model,
+        tokenizer,
+        exact=False,
+        per_message=GENERIC_TOKENS_PER_MESSAGE,
+        per_name=1,
+        priming=base,
+    )
+
+
+_counters: dict[str | Model, tuple[int, MessageCounter]] = {}
+_counters_lock = threading.Lock()
+
+
+def get_counter(model: str | Model) -> MessageCounter:
+    """The (cached) counter for a model name or :class:`~tokenflex.Model`.
+
+    >>> from tokenflex import get_counter
+    >>> c = get_counter("gpt-4o")
+    >>> c.count([{"role": "user", "content": "Hello!"}])
+    9
+
+    Raises:
+        UnknownModelError: never for a plain unknown name (that gets the conservative
+            default and a logged warning); pass a Model from ``get_model(..., strict=True)``
+            to be strict.
+        TokenizerUnavailableError: the model's tokenizer cannot be loaded.
+    """
+    try:
+        hit = _counters.get(model)
+    except TypeError:  # a Model built with a list field is unhashable: no caching
+        return _build(get_model(model))
+    if hit is not None and hit[0] == registry_generation():
+        return hit[1]
+    with _counters_lock:
+        resolved = get_model(model)  # loads the registry first: read the generation after
+        generation = registry_generation()
+        counter = _build(resolved)
+        if len(_counters) >= 1024:
+            _counters.clear()
+        _counters[model] = (generation, counter)
+    return counter
+
+
+def count_messages(
+    messages: Messages, *, model: str | Model, tools: Sequence[Tool] | None = None
+) -> int:
+    """Tokens a chat request's input costs ``model``: messages, tools, reply priming.
+
+    >>> import tokenflex
+    >>> tokenflex.count_messages([{"role": "user", "content": "Hello!"}], model="gpt-4")
+    9
+
+    Raises:
+        InvalidMessagesError: ``messages`` is not a list of OpenAI-style message dicts.
+    """
+    return get_counter(model).count(messages, tools)
+
+
+def count_tokens(text: str, *, model: str | Model) -> int:
+    """Tokens of plain text with ``model``'s tokenizer (no chat envelope).
+
+    >>> import tokenflex
+    >>> tokenflex.count_tokens("tiktoken is great!", model="gpt-4")
+    6
+    """
+    return get_counter(model).text(text)
