@@ -27,9 +27,10 @@ from .errors import (
     UpstreamError,
 )
 from .fallback import FallbackChoice, choose_model
-from .fit import FitOptions, afit, fit
+from .fit import afit, fit
 from .history import SQLiteMessageStore
 from .models import Model, get_model, list_models, load_models_file, register_model
+from .options import FitOptions
 from .plan import DroppedItem, Plan, SummaryInfo
 from .prompt import Prompt
 from .summarize import SUMMARY_PREFIX, is_summary_message, summary_message

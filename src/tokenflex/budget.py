@@ -28,13 +28,15 @@ How it negotiates (CSS-flexbox style, seed 000 done right):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .errors import ContextOverflowError
 
 __all__ = [
+    "MIN_OUTPUT_TOKENS",
+    "SAFETY_MARGIN",
     "Allocation",
     "BudgetSpec",
     "DropRecord",
@@ -44,6 +46,11 @@ __all__ = [
 ]
 
 Policy = Literal["reserve", "flex"]
+
+MIN_OUTPUT_TOKENS = 500
+"""The default output floor (seed 000): ``max_tokens`` never goes below it."""
+SAFETY_MARGIN = 100
+"""The default tokens kept free in the window for counting error and formatting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,11 @@ class SectionSpec:
     """For contiguous sections without required items: ``cumulative[k]`` is the tokens of
     the first ``k`` items (``len`` = items + 1). The solver then bisects instead of
     iterating, so a growing conversation re-fits in O(log n)."""
+    opens: Callable[[int], bool] | None = None
+    """For contiguous sections: whether the item at a keep-order position may be the
+    oldest one kept. When the section is cut and its oldest kept item may not open it
+    (history may not start with an answer whose question was dropped), that item is
+    dropped too, with the reason ``orphan``, and the next one is tried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +98,8 @@ class BudgetSpec:
     context_window: int
     requested_output: int
     """max_tokens the caller asked for (already clamped to the model's max output)."""
-    min_output_tokens: int = 500
-    safety_margin: int = 100
+    min_output_tokens: int = MIN_OUTPUT_TOKENS
+    safety_margin: int = SAFETY_MARGIN
     base_tokens: int = 0
     """Fixed input cost outside any section (reply priming, tool schemas)."""
     policy: Policy = "reserve"
@@ -112,7 +124,8 @@ class DropRecord:
     """How many items; ``None`` for "this one and every later item" (contiguous sections
     whose lazy items were not consumed further)."""
     reason: str
-    """``budget`` (hard window), ``share`` (soft target), ``cap``, ``max_items``."""
+    """``budget`` (hard window), ``share`` (soft target), ``cap``, ``max_items``,
+    ``orphan`` (see :attr:`SectionSpec.opens`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +143,60 @@ class Allocation:
     dropped: tuple[DropRecord, ...]
     notes: tuple[str, ...] = field(default=())
     """Human-readable notes (soft targets that yielded, output reduced, ...)."""
+    spec: BudgetSpec | None = field(default=None, repr=False)
+    """The spec this allocation answers (for :meth:`settle`)."""
+
+    def settle(self, input_tokens: int) -> Allocation:
+        """This allocation for an input that, rendered, costs ``input_tokens`` (joined
+        text may cost less than its parts): the output is negotiated again, its note
+        rewritten, and the promise checked, here in the solver as for every allocation.
+
+        Raises:
+            ValueError: ``input_tokens`` is above what was allocated (solve again with
+                the difference reserved instead).
+        """
+        if input_tokens == self.input_tokens:
+            return self
+        if self.spec is None or input_tokens > self.input_tokens:
+            raise ValueError(
+                f"settle({input_tokens}) needs a solved allocation of at least that much "
+                f"input (this one has {self.input_tokens}); reserve the difference and "
+                "solve again."
+            )
+        notes = [n for n in self.notes if not n.startswith(_OUTPUT_NOTE)]
+        max_tokens, note = _output(self.spec, input_tokens)
+        return replace(
+            self,
+            max_tokens=max_tokens,
+            input_tokens=input_tokens,
+            notes=tuple(notes + ([note] if note else [])),
+        )
+
+
+_OUTPUT_NOTE = "max_tokens reduced from "
+
+
+def _output(spec: BudgetSpec, input_tokens: int) -> tuple[int, str | None]:
+    """The output for ``input_tokens`` of input, and its note; the promise checked.
+
+    The one place that computes ``max_tokens``: ``min(request, window - margin - input)``.
+    """
+    window, margin = spec.context_window, spec.safety_margin
+    request = max(0, spec.requested_output)
+    max_tokens = min(request, window - margin - input_tokens)
+    # The promise, checked on every return; a violation is a bug, never a plan.
+    if not (input_tokens + max_tokens + margin <= window and max_tokens >= spec.floor):
+        raise AssertionError(
+            f"tokenflex solver bug: input={input_tokens} max_tokens={max_tokens} "
+            f"margin={margin} window={window} floor={spec.floor}"
+        )
+    note = None
+    if max_tokens < request:
+        note = (
+            f"{_OUTPUT_NOTE}{request:,} to {max_tokens:,} to fit {input_tokens:,} input "
+            f"tokens in the {window:,}-token window."
+        )
+    return max_tokens, note
 
 
 def _overflow(spec: BudgetSpec, required: int, model: str) -> ContextOverflowError:
@@ -168,6 +235,20 @@ def _bisect_section(
     if nxt <= hard_room:
         return k, "share"
     return k, "cap" if nxt <= window_room else "budget"
+
+
+def _unorphan(
+    s: SectionSpec, positions: list[int], taken: list[int], dropped: list[DropRecord]
+) -> int:
+    """Drop the oldest kept optional items of a cut contiguous section while they may not
+    open it; returns their tokens."""
+    cut, freed = len(positions), 0
+    while taken and s.opens is not None and not s.opens(positions[-1]):
+        positions.pop()
+        freed += taken.pop()
+    if len(positions) < cut:
+        dropped.append(DropRecord(s.name, len(positions), cut - len(positions), "orphan"))
+    return freed
 
 
 def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "") -> Allocation:
@@ -251,7 +332,12 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
         if s.cumulative is not None and s.contiguous and not req:
             k, reason = _bisect_section(s, s.cumulative, soft_room, hard_room, window_room)
             if reason is not None:
-                dropped.append(DropRecord(s.name, k, None, reason))
+                cut = k
+                while k > 0 and s.opens is not None and not s.opens(k - 1):
+                    k -= 1
+                if k < cut:
+                    dropped.append(DropRecord(s.name, k, cut - k, "orphan"))
+                dropped.append(DropRecord(s.name, cut, None, reason))
             if s.min_items and k < s.min_items and reason is not None:
                 notes.append(f"{s.name}: min_items={s.min_items} yields to the window; kept {k}.")
             taken = s.cumulative[k]
@@ -261,16 +347,19 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
             continue
 
         positions = list(range(len(req)))
-        taken = 0  # optional tokens taken
+        taken_items: list[int] = []  # optional tokens taken, per kept position
+        taken = 0
         n_req = len(req)
         pos = n_req
         yielded_soft = False
         for tokens in iters[s.name]:
             n_kept = len(positions)
             if s.max_items is not None and n_kept >= s.max_items:
-                dropped.append(DropRecord(s.name, pos, None if s.contiguous else 1, "max_items"))
                 if s.contiguous:
+                    taken -= _unorphan(s, positions, taken_items, dropped)
+                    dropped.append(DropRecord(s.name, pos, None, "max_items"))
                     break
+                dropped.append(DropRecord(s.name, pos, 1, "max_items"))
                 pos += 1
                 continue
             fits_hard = taken + tokens <= hard_room
@@ -279,6 +368,7 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                 if not fits_soft:
                     yielded_soft = True
                 positions.append(pos)
+                taken_items.append(tokens)
                 taken += tokens
             else:
                 if fits_hard:
@@ -288,6 +378,7 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                 else:
                     reason = "budget"
                 if s.contiguous:
+                    taken -= _unorphan(s, positions, taken_items, dropped)
                     dropped.append(DropRecord(s.name, pos, None, reason))
                     break
                 dropped.append(DropRecord(s.name, pos, 1, reason))
@@ -309,24 +400,15 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
         kept[s.name] = tuple(positions)
         section_tokens[s.name] = sum(req) + taken
 
-    input_tokens = used
-    max_tokens = min(request, window - margin - input_tokens)
-    if max_tokens < request:
-        notes.append(
-            f"max_tokens reduced from {request:,} to {max_tokens:,} to fit "
-            f"{input_tokens:,} input tokens in the {window:,}-token window."
-        )
-    # The promise, checked on every return; a violation is a bug, never a plan.
-    if not (input_tokens + max_tokens + margin <= window and max_tokens >= floor):
-        raise AssertionError(
-            f"tokenflex solver bug: input={input_tokens} max_tokens={max_tokens} "
-            f"margin={margin} window={window} floor={floor}"
-        )
+    max_tokens, note = _output(spec, used)
+    if note:
+        notes.append(note)
     return Allocation(
         max_tokens=max_tokens,
-        input_tokens=input_tokens,
+        input_tokens=used,
         kept=kept,
         section_tokens=section_tokens,
         dropped=tuple(dropped),
         notes=tuple(notes),
+        spec=spec,
     )

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import MIN_OUTPUT_TOKENS, SAFETY_MARGIN
 from .errors import ContextOverflowError, InvalidInputError
 from .models import Model, get_model
 
-__all__ = ["Candidate", "FallbackChoice", "choose_model"]
+__all__ = ["Candidate", "FallbackChoice", "choose_model", "fallback_chain", "no_model_fits"]
 
 RequiredInput = Callable[[Model], int] | int
 
@@ -98,8 +99,8 @@ def choose_model(
     fallbacks: Sequence[str | Model] = (),
     *,
     required_input_tokens_by_model: RequiredInput,
-    min_output_tokens: int = 500,
-    safety_margin: int = 100,
+    min_output_tokens: int = MIN_OUTPUT_TOKENS,
+    safety_margin: int = SAFETY_MARGIN,
     max_input_share: float | None = None,
 ) -> FallbackChoice:
     """The primary model if the request fits it, else the cheapest fallback that fits.
@@ -129,12 +130,7 @@ def choose_model(
     floor = _check_int("min_output_tokens", min_output_tokens)
     margin = _check_int("safety_margin", safety_margin)
     first = get_model(primary)
-    chain: list[Model] = []
-    for m in (get_model(f) for f in fallbacks):
-        if m.name != first.name and all(m.name != c.name for c in chain):
-            chain.append(m)
-    # Cheapest first; unknown prices last; sorted() is stable, so ties keep chain order.
-    chain.sort(key=lambda m: (m.input_price is None, m.input_price or 0.0))
+    chain = fallback_chain(first, [get_model(f) for f in fallbacks])
 
     def required(m: Model) -> int:
         if callable(required_input_tokens_by_model):
@@ -206,14 +202,32 @@ def choose_model(
             )
         return FallbackChoice(m, first, m is not first, req, room, reason, tuple(considered))
 
+    raise no_model_fits(considered, floor, margin, primary=first.name)
+
+
+def fallback_chain(primary: Model, fallbacks: Sequence[Model]) -> list[Model]:
+    """The fallbacks in the order they are tried: cheapest input first, unknown prices
+    last, ties in the given order; the primary and repeats left out."""
+    chain: list[Model] = []
+    for m in fallbacks:
+        if m.name != primary.name and all(m.name != c.name for c in chain):
+            chain.append(m)
+    # sorted() is stable, so ties keep chain order
+    return sorted(chain, key=lambda m: (m.input_price is None, m.input_price or 0.0))
+
+
+def no_model_fits(
+    considered: Sequence[Candidate], floor: int, margin: int, *, primary: str
+) -> ContextOverflowError:
+    """The error when no model of the chain fits, with every model's shortfall."""
     rows = "; ".join(_why_not(c, floor, margin) for c in considered)
     smallest = min(c.required_input_tokens for c in considered) + floor + margin
     widest = max(considered, key=lambda c: c.context_window)
-    raise ContextOverflowError(
+    return ContextOverflowError(
         f"No model fits the request with a {floor:,}-token output floor and a "
         f"{margin:,}-token margin: {rows}. Shorten the input, lower min_output_tokens, or "
         f"add a fallback model with a window of at least {smallest:,} tokens.",
-        model=first.name,
+        model=primary,
         context_window=widest.context_window,
         required_tokens=widest.required_input_tokens,
         max_tokens=floor,

@@ -1,61 +1,234 @@
 """fit(): OpenAI-style messages in, a Plan that fits the window out.
 
-The conversation is split into sections (``_job``) and handed to the pure solver
-(:mod:`tokenflex.budget`); reading lazy history, choosing a fallback model and calling a
-summarizer happen here, around it. The options are :class:`~tokenflex.options.FitOptions`.
+fit() is a layout over the engine (:mod:`tokenflex.engine`): it says where each section
+of a chat request sits; the engine counts, solves, renders, falls back and summarizes.
 
 - ``system``: the leading run of system/developer messages, pinned (required).
+- ``documents``: retrieved chunks packed into ``min(documents_cap, what is left)`` and
+  sent as a system message after the pinned ones.
 - ``summary``: a previous summary message right after them (pinned; rolled forward).
-- ``documents``: retrieved chunks packed into ``min(documents_cap, what is left)``.
 - ``history``: everything up to the last user message, newest first, in atomic groups
   (a tool call stays with its results); optional, contiguous, a soft share of the room.
 - ``current``: the last user message and anything after it (required).
 - tool schemas and reply priming: the fixed base cost.
+
+Reading a lazy history source happens here, before the engine, and only as far as the
+history could possibly fit.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ._job import _PINNED, _check_messages, _Job
 from ._types import Message, Tool
-from .budget import Allocation
-from .counting import get_counter
-from .errors import ContextOverflowError
-from .history import HistorySource, aread_newest_first, read_newest_first
+from .budget import SectionSpec
+from .counting import MessageCounter, get_counter
+from .engine import (
+    GroupIndex,
+    Layout,
+    MessageSection,
+    Section,
+    SummaryTarget,
+    afit_layout,
+    fit_layout,
+)
+from .errors import InvalidMessagesError
+from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
-from .options import FitOptions, _options
-from .plan import Plan
+from .options import FitOptions
+from .plan import DropRun, Plan
+from .summarize import is_summary_message
 
-__all__ = ["FitOptions", "afit", "fit"]
+__all__ = ["PINNED_ROLES", "FitLayout", "afit", "fit"]
 
-log = logging.getLogger("tokenflex")
-
-
-def _with_history(
-    messages: Sequence[Message], read_newest_first_msgs: list[Message]
-) -> list[Message]:
-    lay_sys = 0
-    while lay_sys < len(messages) and messages[lay_sys].get("role") in _PINNED:
-        lay_sys += 1
-    return [*messages[:lay_sys], *reversed(read_newest_first_msgs), *messages[lay_sys:]]
+PINNED_ROLES = ("system", "developer")
+"""Roles of the leading messages that are always kept."""
 
 
-def _history_bound(messages: Sequence[Message], model: Model, opts: FitOptions) -> Any:
+def check_messages(messages: Any) -> Sequence[Message]:
+    """``messages`` if it is a list of messages, else :class:`InvalidMessagesError`."""
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+        raise InvalidMessagesError(
+            f"messages must be a list of message dicts, got {type(messages).__name__}. "
+            'Pass [{"role": "user", "content": "..."}].'
+        )
+    return messages
+
+
+class DocumentsSection(Section):
+    """Retrieved chunks packed with their citations into the room the required input
+    leaves, as one system message; dropped chunks are this section's dropped items."""
+
+    name = "documents"
+    needs_room = True
+
+    def __init__(self, documents: Sequence[Any], model: Model, opts: FitOptions) -> None:
+        self.documents = documents
+        self.model = model
+        self.opts = opts
+        self.packed: Any = None
+        self.message: dict[str, Any] | None = None
+
+    def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
+        from .documents import pack_chunks
+
+        o = self.opts
+        # Without a cap, documents take half of what is left so history keeps the rest.
+        budget = min(o.documents_cap, room) if o.documents_cap is not None else room // 2
+        budget -= counter.message({"role": "system", "content": ""})
+        if budget <= o.documents_safety_buffer:
+            budget = o.documents_safety_buffer + 1  # admits nothing; every chunk is listed
+        self.packed = pack_chunks(
+            self.documents,
+            budget=budget,
+            tokenizer=self.model,
+            policy=o.documents_policy,  # type: ignore[arg-type]
+            safety_buffer=o.documents_safety_buffer,
+            format=o.documents_format,  # type: ignore[arg-type]
+        )
+        if not self.packed.rendered:
+            self.message = None
+            return SectionSpec(self.name, [], required=-1, priority=70)
+        self.message = {"role": "system", "content": self.packed.rendered}
+        return SectionSpec(self.name, [counter.message(self.message)], required=-1, priority=70)
+
+    def render(self, kept: tuple[int, ...]) -> list[Message]:
+        return [self.message] if self.message is not None else []
+
+    def runs(self, alloc: Any) -> list[DropRun]:
+        return [DropRun(self.name, d.index, d.index + 1, d.reason) for d in self.packed.dropped]
+
+    def item(self, index: int) -> Any:
+        return self.documents[index]
+
+    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
+        return int(next(d.tokens for d in self.packed.dropped if d.index == index))
+
+    def warnings(self) -> list[str]:
+        if not self.packed.partial:
+            return []
+        return [
+            f"documents: {self.packed.dropped_count} of {len(self.documents)} chunks omitted "
+            "to fit the budget (the context tells the model)."
+        ]
+
+    def extras(self) -> dict[str, Any]:
+        p = self.packed
+        return {
+            "documents": {
+                "admitted": len(p.admitted),
+                "dropped": p.dropped_count,
+                "tokens": p.tokens,
+                "budget": p.budget,
+                "policy": p.policy,
+            }
+        }
+
+
+@dataclass
+class FitLayout:
+    """Where each of fit()'s sections sits in a message list (see the module doc)."""
+
+    messages: Sequence[Message]
+    model: Model
+    tools: Sequence[Tool] | None
+    opts: FitOptions
+    documents: Sequence[Any] | None = None
+    index: GroupIndex | None = None
+    """Running counts a Conversation keeps (the history section bisects them)."""
+    summary: Message | None = None
+    """A new summary standing for the history before ``hist_start``."""
+    sys_end: int = -1
+    summary_idx: int | None = None
+    hist_start: int = -1
+    cur_start: int = -1
+
+    def __post_init__(self) -> None:
+        if self.sys_end >= 0:
+            return  # positions given (with_summary)
+        msgs, n = self.messages, len(self.messages)
+        i = 0
+        while i < n:
+            m = msgs[i]
+            if not isinstance(m, Mapping):
+                get_counter(self.model).count(list(msgs[: i + 1]))  # names the bad index
+            if m.get("role") not in PINNED_ROLES or is_summary_message(m):
+                break
+            i += 1
+        self.sys_end = i
+        self.summary_idx = i if i < n and is_summary_message(msgs[i]) else None
+        self.hist_start = i + 1 if self.summary_idx is not None else i
+        cur = n - 1
+        while cur >= self.hist_start:
+            m = msgs[cur]
+            if isinstance(m, Mapping) and m.get("role") == "user":
+                break
+            cur -= 1
+        if cur < self.hist_start:
+            # No user message after the system prompt: the current turn is the last group.
+            last = next(iter_groups(msgs, self.hist_start, n, lambda _m: 0), (n, n, 0))
+            cur = last[0]
+        self.cur_start = cur
+
+    def sections(self, model: Model) -> list[Section]:
+        msgs, o = self.messages, self.opts
+        out: list[Section] = [MessageSection("system", msgs, 0, self.sys_end, priority=100)]
+        if self.documents:
+            out.append(DocumentsSection(self.documents, model, o))
+        if self.summary is not None:
+            out.append(MessageSection("summary", [self.summary], 0, 1, priority=80))
+        elif self.summary_idx is not None:
+            i = self.summary_idx
+            out.append(MessageSection("summary", msgs, i, i + 1, priority=80))
+        out.append(
+            MessageSection(
+                "history",
+                msgs,
+                self.hist_start,
+                self.cur_start,
+                mode="newest",
+                priority=10,
+                share=o.history_share,
+                min_items=o.min_messages,
+                max_items=o.max_messages,
+                index=self.index,
+            )
+        )
+        out.append(MessageSection("current", msgs, self.cur_start, len(msgs), priority=90))
+        return out
+
+    def summary_target(self) -> SummaryTarget | None:
+        return SummaryTarget(
+            "history",
+            self.messages,
+            self.hist_start,
+            self.cur_start,
+            tail=len(self.messages) - self.cur_start,
+            previous=self.summary_idx,
+        )
+
+    def with_summary(self, summary: Message, recent_start: int) -> Layout:
+        return replace(self, summary=summary, summary_idx=None, hist_start=recent_start)
+
+
+def _with_history(messages: Sequence[Message], newest_first: list[Message]) -> list[Message]:
+    pinned = 0
+    while pinned < len(messages) and messages[pinned].get("role") in PINNED_ROLES:
+        pinned += 1
+    return [*messages[:pinned], *reversed(newest_first), *messages[pinned:]]
+
+
+def _history_bound(
+    messages: Sequence[Message], model: Model, opts: FitOptions
+) -> Callable[[Message], bool]:
     """A stop rule for lazy history: read until the messages read exceed any room they
     could possibly get, or max_messages (+ a group's worth) is reached."""
     counter = get_counter(model)
     fixed = counter.base(None) + sum(counter.message(m) for m in messages)
-    room = (
-        model.context_window
-        - opts.safety_margin
-        - min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
-        - fixed
-    )
+    floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
+    room = model.context_window - opts.safety_margin - floor - fixed
     if opts.max_input_tokens is not None:
         room = min(room, opts.max_input_tokens - fixed)
     state = {"tokens": 0, "n": 0}
@@ -67,59 +240,6 @@ def _history_bound(messages: Sequence[Message], model: Model, opts: FitOptions) 
         return state["tokens"] > room or (limit is not None and state["n"] >= limit)
 
     return enough
-
-
-def _first_fit(
-    messages: Sequence[Message],
-    model: str | Model,
-    tools: Sequence[Tool] | None,
-    opts: FitOptions,
-    started: float,
-    documents: Sequence[Any] | None,
-) -> tuple[_Job, Allocation, int, str | None, str | None]:
-    primary = get_model(model, strict=opts.strict)
-    job = _Job(messages, primary, tools, opts, started, documents)
-    share = opts.fallback_input_share
-    over_share = (
-        share is not None
-        and bool(opts.fallback_models)
-        and job.required_tokens(messages, job.layout) > share * primary.context_window
-    )
-    if not over_share:
-        try:
-            return (job, *job.solve(messages, job.layout), None)
-        except ContextOverflowError:
-            if not opts.fallback_models:
-                raise
-    from .fallback import choose_model
-
-    def required(m: Model) -> int:
-        j = _Job(messages, m, tools, opts, started)
-        return j.required_tokens(messages, j.layout)
-
-    # Cheapest model in the chain whose window fits the required input plus the floor,
-    # for this one request; raises with every model's shortfall when none does.
-    choice = choose_model(
-        primary,
-        [get_model(name, strict=opts.strict) for name in opts.fallback_models],
-        required_input_tokens_by_model=required,
-        min_output_tokens=min(opts.min_output_tokens, job.request),
-        safety_margin=opts.safety_margin,
-        max_input_share=share,
-    )
-    if not choice.switched:  # over the share, but no fallback stays under it: keep the primary
-        job.warnings.append(
-            f"Required input is above fallback_input_share={share} of {primary.name}'s window "
-            f"but no fallback model stays under it; kept {primary.name}."
-        )
-        return (job, *job.solve(messages, job.layout), None)
-    job = _Job(messages, choice.model, tools, opts, started, documents)
-    job.warnings.append(
-        f"{primary.name} cannot fit this request; using fallback model {choice.model.name} "
-        f"({choice.model.context_window:,}-token window) for this request: {choice.reason}"
-    )
-    log.warning("tokenflex: falling back from %s to %s", primary.name, choice.model.name)
-    return (job, *job.solve(messages, job.layout), primary.name)
 
 
 def fit(
@@ -151,7 +271,8 @@ def fit(
             as a system message after the pinned ones; dropped chunks are in ``dropped``.
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
-            ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...).
+            ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
+            an unknown name or an invalid value raises :class:`InvalidInputError`.
 
     Returns:
         A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``.
@@ -167,61 +288,19 @@ def fit(
     >>> plan.input_tokens, plan.max_tokens
     (9, 1000)
     """
+    import time
+
     started = time.perf_counter()
-    opts = _options({"max_tokens": max_tokens, **options})
-    messages = _check_messages(messages)
+    opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
+    messages = check_messages(messages)
+    primary = get_model(model, strict=opts.strict)
     if history is not None:
-        primary = get_model(model, strict=opts.strict)
-        read, _exhausted = read_newest_first(
+        read, _ = read_newest_first(
             history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
         )
         messages = _with_history(messages, read)
-    first = _First(*_first_fit(messages, model, tools, opts, started, documents))
-    step = first.summary_step(summarizer)
-    if step is not None:
-        try:
-            text = step.call_sync(summarizer)
-        except Exception as exc:  # any failure: fall back to dropping, say so
-            step.failed(exc)
-        else:
-            return first.with_summary(step, text, summarizer)
-    return first.plan()
-
-
-@dataclass
-class _First:
-    """The first solve, shared by fit() and afit(); what follows is the summary or not."""
-
-    job: _Job
-    alloc: Allocation
-    kept_start: int
-    reason: str | None
-    fallback_from: str | None
-
-    def summary_step(self, summarizer: Any) -> Any:
-        if summarizer is None or self.reason is None:
-            return None
-        from .summarize_plan import SummaryStep
-
-        step = SummaryStep(self.job, self.alloc, self.kept_start, self.reason)
-        return step if step.request is not None else None
-
-    def with_summary(self, step: Any, text: str, summarizer: Any) -> Plan:
-        plan = step.finish(text, type(summarizer).__name__)
-        return self.plan() if plan is None else _finish(plan, self.fallback_from)
-
-    def plan(self) -> Plan:
-        job = self.job
-        plan = job.plan(job.messages, job.layout, self.alloc, self.kept_start, self.reason)
-        return _finish(plan, self.fallback_from)
-
-
-def _finish(plan: Plan, fallback_from: str | None) -> Plan:
-    if fallback_from is None:
-        return plan
-    import dataclasses
-
-    return dataclasses.replace(plan, fallback_from=fallback_from)
+    layout = FitLayout(messages, primary, tools, opts, documents)
+    return fit_layout(layout, opts, summarizer=summarizer, started=started)
 
 
 async def afit(
@@ -236,24 +315,18 @@ async def afit(
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
-    summarizers. Counting and solving are CPU work and run inline (microseconds to
-    milliseconds)."""
+    summarizers; counting and solving run in a worker thread, so a tokenizer that asks
+    a server never blocks the event loop."""
+    import asyncio
+    import time
+
     started = time.perf_counter()
-    opts = _options({"max_tokens": max_tokens, **options})
-    messages = _check_messages(messages)
+    opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
+    messages = check_messages(messages)
+    primary = get_model(model, strict=opts.strict)
     if history is not None:
-        primary = get_model(model, strict=opts.strict)
-        read, _exhausted = await aread_newest_first(
-            history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
-        )
+        bound = await asyncio.to_thread(_history_bound, messages, primary, opts)
+        read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
-    first = _First(*_first_fit(messages, model, tools, opts, started, documents))
-    step = first.summary_step(summarizer)
-    if step is not None:
-        try:
-            text = await step.call_async(summarizer)
-        except Exception as exc:  # any failure: fall back to dropping, say so
-            step.failed(exc)
-        else:
-            return first.with_summary(step, text, summarizer)
-    return first.plan()
+    layout = await asyncio.to_thread(FitLayout, messages, primary, tools, opts, documents)
+    return await afit_layout(layout, opts, summarizer=summarizer, started=started)

@@ -1,32 +1,42 @@
-"""FitOptions: every knob of fit(), validated once.
+"""FitOptions: every knob of fitting, its default and its valid values, in one place.
 
-:class:`FitOptions` holds the defaults the seeds argue for; ``_options`` builds one from
-``fit(**options)`` keywords and names a misspelled option with its closest match.
+``fit()``, :class:`~tokenflex.Prompt`, :class:`~tokenflex.Conversation`, the CLI, the
+settings and the proxy all take their defaults from here. :meth:`FitOptions.from_kwargs`
+builds one from keyword arguments: an unknown name is rejected with its closest match,
+and an invalid value is reported under its own name with the values it may take.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import contextlib
+import dataclasses
+import difflib
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .budget import Policy
+from .budget import MIN_OUTPUT_TOKENS, SAFETY_MARGIN, Policy
 from .errors import InvalidInputError
 
-__all__ = ["FitOptions"]
+__all__ = ["DEFAULT_MAX_TOKENS", "FitOptions"]
+
+DEFAULT_MAX_TOKENS = 4000
+"""The output request when neither the caller nor the model names one (seed 002)."""
 
 
 @dataclass(frozen=True)
 class FitOptions:
-    """Every knob of :func:`fit`, with the defaults the seeds argue for."""
+    """Every knob of :func:`tokenflex.fit`, with the defaults the seeds argue for."""
 
     max_tokens: int | None = None
-    """Output request; None: the model's max output, else 4,000 (seed 002)."""
+    """Output request; None: the model's max output, else :data:`DEFAULT_MAX_TOKENS`."""
     policy: Policy = "reserve"
     """``reserve``: keep the requested output, trim input. ``flex``: keep input, let the
     output shrink to the floor (seed 000)."""
-    min_output_tokens: int = 500
-    safety_margin: int = 100
+    min_output_tokens: int = MIN_OUTPUT_TOKENS
+    """The output floor (never above the request)."""
+    safety_margin: int = SAFETY_MARGIN
+    """Tokens kept free in the window for counting error and formatting."""
     history_share: float = 0.8
     """Soft target share of the room history may fill (seed 001); 1.0 fills it all."""
     min_messages: int = 0
@@ -39,11 +49,18 @@ class FitOptions:
     keep_recent: int = 6
     """Messages kept verbatim when summarizing (seed 002's KEEP_RECENT_MESSAGES)."""
     summary_max_tokens: int = 512
+    """Longest summary asked of the summarizer (at most a quarter of the window)."""
     documents_cap: int | None = None
+    """Most tokens the documents may take; None: half of what the required input leaves."""
     documents_format: str = "markdown"
+    """How chunks are rendered: ``markdown`` or ``xml``."""
     documents_policy: str = "skip"
+    """How chunks are packed: ``skip`` (a chunk that does not fit is skipped), ``stop``
+    (packing stops at the first one) or ``optimal`` (the best set by score)."""
     documents_safety_buffer: int = 64
+    """Tokens kept free inside the documents budget (seed 004's buffer)."""
     fallback_models: tuple[str, ...] = ()
+    """Models tried, cheapest first, when the request does not fit the primary."""
     fallback_input_share: float | None = None
     """Seed 003's FALLBACK rule: switch to a fallback model when the required input is above
     this share of the primary's window (0.90 in the seed), not only when it cannot fit."""
@@ -51,58 +68,123 @@ class FitOptions:
     """Unknown model names raise instead of getting the conservative default."""
     page_size: int = 50
     """Page size when reading a lazy history source."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        checks: list[tuple[str, Any, bool]] = [
-            ("max_tokens", self.max_tokens, self.max_tokens is None or self.max_tokens > 0),
-            ("min_output_tokens", self.min_output_tokens, self.min_output_tokens >= 0),
-            ("safety_margin", self.safety_margin, self.safety_margin >= 0),
-            ("history_share", self.history_share, 0 < self.history_share <= 1),
-            ("min_messages", self.min_messages, self.min_messages >= 0),
-            (
-                "max_messages",
-                self.max_messages,
-                self.max_messages is None or self.max_messages >= 0,
-            ),
-            (
-                "max_input_tokens",
-                self.max_input_tokens,
-                self.max_input_tokens is None or self.max_input_tokens > 0,
-            ),
-            ("keep_recent", self.keep_recent, self.keep_recent >= 0),
-            ("summary_max_tokens", self.summary_max_tokens, self.summary_max_tokens > 0),
-            ("policy", self.policy, self.policy in ("reserve", "flex")),
-            ("page_size", self.page_size, self.page_size > 0),
-            (
-                "fallback_input_share",
-                self.fallback_input_share,
-                self.fallback_input_share is None or 0 < self.fallback_input_share <= 1,
-            ),
-        ]
-        for name, value, ok in checks:
-            if not ok or isinstance(value, bool):
+        for f in dataclasses.fields(self):
+            check, valid = _CHECKS[f.name]
+            value = getattr(self, f.name)
+            if not check(value):
+                what = valid if isinstance(valid, str) else valid()
                 raise InvalidInputError(
-                    f"{name}={value!r} is not valid: max_tokens, max_input_tokens and "
-                    "summary_max_tokens must be positive integers, history_share in (0, 1], "
-                    "counts non-negative, policy 'reserve' or 'flex'."
+                    f"{f.name}={value!r} is not valid: {f.name} must be {what}."
                 )
 
+    @classmethod
+    def from_kwargs(
+        cls,
+        options: Mapping[str, Any],
+        *,
+        where: str = "fit()",
+        allowed: Collection[str] | None = None,
+    ) -> FitOptions:
+        """Options from keyword arguments, every name and value checked.
 
-def _options(options: Mapping[str, Any]) -> FitOptions:
-    try:
-        opts = dict(options)
-        if "fallback_models" in opts:
-            opts["fallback_models"] = tuple(opts["fallback_models"])
-        return FitOptions(**opts)
-    except TypeError as exc:
-        import dataclasses
-        import difflib
+        Args:
+            options: Option names and values.
+            where: The call the options were given to, for the error message.
+            allowed: The option names this call takes (default: all of them).
 
-        names = [f.name for f in dataclasses.fields(FitOptions)]
-        bad = [k for k in options if k not in names]
-        close = {k: difflib.get_close_matches(k, names, n=1) for k in bad}
-        hint = ", ".join(
-            f"{k!r}" + (f" (did you mean {c[0]!r}?)" if c else "") for k, c in close.items()
-        )
-        raise InvalidInputError(f"Unknown fit() option {hint}. Options: {names}.") from exc
+        Raises:
+            InvalidInputError: an unknown name (with its closest match) or an invalid
+                value (named, with the values it may take).
+
+        >>> FitOptions.from_kwargs({"documents_policy": "best"})
+        Traceback (most recent call last):
+        ...
+        tokenflex.errors.InvalidInputError: documents_policy='best' is not valid: documents_policy must be one of 'skip', 'stop', 'optimal'.
+        """  # noqa: E501
+        names = [f.name for f in dataclasses.fields(cls)]
+        takes = names if allowed is None else [n for n in names if n in allowed]
+        bad = [k for k in options if k not in takes]
+        if bad:
+            hints = []
+            for k in bad:
+                close = difflib.get_close_matches(k, takes, n=1)
+                if close:
+                    hints.append(f"{k!r} (did you mean {close[0]!r}?)")
+                elif k in names:
+                    hints.append(f"{k!r} (not an option of {where})")
+                else:
+                    hints.append(repr(k))
+            raise InvalidInputError(
+                f"Unknown {where} option {', '.join(hints)}. Options: {', '.join(takes)}."
+            )
+        values = dict(options)
+        fallbacks = values.get("fallback_models")
+        if fallbacks is not None and not isinstance(fallbacks, str | bytes):
+            with contextlib.suppress(TypeError):  # reported by the check below
+                values["fallback_models"] = tuple(fallbacks)
+        return cls(**values)
+
+
+def _int(low: int, *, none: bool = False) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        if v is None:
+            return none
+        return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+    return check
+
+
+def _share(*, none: bool = False) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        if v is None:
+            return none
+        return isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1
+
+    return check
+
+
+def _one_of(values: Collection[str]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and v in values
+
+
+def _documents_choices(kind: str) -> tuple[str, ...]:
+    from .documents.packing import FORMATS, POLICIES
+
+    return POLICIES if kind == "policy" else FORMATS
+
+
+def _quoted(values: Collection[str]) -> str:
+    return "one of " + ", ".join(repr(v) for v in values)
+
+
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
+    "max_tokens": (_int(1, none=True), "a positive int or None"),
+    "policy": (_one_of(("reserve", "flex")), _quoted(("reserve", "flex"))),
+    "min_output_tokens": (_int(0), "an int >= 0"),
+    "safety_margin": (_int(0), "an int >= 0"),
+    "history_share": (_share(), "a number in (0, 1]"),
+    "min_messages": (_int(0), "an int >= 0"),
+    "max_messages": (_int(0, none=True), "an int >= 0 or None"),
+    "max_input_tokens": (_int(1, none=True), "a positive int or None"),
+    "keep_recent": (_int(0), "an int >= 0"),
+    "summary_max_tokens": (_int(1), "a positive int"),
+    "documents_cap": (_int(0, none=True), "an int >= 0 or None"),
+    "documents_format": (
+        lambda v: v in _documents_choices("format"),
+        lambda: _quoted(_documents_choices("format")),
+    ),
+    "documents_policy": (
+        lambda v: v in _documents_choices("policy"),
+        lambda: _quoted(_documents_choices("policy")),
+    ),
+    "documents_safety_buffer": (_int(0), "an int >= 0"),
+    "fallback_models": (
+        lambda v: isinstance(v, tuple) and all(isinstance(x, str) and x for x in v),
+        "a list of model names",
+    ),
+    "fallback_input_share": (_share(none=True), "a number in (0, 1] or None"),
+    "strict": (lambda v: isinstance(v, bool), "True or False"),
+    "page_size": (_int(1), "a positive int"),
+}

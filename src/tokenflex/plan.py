@@ -12,7 +12,7 @@ from typing import Any, overload
 from ._types import JSON
 from .models import Model
 
-__all__ = ["DroppedItem", "DroppedItems", "Plan", "SummaryInfo"]
+__all__ = ["DropRun", "DroppedItem", "DroppedItems", "Plan", "SummaryInfo", "log_dropped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +34,16 @@ class DroppedItem:
 
 
 @dataclass(frozen=True, slots=True)
-class _DropRun:
+class DropRun:
+    """Items ``[start, stop)`` of a section's input, left out for one reason."""
+
     section: str
     start: int
     stop: int
     reason: str
 
 
-def _log_dropped(runs: Sequence[_DropRun], model: str) -> None:
+def log_dropped(runs: Sequence[DropRun], model: str) -> None:
     """Nothing is dropped silently: one INFO line per run."""
     log = logging.getLogger("tokenflex")
     for r in runs:
@@ -61,20 +63,23 @@ class DroppedItems(Sequence[DroppedItem]):
 
     A 10,000-message conversation that keeps 200 drops 9,800 messages; building 9,800
     records (and counting their tokens) on every fit would make fitting O(history). The
-    plan stores contiguous runs and counts a dropped item's tokens only when you look at it.
+    plan stores contiguous runs and looks up a dropped item's tokens only when you look at
+    it: the count the fit already made, or (for history it never had to read) a count made
+    once and kept.
     """
 
-    __slots__ = ("_cost", "_items", "_len", "_runs", "_starts")
+    __slots__ = ("_cost", "_costs", "_items", "_len", "_runs", "_starts")
 
     def __init__(
         self,
-        runs: Sequence[_DropRun],
+        runs: Sequence[DropRun],
         items: Callable[[str, int], Any],
         cost: Callable[[str, int, Any], int],
     ) -> None:
         self._runs = tuple(r for r in runs if r.stop > r.start)
         self._items = items
         self._cost = cost
+        self._costs: dict[tuple[str, int], int] = {}
         starts = []
         total = 0
         for r in self._runs:
@@ -103,9 +108,11 @@ class DroppedItems(Sequence[DroppedItem]):
         run = self._runs[r_idx]
         index = run.start + (i - self._starts[r_idx])
         item = self._items(run.section, index)
-        return DroppedItem(
-            run.section, index, self._cost(run.section, index, item), run.reason, item
-        )
+        key = (run.section, index)
+        tokens = self._costs.get(key)
+        if tokens is None:
+            tokens = self._costs[key] = self._cost(run.section, index, item)
+        return DroppedItem(run.section, index, tokens, run.reason, item)
 
     def __iter__(self) -> Iterator[DroppedItem]:
         for j in range(self._len):

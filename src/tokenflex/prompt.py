@@ -43,19 +43,22 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._types import Message, Tool
-from .budget import Policy
-from .counting import MessageCounter, get_counter
+from .budget import SectionSpec
+from .counting import MessageCounter
+from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
 from .errors import InvalidInputError
 from .models import Model, get_model
-from .plan import Plan
+from .options import FitOptions
+from .plan import DropRun, Plan
+from .summarize import is_summary_message
 
-__all__ = ["Boundary", "Prompt", "Shrink", "segments"]
+__all__ = ["PROMPT_OPTIONS", "Boundary", "Prompt", "Shrink", "segments"]
 
-Shrink = Literal["drop_oldest", "drop_lowest", "truncate"]
+Shrink = Literal["drop_oldest", "drop_lowest", "truncate", "summarize"]
 Boundary = Literal["paragraph", "line", "sentence", "word"]
 
 # A cut is made before the delimiter, so a segment starts with the whitespace that
@@ -110,19 +113,187 @@ class _Section:
         return self.messages if self.messages is not None else self.texts or []
 
 
+class TextSection(Section):
+    """Strings joined into one message (``role``, ``header``, items, ``marker``).
+
+    The message's envelope is the first item in keep order: required with the section,
+    and for an optional section kept only while it fits (else the engine leaves the whole
+    section out). Joined text may cost other than the sum of its parts, so the engine
+    recounts the rendered message (``exact_render = False``).
+    """
+
+    exact_render = False
+
+    def __init__(self, s: _Section) -> None:
+        self.s = s
+        self.name = s.name
+        self.may_leave_out = not s.required
+        self.tokens: dict[int, int] = {}  # input index -> tokens
+        self.order: list[int] = []  # keep order of input indices
+
+    def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
+        s = self.s
+        texts = s.texts or []
+        sep = "" if s.shrink == "truncate" else s.separator
+        self.tokens = {i: counter.text(sep + t) for i, t in enumerate(texts)}
+        if s.shrink == "truncate":
+            self.order = list(range(len(texts)))
+        elif s.scores is not None:
+            scores = s.scores
+            self.order = sorted(range(len(texts)), key=lambda i: -scores[i])
+        else:
+            self.order = list(range(len(texts)))
+        head = s.header + s.separator if s.header else ""
+        envelope = counter.message({"role": s.role, "content": head + s.marker})
+        return SectionSpec(
+            s.name,
+            [envelope, *(self.tokens[i] for i in self.order)],
+            required=-1 if s.required else 1,
+            priority=s.priority,
+            min_tokens=s.min_tokens,
+            cap=s.cap,
+            share=s.share,
+            min_items=s.min_items + 1 if s.min_items else 0,
+            max_items=None if s.max_items is None else s.max_items + 1,
+            contiguous=s.shrink == "truncate",
+        )
+
+    def _kept(self, kept: tuple[int, ...]) -> list[int]:
+        return sorted(self.order[p - 1] for p in kept if p >= 1)
+
+    def render(self, kept: tuple[int, ...]) -> list[Message]:
+        s = self.s
+        indices = self._kept(kept)
+        if not indices:
+            return []
+        texts = s.texts or []
+        head = s.header + s.separator if s.header else ""
+        if s.shrink == "truncate":
+            body = "".join(texts[i] for i in indices)
+            if len(indices) < len(texts):
+                body += s.marker
+        else:
+            body = s.separator.join(texts[i] for i in indices)
+        return [{"role": s.role, "content": head + body}]
+
+    def runs(self, alloc: Any) -> list[DropRun]:
+        n = len(self.s.texts or [])
+        if alloc is None:
+            return [DropRun(self.name, 0, n, "budget")] if n else []
+        reason_at: dict[int, str] = {}
+        for d in alloc.dropped:
+            if d.section != self.name:
+                continue
+            stop = len(self.order) + 1 if d.count is None else d.start + d.count
+            for p in range(max(1, d.start), stop):
+                reason_at.setdefault(self.order[p - 1], d.reason)
+        kept = set(self._kept(alloc.kept.get(self.name, ())))
+        out: list[DropRun] = []
+        for i in range(n):
+            if i in kept:
+                continue
+            reason = reason_at.get(i, "budget")
+            if out and out[-1].stop == i and out[-1].reason == reason:
+                out[-1] = DropRun(self.name, out[-1].start, i + 1, reason)
+            else:
+                out.append(DropRun(self.name, i, i + 1, reason))
+        return out
+
+    def item(self, index: int) -> Any:
+        return (self.s.texts or [])[index]
+
+    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
+        return self.tokens.get(index, 0)
+
+
+_MODES = {"drop_oldest": "newest", "summarize": "newest", "drop_lowest": "ranked"}
+
+
+@dataclass
+class _PromptLayout:
+    """A prompt's sections for the engine; ``summary`` stands for the summarized
+    section's messages before ``recent_start``."""
+
+    model: Model
+    tools: Sequence[Tool] | None
+    parts: list[_Section]
+    summary: Message | None = None
+    recent_start: int = 0
+
+    def sections(self, model: Model) -> list[Section]:
+        out: list[Section] = []
+        for s in self.parts:
+            if not s.source():
+                continue
+            if s.messages is None:
+                out.append(TextSection(s))
+                continue
+            lo = 0
+            if s.shrink == "summarize":
+                if self.summary is not None:
+                    out.append(MessageSection("summary", [self.summary], 0, 1, priority=80))
+                    lo = self.recent_start
+                elif is_summary_message(s.messages[0]):
+                    out.append(MessageSection("summary", s.messages, 0, 1, priority=80))
+                    lo = 1
+            out.append(
+                MessageSection(
+                    s.name,
+                    s.messages,
+                    lo,
+                    len(s.messages),
+                    mode="all" if s.required else _MODES[s.shrink],  # type: ignore[arg-type]
+                    priority=s.priority,
+                    min_tokens=s.min_tokens,
+                    cap=s.cap,
+                    share=s.share,
+                    min_items=s.min_items,
+                    max_items=s.max_items,
+                    scores=s.scores,
+                    label=f"Section {s.name!r}: ",
+                )
+            )
+        return out
+
+    def summary_target(self) -> SummaryTarget | None:
+        s = next((s for s in self.parts if s.shrink == "summarize" and s.messages), None)
+        if s is None or s.messages is None:
+            return None
+        previous = 0 if is_summary_message(s.messages[0]) else None
+        lo = 1 if previous is not None else 0
+        return SummaryTarget(s.name, s.messages, lo, len(s.messages), previous=previous)
+
+    def with_summary(self, summary: Message, recent_start: int) -> Layout:
+        return replace(self, summary=summary, recent_start=recent_start)
+
+
+PROMPT_OPTIONS = (
+    "policy",
+    "min_output_tokens",
+    "safety_margin",
+    "max_input_tokens",
+    "keep_recent",
+    "summary_max_tokens",
+    "fallback_models",
+    "fallback_input_share",
+    "strict",
+)
+"""The :class:`~tokenflex.FitOptions` a :class:`Prompt` takes (the others describe
+fit()'s own sections; a Prompt sets them per section)."""
+
+
 class Prompt:
     """A multi-section prompt for one model; :meth:`fit` returns a :class:`~tokenflex.Plan`.
 
     Args:
         model: Model name or :class:`~tokenflex.Model`.
         max_tokens: Output request; None: the model's max output, else 4,000.
-        policy: ``reserve`` keeps the requested output and trims input; ``flex`` keeps
-            input and lets the output shrink to ``min_output_tokens``.
-        min_output_tokens: The output floor (never above the request).
-        safety_margin: Tokens kept free.
-        max_input_tokens: Cap on input tokens for optional items.
         tools: Tool schemas sent with the request (counted in the base cost).
-        strict: Unknown model names raise instead of getting the conservative default.
+        **options: The :class:`~tokenflex.FitOptions` that apply to a prompt
+            (:data:`PROMPT_OPTIONS`): ``policy``, ``min_output_tokens``,
+            ``safety_margin``, ``max_input_tokens``, ``keep_recent`` and
+            ``summary_max_tokens`` (for a ``summarize`` section), ``fallback_models``,
+            ``fallback_input_share``, ``strict``.
     """
 
     def __init__(
@@ -130,31 +301,23 @@ class Prompt:
         model: str | Model,
         *,
         max_tokens: int | None = None,
-        policy: Policy = "reserve",
-        min_output_tokens: int = 500,
-        safety_margin: int = 100,
-        max_input_tokens: int | None = None,
         tools: Sequence[Tool] | None = None,
-        strict: bool = False,
+        **options: Any,
     ) -> None:
-        from .options import FitOptions
-
-        # FitOptions validates the shared knobs with the same messages fit() gives.
-        FitOptions(
-            max_tokens=max_tokens,
-            policy=policy,
-            min_output_tokens=min_output_tokens,
-            safety_margin=safety_margin,
-            max_input_tokens=max_input_tokens,
+        self.options = FitOptions.from_kwargs(
+            {"max_tokens": max_tokens, **options},
+            where="Prompt()",
+            allowed=("max_tokens", *PROMPT_OPTIONS),
         )
-        self.model = model if isinstance(model, Model) else get_model(model, strict=strict)
-        self.max_tokens = max_tokens
-        self.policy = policy
-        self.min_output_tokens = min_output_tokens
-        self.safety_margin = safety_margin
-        self.max_input_tokens = max_input_tokens
+        self.model = (
+            model if isinstance(model, Model) else get_model(model, strict=self.options.strict)
+        )
         self.tools = list(tools) if tools else None
         self._sections: list[_Section] = []
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.options.max_tokens
 
     def add(
         self,
@@ -184,8 +347,10 @@ class Prompt:
             required: Every item must fit, or fit() raises.
             priority: Higher priorities fill first (required items always come first).
             shrink: How an optional section gives way: ``drop_oldest`` (default for
-                messages), ``drop_lowest`` (default for strings) or ``truncate``
-                (one string, cut at ``boundary``).
+                messages), ``summarize`` (messages: like ``drop_oldest``, but when
+                :meth:`fit` is given a summarizer, the older messages are replaced by a
+                summary; one section per prompt), ``drop_lowest`` (default for strings)
+                or ``truncate`` (one string, cut at ``boundary``).
             min_tokens: Room reserved for this section against higher priorities.
             cap: Most tokens the section may take.
             share: Soft target share of the room left at its turn (yields to
@@ -202,13 +367,9 @@ class Prompt:
         Returns:
             The prompt, for chaining.
         """
-        if any(s.name == name for s in self._sections):
-            raise InvalidInputError(f"Section {name!r} was added twice; names are unique.")
-        if required and shrink is not None:
-            raise InvalidInputError(
-                f"Section {name!r}: a required section is never shrunk; drop shrink= or "
-                "required=True."
-            )
+        _check_section(
+            self, name, required, shrink, priority, min_tokens, cap, share, min_items, max_items
+        )
         msgs: list[Message] | None = None
         texts: list[str] | None = None
         if isinstance(content, str):
@@ -233,11 +394,18 @@ class Prompt:
                 f"Section {name!r}: content must be a str, a list of str or a list of "
                 "message dicts."
             )
-        n = len(msgs) if msgs is not None else len(texts or [])
-        if scores is not None and len(scores) != n:
+        if shrink == "summarize" and msgs is None:
             raise InvalidInputError(
-                f"Section {name!r}: {len(scores)} scores for {n} items; give one per item."
+                f"Section {name!r}: shrink='summarize' summarizes messages; pass message dicts."
             )
+        n = len(msgs) if msgs is not None else len(texts or [])
+        if scores is not None:
+            bad = [x for x in scores if isinstance(x, bool) or not isinstance(x, int | float)]
+            if len(scores) != n or bad:
+                raise InvalidInputError(
+                    f"Section {name!r}: scores must be {n} numbers, one per item; got "
+                    f"{len(scores)}" + (f" with {bad[0]!r}" if bad else "") + "."
+                )
         default: Shrink = "drop_oldest" if msgs is not None else "drop_lowest"
         self._sections.append(
             _Section(
@@ -253,7 +421,7 @@ class Prompt:
                 min_items=min_items,
                 max_items=max_items,
                 shrink=shrink or default,
-                scores=list(scores) if scores is not None else None,
+                scores=[float(x) for x in scores] if scores is not None else None,
                 role=role,
                 header=header,
                 separator=separator,
@@ -263,23 +431,84 @@ class Prompt:
         return self
 
     # -- fitting -----------------------------------------------------------------------
-    def fit(self) -> Plan:
+    def _layout(self) -> _PromptLayout:
+        return _PromptLayout(self.model, self.tools, list(self._sections))
+
+    def fit(self, *, summarizer: Any = None) -> Plan:
         """Fit the sections into the model's window.
 
-        Raises:
-            ContextOverflowError: the required sections plus the output floor do not fit.
-        """
-        from ._prompt_fit import fit_prompt
+        Args:
+            summarizer: For a ``summarize`` section that does not fit whole: its older
+                messages are summarized (the last ``keep_recent`` stay verbatim).
 
-        return fit_prompt(self, time.perf_counter())
+        Raises:
+            ContextOverflowError: the required sections plus the output floor do not fit
+                (and no fallback model can take them).
+        """
+        started = time.perf_counter()
+        return fit_layout(self._layout(), self.options, summarizer=summarizer, started=started)
+
+    async def afit(self, *, summarizer: Any = None) -> Plan:
+        """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
+        summarizer is awaited."""
+        started = time.perf_counter()
+        return await afit_layout(
+            self._layout(), self.options, summarizer=summarizer, started=started
+        )
 
     @property
     def sections(self) -> list[str]:
         """Section names in request order."""
         return [s.name for s in self._sections]
 
-    def _counter(self) -> MessageCounter:
-        return get_counter(self.model)
-
     def __repr__(self) -> str:
         return f"Prompt({self.model.name!r}, sections={self.sections})"
+
+
+_SHRINKS = ("drop_oldest", "drop_lowest", "truncate", "summarize")
+
+
+def _check_section(
+    prompt: Prompt,
+    name: str,
+    required: bool,
+    shrink: Any,
+    priority: Any,
+    min_tokens: Any,
+    cap: Any,
+    share: Any,
+    min_items: Any,
+    max_items: Any,
+) -> None:
+    """Every argument of :meth:`Prompt.add` checked, each error naming its argument."""
+
+    def bad(arg: str, value: Any, valid: str) -> InvalidInputError:
+        return InvalidInputError(f"Section {name!r}: {arg}={value!r} is not valid; {valid}.")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"Section name must be a non-empty str, got {name!r}.")
+    if any(s.name == name for s in prompt._sections):
+        raise InvalidInputError(f"Section {name!r} was added twice; names are unique.")
+    if required and shrink is not None:
+        raise InvalidInputError(
+            f"Section {name!r}: a required section is never shrunk; drop shrink= or required=True."
+        )
+    if shrink is not None and shrink not in _SHRINKS:
+        raise bad("shrink", shrink, "use one of " + ", ".join(repr(x) for x in _SHRINKS))
+    if shrink == "summarize" and any(s.shrink == "summarize" for s in prompt._sections):
+        raise bad("shrink", shrink, "only one section per prompt may be summarized")
+    if not is_int(priority):
+        raise bad("priority", priority, "use an int")
+    for arg, value in (("min_tokens", min_tokens), ("min_items", min_items)):
+        if not is_int(value) or value < 0:
+            raise bad(arg, value, "use an int >= 0")
+    for arg, value in (("cap", cap), ("max_items", max_items)):
+        if value is not None and (not is_int(value) or value < 0):
+            raise bad(arg, value, "use an int >= 0 or None")
+    if share is not None and (
+        isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1
+    ):
+        raise bad("share", share, "use a number in (0, 1] or None")

@@ -1,0 +1,811 @@
+"""The fitting engine: a layout's sections, through the solver, into one Plan.
+
+:func:`tokenflex.fit`, :class:`tokenflex.Prompt` and :class:`tokenflex.Conversation` are
+*layouts*: each says which sections a request has, in which order, and how each may
+shrink. Everything else happens here, once for all of them:
+
+1. **A pass** (:func:`run_pass`) counts each section's items for one model (lazily,
+   newest first, where a section is contiguous), hands them to the pure solver
+   (:func:`tokenflex.budget.solve`), renders what was kept, and recounts only sections
+   whose rendering is not the sum of their parts (joined text). The solver is the only
+   place that computes ``max_tokens``, writes the output note and checks the promise.
+2. **A plan** (:func:`build_plan`) is built from a pass: the messages in request order,
+   per-section tokens, every dropped item as a run with its reason, the warnings.
+3. **Around the pass**, what needs I/O or another model: fallback models (one pass per
+   model tried: a chain of N models costs at most N passes) and a summary of the history
+   the pass had to cut (one summarizer call, one more pass). :func:`fit_layout` and
+   :func:`afit_layout` run it all, sync and async; the async twin runs the CPU and
+   tokenizer work in a worker thread, so a server-backed tokenizer never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from ._types import Message, Tool
+from .budget import Allocation, BudgetSpec, SectionSpec, solve
+from .counting import MessageCounter, get_counter
+from .counting.checks import BadMessage
+from .errors import ContextOverflowError, InvalidMessagesError
+from .fallback import Candidate, fallback_chain, no_model_fits
+from .history import iter_groups
+from .models import Model, get_model
+from .options import DEFAULT_MAX_TOKENS, FitOptions
+from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
+from .summarize import summary_message
+
+__all__ = [
+    "ANSWER_ROLES",
+    "GroupIndex",
+    "Layout",
+    "MessageSection",
+    "Pass",
+    "Section",
+    "SummaryTarget",
+    "afit_layout",
+    "build_plan",
+    "fit_layout",
+    "opens_history",
+    "output_request",
+    "run_pass",
+]
+
+log = logging.getLogger("tokenflex")
+
+ANSWER_ROLES = ("assistant", "tool", "function")
+"""Roles that answer an earlier message: history may not start with one once cut."""
+
+_ROUNDS = 8  # re-solves when joined text costs more than its parts
+
+
+def opens_history(message: Any) -> bool:
+    """Whether ``message`` may be the first kept message of a cut history."""
+    return not (isinstance(message, Mapping) and message.get("role") in ANSWER_ROLES)
+
+
+def output_request(
+    model: Model, max_tokens: int | None, counter: MessageCounter, warnings: list[str]
+) -> int:
+    """The output request clamped to the model's max output (None: that max, else
+    :data:`~tokenflex.options.DEFAULT_MAX_TOKENS`); appends the warnings a plan for
+    ``model`` carries from the start."""
+    request = (
+        max_tokens if max_tokens is not None else (model.max_output_tokens or DEFAULT_MAX_TOKENS)
+    )
+    if model.max_output_tokens is not None and request > model.max_output_tokens:
+        warnings.append(
+            f"max_tokens={request:,} is above {model.name}'s max output "
+            f"{model.max_output_tokens:,}; requested {model.max_output_tokens:,}."
+        )
+        request = model.max_output_tokens
+    if not counter.exact:
+        warnings.append(
+            f"{model.name}: counts are conservative estimates (no exact tokenizer or chat "
+            "format registered)."
+        )
+    return request
+
+
+# -- sections -------------------------------------------------------------------------
+
+
+class Section:
+    """One part of a request: its items for the solver, and what it renders.
+
+    Subclasses set the solver fields and implement :meth:`spec`, :meth:`render`,
+    :meth:`runs` and :meth:`item`.
+    """
+
+    name: str
+    needs_room: bool = False
+    """The spec depends on the room the required sections leave (documents)."""
+    exact_render: bool = True
+    """The rendered messages cost exactly the kept items' tokens (False for joined text:
+    the engine recounts them)."""
+    may_leave_out: bool = False
+    """Optional, but with required items (a text section's envelope): when the required
+    input does not fit, the engine leaves the whole section out and solves again."""
+
+    def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
+        raise NotImplementedError
+
+    def render(self, kept: tuple[int, ...]) -> list[Message]:
+        """The kept items' messages, in request order."""
+        raise NotImplementedError
+
+    def runs(self, alloc: Allocation | None) -> list[DropRun]:
+        """The section's dropped input items as runs (``alloc`` None: all of them)."""
+        raise NotImplementedError
+
+    def item(self, index: int) -> Any:
+        """The input item at ``index`` (for :attr:`Plan.dropped`)."""
+        raise NotImplementedError
+
+    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
+        """What the input item at ``index`` costs, counted like the kept ones."""
+        return counter.message(item)
+
+    def warnings(self) -> list[str]:
+        return []
+
+    def extras(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class GroupIndex:
+    """Running counts over a conversation's atomic groups, kept by a
+    :class:`~tokenflex.Conversation` so the solver can bisect instead of iterating."""
+
+    model: Model
+    """The model the counts are for."""
+    starts: Sequence[int]
+    """Index of each group's first message, ascending."""
+    cum: Sequence[int]
+    """``cum[g]``: tokens of groups ``[0, g)`` (``len`` = groups + 1)."""
+    tokens: Sequence[int]
+    """Tokens of each message by index (0 for messages outside the groups)."""
+
+    def groups(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """Group numbers ``[g_lo, g_hi)`` that exactly tile messages ``[lo, hi)``."""
+        g_lo = bisect.bisect_left(self.starts, lo)
+        g_hi = bisect.bisect_left(self.starts, hi)
+        n = len(self.starts)
+        if lo < hi and (g_lo >= n or self.starts[g_lo] != lo):
+            return None
+        if (self.starts[g_hi] if g_hi < n else len(self.tokens)) != hi:
+            return None  # hi cuts a group
+        return g_lo, g_hi
+
+
+class _NewestFirst(Sequence[int]):
+    """``view[k]``: tokens of the ``k`` newest groups of ``[g_lo, g_hi)``."""
+
+    __slots__ = ("_cum", "_hi", "_lo")
+
+    def __init__(self, cum: Sequence[int], g_lo: int, g_hi: int) -> None:
+        self._cum, self._lo, self._hi = cum, g_lo, g_hi
+
+    def __len__(self) -> int:
+        return self._hi - self._lo + 1
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):  # pragma: no cover - bisect only indexes
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return self._cum[self._hi] - self._cum[self._hi - k]
+
+    def __iter__(self) -> Iterator[int]:
+        return (self[i] for i in range(len(self)))
+
+
+Mode = Literal["all", "newest", "ranked"]
+
+
+class MessageSection(Section):
+    """Messages ``source[lo:hi]`` kept as they are, in atomic groups (a tool call with
+    its results is one item).
+
+    Modes: ``all`` (required, never shrunk); ``newest`` (keep the newest groups without
+    gaps; once cut, never open with an answer whose question was dropped); ``ranked``
+    (keep the best-scored groups, skipping any that do not fit; kept in input order).
+    Indices in runs and :meth:`item` are the caller's indices into ``source``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: Sequence[Message],
+        lo: int,
+        hi: int,
+        *,
+        mode: Mode = "all",
+        priority: int = 0,
+        min_tokens: int = 0,
+        cap: int | None = None,
+        share: float | None = None,
+        min_items: int = 0,
+        max_items: int | None = None,
+        scores: Sequence[float] | None = None,
+        index: GroupIndex | None = None,
+        label: str = "",
+    ) -> None:
+        self.name = name
+        self.label = label
+        """Put before an invalid message's error (``"Section 'history': "``)."""
+        self.source, self.lo, self.hi = source, lo, hi
+        self.mode: Mode = mode
+        self.priority, self.min_tokens, self.cap, self.share = priority, min_tokens, cap, share
+        self.min_items, self.max_items = min_items, max_items
+        self.scores = scores
+        self.index = index
+        self._span: tuple[int, int] | None = None  # the index's groups [g_lo, g_hi)
+        self._groups: list[tuple[int, int, int]] = []  # (start, stop, tokens) in keep order
+
+    def _cost(self, counter: MessageCounter) -> Callable[[Message], int]:
+        """``counter.message`` that names an invalid message's index in ``source``."""
+        src, lo, hi, count = self.source, self.lo, self.hi, counter.message
+
+        def cost(m: Message) -> int:
+            try:
+                return count(m)
+            except BadMessage as exc:
+                i = next(k for k in range(lo, hi) if src[k] is m)
+                if self.label:
+                    raise InvalidMessagesError(f"{self.label}{exc.at(i)}") from None
+                raise exc.at(i) from None
+
+        return cost
+
+    def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
+        src, lo, hi = self.source, self.lo, self.hi
+        cost = self._cost(counter)
+        if self.mode == "all":
+            return SectionSpec(
+                self.name,
+                [cost(src[i]) for i in range(lo, hi)],
+                required=-1,
+                priority=self.priority,
+            )
+        common: dict[str, Any] = {
+            "priority": self.priority,
+            "min_tokens": self.min_tokens,
+            "cap": self.cap,
+            "share": self.share,
+            "min_items": self.min_items,
+            "max_items": self.max_items,
+        }
+        if self.mode == "ranked":
+            chrono = list(iter_groups(src, lo, hi, cost))[::-1]
+            order = list(range(len(chrono)))
+            if self.scores is not None:  # a group scores as its best message
+                best = [max(self.scores[i - lo] for i in range(a, b)) for a, b, _ in chrono]
+                order.sort(key=lambda g: -best[g])
+            self._groups = [chrono[g] for g in order]
+            return SectionSpec(self.name, [t for _, _, t in self._groups], **common)
+        index = self.index
+        if index is not None and index.model is counter.model:
+            self._span = index.groups(lo, hi)
+        if self._span is not None and index is not None:
+            g_lo, g_hi = self._span
+            starts = index.starts
+            return SectionSpec(
+                self.name,
+                (),
+                contiguous=True,
+                cumulative=_NewestFirst(index.cum, g_lo, g_hi),
+                opens=lambda p: opens_history(src[starts[g_hi - 1 - p]]),
+                **common,
+            )
+        groups = self._groups
+
+        def newest_first() -> Iterator[int]:
+            for group in iter_groups(src, lo, hi, cost):
+                groups.append(group)
+                yield group[2]
+
+        return SectionSpec(
+            self.name,
+            newest_first(),
+            contiguous=True,
+            opens=lambda p: opens_history(src[groups[p][0]]),
+            **common,
+        )
+
+    # keep-order position -> message range (newest mode)
+    def _start(self, p: int) -> int:
+        if self._span is not None and self.index is not None:
+            return self.index.starts[self._span[1] - 1 - p]
+        return self._groups[p][0]
+
+    def _stop(self, p: int) -> int:
+        return self.hi if p == 0 else self._start(p - 1)
+
+    def render(self, kept: tuple[int, ...]) -> list[Message]:
+        src = self.source
+        if self.mode == "all":
+            return list(src[self.lo : self.hi])
+        if not kept:
+            return []
+        if self.mode == "newest":
+            return list(src[self._start(len(kept) - 1) : self.hi])
+        groups = sorted(self._groups[p] for p in kept)
+        return [src[i] for a, b, _ in groups for i in range(a, b)]
+
+    def runs(self, alloc: Allocation | None) -> list[DropRun]:
+        name = self.name
+        if self.mode == "all" or self.lo >= self.hi:
+            return []
+        if alloc is None:
+            return [DropRun(name, self.lo, self.hi, "budget")]
+        records = [d for d in alloc.dropped if d.section == name]
+        out: list[DropRun] = []
+        if self.mode == "newest":
+            for d in records:
+                if d.count is None:  # this position and every older one
+                    out.append(DropRun(name, self.lo, self._stop(d.start), d.reason))
+                else:
+                    last = d.start + d.count - 1
+                    out.append(DropRun(name, self._start(last), self._stop(d.start), d.reason))
+            return sorted(out, key=lambda r: r.start)
+        reason_at: dict[int, str] = {}
+        for d in records:
+            stop = len(self._groups) if d.count is None else d.start + d.count
+            for p in range(d.start, stop):
+                reason_at[self._groups[p][0]] = d.reason
+        kept = set(alloc.kept.get(name, ()))
+        for p in sorted(range(len(self._groups)), key=lambda p: self._groups[p][0]):
+            if p in kept:
+                continue
+            a, b, _ = self._groups[p]
+            reason = reason_at.get(a, "budget")
+            if out and out[-1].stop == a and out[-1].reason == reason:
+                out[-1] = DropRun(name, out[-1].start, b, reason)
+            else:
+                out.append(DropRun(name, a, b, reason))
+        return out
+
+    def item(self, index: int) -> Any:
+        return self.source[index]
+
+    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
+        if self.index is not None and self.index.model is counter.model:
+            return self.index.tokens[index]
+        return counter.message(item)
+
+
+# -- one pass -------------------------------------------------------------------------
+
+
+@dataclass
+class Pass:
+    """One model's solve of one layout: the allocation and what it renders to."""
+
+    model: Model
+    counter: MessageCounter
+    sections: list[Section]
+    """Every section of the layout, in request order."""
+    left_out: list[Section]
+    """Optional sections left out whole (their envelope did not fit)."""
+    alloc: Allocation
+    rendered: dict[str, list[Message]]
+    section_tokens: dict[str, int]
+    base: int
+    """Reply priming and tool schemas."""
+    required: int
+    """Base plus every required item: what must fit with the output floor."""
+    warnings: list[str]
+
+    def dropped_from(self, section: str) -> str | None:
+        """Why ``section`` was cut (its first non-orphan drop reason), or None."""
+        return next(
+            (d.reason for d in self.alloc.dropped if d.section == section and d.reason != "orphan"),
+            None,
+        )
+
+
+def run_pass(
+    model: Model,
+    sections: list[Section],
+    *,
+    tools: Sequence[Tool] | None,
+    opts: FitOptions,
+    warnings: Sequence[str] = (),
+) -> Pass:
+    """Count, solve and render ``sections`` for ``model`` (see the module docstring).
+
+    Raises:
+        ContextOverflowError: the required sections plus the output floor do not fit.
+    """
+    counter = get_counter(model)
+    notes = list(warnings)
+    request = output_request(model, opts.max_tokens, counter, notes)
+    base = counter.base(tools)
+    budget = BudgetSpec(
+        context_window=model.context_window,
+        requested_output=request,
+        min_output_tokens=opts.min_output_tokens,
+        safety_margin=opts.safety_margin,
+        base_tokens=base,
+        policy=opts.policy,
+        input_cap=opts.max_input_tokens,
+    )
+    specs: dict[str, SectionSpec] = {}
+    for s in sections:
+        if not s.needs_room:
+            specs[s.name] = s.spec(counter, 0)
+    required = base + sum(_required(sp) for sp in specs.values())
+    if any(s.needs_room for s in sections):
+        room = model.context_window - opts.safety_margin
+        room -= request if opts.policy == "reserve" else budget.floor
+        if opts.max_input_tokens is not None:
+            room = min(room, opts.max_input_tokens)
+        room -= required
+        for s in sections:
+            if s.needs_room:
+                specs[s.name] = sp = s.spec(counter, room)
+                required += _required(sp)
+    left_out: list[Section] = []
+    reserve = 0
+    for _ in range(_ROUNDS + len(sections)):
+        active = [s for s in sections if s not in left_out]
+        try:
+            alloc = solve(
+                [specs[s.name] for s in active],
+                replace(budget, base_tokens=base + reserve),
+                model=model.name,
+            )
+        except ContextOverflowError:
+            optional = [s for s in active if s.may_leave_out]
+            if not optional:
+                raise
+            out = min(optional, key=lambda s: (_priority(specs[s.name]), -sections.index(s)))
+            left_out.append(out)
+            continue
+        rendered = {s.name: s.render(alloc.kept[s.name]) for s in active}
+        tokens = dict(alloc.section_tokens)
+        inexact = [s for s in active if not s.exact_render]
+        if not inexact:
+            break
+        for s in inexact:
+            tokens[s.name] = sum(counter.message(m) for m in rendered[s.name])
+        real = base + sum(tokens[s.name] for s in active)
+        if real <= alloc.input_tokens:
+            alloc = alloc.settle(real)
+            break
+        reserve += real - alloc.input_tokens
+    else:  # pragma: no cover - needs a tokenizer where joining always costs more
+        raise ContextOverflowError(
+            f"{model.name}: the joined sections cost more than their parts and no re-solve "
+            f"made them fit {model.context_window:,} tokens. Use message items instead of "
+            "joined strings.",
+            model=model.name,
+            context_window=model.context_window,
+            required_tokens=required,
+            max_tokens=budget.floor,
+            safety_margin=opts.safety_margin,
+        )
+    return Pass(model, counter, sections, left_out, alloc, rendered, tokens, base, required, notes)
+
+
+def _required(spec: SectionSpec) -> int:
+    if spec.required == -1:
+        return sum(spec.items)  # required sections carry lists
+    if spec.required > 0:
+        return sum(list(spec.items)[: spec.required])
+    return 0
+
+
+def _priority(spec: SectionSpec) -> int:
+    return spec.priority
+
+
+def build_plan(
+    p: Pass,
+    *,
+    opts: FitOptions,
+    started: float,
+    runs: Sequence[DropRun] = (),
+    summary: SummaryInfo | None = None,
+    fallback_from: str | None = None,
+) -> Plan:
+    """The :class:`~tokenflex.Plan` of a pass; ``runs`` adds items dropped before it
+    (a summarized span)."""
+    order = {s.name: i for i, s in enumerate(p.sections)}
+    by_name = {s.name: s for s in p.sections}
+    all_runs = list(runs)
+    messages: list[Any] = []
+    warnings = list(p.warnings)
+    extras: dict[str, Any] = {}
+    for s in p.sections:
+        if s in p.left_out:
+            all_runs += s.runs(None)
+            continue
+        messages += p.rendered[s.name]
+        all_runs += s.runs(p.alloc)
+        warnings += s.warnings()
+        extras |= s.extras()
+    all_runs.sort(key=lambda r: (order[r.section], r.start))
+    warnings += p.alloc.notes
+    counter = p.counter
+
+    def item(section: str, i: int) -> Any:
+        return by_name[section].item(i)
+
+    def item_cost(section: str, i: int, it: Any) -> int:
+        return by_name[section].item_tokens(i, it, counter)
+
+    log_dropped(all_runs, p.model.name)
+    alloc = p.alloc
+    spec = alloc.spec
+    assert spec is not None
+    plan = Plan(
+        messages=[m if type(m) is dict else dict(m) for m in messages],
+        max_tokens=alloc.max_tokens,
+        input_tokens=alloc.input_tokens,
+        context_window=p.model.context_window,
+        safety_margin=spec.safety_margin,
+        requested_max_tokens=spec.requested_output,
+        min_output_tokens=spec.floor,
+        model=p.model,
+        sections={k: v for k, v in p.section_tokens.items() if v} | {"tools_and_priming": p.base},
+        dropped=DroppedItems(all_runs, item, item_cost),
+        summary=summary,
+        warnings=tuple(dict.fromkeys(warnings)),
+        exact=counter.exact,
+        policy=opts.policy,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        fallback_from=fallback_from,
+        extras=extras,
+    )
+    log.debug("tokenflex: %r", plan)
+    return plan
+
+
+# -- layouts, fallback and summaries around the pass ----------------------------------
+
+
+@dataclass(frozen=True)
+class SummaryTarget:
+    """The history a summary may stand for: ``source[lo:hi]`` of section ``section``."""
+
+    section: str
+    source: Sequence[Message]
+    lo: int
+    hi: int
+    tail: int = 0
+    """Messages after ``hi`` that count toward ``keep_recent`` (the current turn)."""
+    previous: int | None = None
+    """Index in ``source`` of the summary message the new one rolls forward."""
+
+
+class Layout(Protocol):
+    """What fit(), Prompt and Conversation tell the engine."""
+
+    model: Model
+    tools: Sequence[Tool] | None
+
+    def sections(self, model: Model) -> list[Section]:
+        """The request's sections, in request order, counted for ``model``."""
+        ...
+
+    def summary_target(self) -> SummaryTarget | None:
+        """The history a summarizer may shorten, if any."""
+        ...
+
+    def with_summary(self, summary: Message, recent_start: int) -> Layout:
+        """The layout with ``summary`` standing for its history before ``recent_start``."""
+        ...
+
+
+@dataclass
+class _SummaryRequest:
+    span: list[Message]
+    span_start: int
+    recent_start: int
+    previous: str | None
+    max_tokens: int
+
+
+@dataclass
+class _Outcome:
+    """The first pass (after any fallback), and the summary step that may follow it."""
+
+    layout: Layout
+    first: Pass
+    opts: FitOptions
+    started: float
+    fallback_from: str | None = None
+    request: _SummaryRequest | None = field(default=None, init=False)
+
+    def plan(self) -> Plan:
+        return build_plan(
+            self.first, opts=self.opts, started=self.started, fallback_from=self.fallback_from
+        )
+
+    def summary_request(self, summarizer: Any) -> _SummaryRequest | None:
+        target = self.layout.summary_target()
+        if summarizer is None or target is None or self.first.dropped_from(target.section) is None:
+            return None
+        from .summarize import SUMMARY_PREFIX
+
+        src = target.source
+        # The last keep_recent messages stay verbatim, counting the current turn, and the
+        # boundary moves back to a whole group so tool results keep their call.
+        want = max(0, self.opts.keep_recent - target.tail)
+        recent_start, taken = target.hi, 0
+        for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
+            if taken >= want:
+                break
+            taken += stop - start
+            recent_start = start
+        if recent_start <= target.lo:
+            self.first.warnings.append(
+                f"History does not fit but keep_recent={self.opts.keep_recent} leaves nothing "
+                "to summarize; dropped the oldest messages instead."
+            )
+            return None
+        previous = None
+        span_start = target.lo
+        if target.previous is not None:
+            previous = str(src[target.previous]["content"])[len(SUMMARY_PREFIX) :]
+            span_start = target.previous
+        window = self.first.model.context_window
+        self.request = _SummaryRequest(
+            span=list(src[target.lo : recent_start]),
+            span_start=span_start,
+            recent_start=recent_start,
+            previous=previous,
+            max_tokens=min(self.opts.summary_max_tokens, max(1, window // 4)),
+        )
+        return self.request
+
+    def failed(self, exc: BaseException) -> Plan:
+        msg = (
+            f"Summarizer failed ({type(exc).__name__}: {exc}); fell back to dropping the "
+            "oldest history messages."
+        )
+        log.warning("tokenflex: %s", msg)
+        self.first.warnings.append(msg)
+        return self.plan()
+
+    def with_summary(self, text: str, summarizer_name: str) -> Plan:
+        r, target = self.request, self.layout.summary_target()
+        assert r is not None and target is not None
+        message = summary_message(text)
+        layout = self.layout.with_summary(message, r.recent_start)
+        model = self.first.model
+        try:
+            second = run_pass(
+                model,
+                layout.sections(model),
+                tools=layout.tools,
+                opts=self.opts,
+                warnings=[w for w in self.first.warnings],
+            )
+        except ContextOverflowError as exc:
+            return self.failed(exc)
+        cost = self.first.counter.message
+        src = target.source
+        span_tokens = sum(cost(src[i]) for i in range(r.span_start, r.recent_start))
+        summary_tokens = cost(message)
+        log.info(
+            "tokenflex: summarized messages [%d:%d] into %d tokens (saved %d)",
+            r.span_start,
+            r.recent_start,
+            summary_tokens,
+            span_tokens - summary_tokens,
+        )
+        return build_plan(
+            second,
+            opts=self.opts,
+            started=self.started,
+            runs=[DropRun(target.section, r.span_start, r.recent_start, "summarized")],
+            fallback_from=self.fallback_from,
+            summary=SummaryInfo(
+                text=text.strip(),
+                covers=(r.span_start, r.recent_start),
+                tokens=summary_tokens,
+                saved_tokens=span_tokens - summary_tokens,
+                summarizer=summarizer_name,
+            ),
+        )
+
+
+def _first(layout: Layout, opts: FitOptions, started: float) -> _Outcome:
+    """The first pass: the primary model, else the cheapest fallback that fits (one pass
+    per model tried)."""
+    primary = layout.model
+    if not opts.fallback_models:
+        p = run_pass(primary, layout.sections(primary), tools=layout.tools, opts=opts)
+        return _Outcome(layout, p, opts, started)
+    chain = fallback_chain(
+        primary, [get_model(n, strict=opts.strict) for n in opts.fallback_models]
+    )
+    share = opts.fallback_input_share
+    tried: list[Candidate] = []
+    backup: Pass | None = None
+    for model in [primary, *chain]:
+        try:
+            p = run_pass(model, layout.sections(model), tools=layout.tools, opts=opts)
+        except ContextOverflowError as exc:
+            tried.append(_candidate(model, exc.required_tokens or 0, fits=False))
+            continue
+        tried.append(_candidate(model, p.required, fits=True))
+        if share is not None and p.required > share * model.context_window:
+            backup = backup or p  # over the share: a model under it is preferred
+            continue
+        return _switched(layout, p, opts, started, tried)
+    if backup is not None:
+        if backup.model is primary:
+            backup.warnings.append(
+                f"Required input is above fallback_input_share={share} of {primary.name}'s "
+                "window but no fallback model stays under it; kept "
+                f"{primary.name}."
+            )
+        return _switched(layout, backup, opts, started, tried)
+    floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
+    raise no_model_fits(tried, floor, opts.safety_margin, primary=primary.name)
+
+
+def _candidate(model: Model, required: int, *, fits: bool) -> Candidate:
+    return Candidate(
+        model.name, model.context_window, required, fits, model.input_price, model.max_output_tokens
+    )
+
+
+def _switched(
+    layout: Layout, p: Pass, opts: FitOptions, started: float, tried: list[Candidate]
+) -> _Outcome:
+    primary = layout.model
+    if p.model is primary:
+        return _Outcome(layout, p, opts, started)
+    first = tried[0]
+    why = (
+        f"its required input is {first.required_input_tokens:,} tokens, "
+        f"{first.required_input_tokens / first.context_window:.0%} of its window, above "
+        f"fallback_input_share={opts.fallback_input_share}"
+        if first.fits
+        else f"{first.required_input_tokens:,} required input tokens do not fit its "
+        f"{first.context_window:,}-token window with the output floor and margin"
+    )
+    p.warnings.insert(
+        0,
+        f"{primary.name} cannot fit this request ({why}); using fallback model "
+        f"{p.model.name} ({p.model.context_window:,}-token window) for this request.",
+    )
+    log.warning("tokenflex: falling back from %s to %s", primary.name, p.model.name)
+    return _Outcome(layout, p, opts, started, fallback_from=primary.name)
+
+
+def fit_layout(
+    layout: Layout, opts: FitOptions, *, summarizer: Any = None, started: float | None = None
+) -> Plan:
+    """Fit a layout: the first pass (with fallback), then a summary if one is needed."""
+    from .summarize import summarize_span
+
+    outcome = _first(layout, opts, time.perf_counter() if started is None else started)
+    r = outcome.summary_request(summarizer)
+    if r is None:
+        return outcome.plan()
+    try:
+        text = summarize_span(
+            summarizer,
+            r.span,
+            previous_summary=r.previous,
+            max_tokens=r.max_tokens,
+            counter=outcome.first.counter,
+        )
+    except Exception as exc:  # any failure: fall back to dropping, and say so
+        return outcome.failed(exc)
+    return outcome.with_summary(text, type(summarizer).__name__)
+
+
+async def afit_layout(
+    layout: Layout, opts: FitOptions, *, summarizer: Any = None, started: float | None = None
+) -> Plan:
+    """Async twin of :func:`fit_layout`: counting and solving run in a worker thread (a
+    tokenizer may call a server), the summarizer is awaited."""
+    from .summarize import asummarize_span
+
+    begun = time.perf_counter() if started is None else started
+    outcome = await asyncio.to_thread(_first, layout, opts, begun)
+    r = outcome.summary_request(summarizer)
+    if r is None:
+        return await asyncio.to_thread(outcome.plan)
+    try:
+        text = await asummarize_span(
+            summarizer,
+            r.span,
+            previous_summary=r.previous,
+            max_tokens=r.max_tokens,
+            counter=outcome.first.counter,
+        )
+    except Exception as exc:  # any failure: fall back to dropping, and say so
+        return await asyncio.to_thread(outcome.failed, exc)
+    return await asyncio.to_thread(outcome.with_summary, text, type(summarizer).__name__)
