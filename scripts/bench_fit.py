@@ -271,24 +271,39 @@ def bench_local(quick: bool) -> dict[str, Any]:
             msgs, model=model, max_tokens=MAX_TOKENS, safety_margin=MARGIN, history_share=1.0
         )
 
+    def tf_prompt(msgs: list[Message]) -> Any:
+        # fit()'s layout written as a Prompt: the same request, the same plan
+        prompt = tokenflex.Prompt(model, max_tokens=MAX_TOKENS, safety_margin=MARGIN)
+        prompt.add("system", msgs[:1], required=True)
+        prompt.add("history", msgs[1:-1])
+        prompt.add("current", msgs[-1:], required=True)
+        return prompt.fit()
+
     res: dict[str, Any] = {}
     cold_runs, warm_runs = (3, 5) if quick else (9, 31)
     for n in SIZES:
         msgs = conversation(n)
         tf_fit(msgs[:3])  # load everything once (imports, counters) outside the timing
+        tf_prompt(msgs[:3])
         lim: list[float] = []
         cold: list[float] = []
-        for _ in range(cold_runs):  # interleaved, so background load hits both alike
+        pcold: list[float] = []
+        for _ in range(cold_runs):  # interleaved, so background load hits all alike
             lim += timed(lambda msgs=msgs: limit_fit(msgs), 1)
             cold += timed(lambda msgs=msgs: tf_fit(msgs), 1, before=clear_tokenflex)
+            pcold += timed(lambda msgs=msgs: tf_prompt(msgs), 1, before=clear_tokenflex)
         tf_fit(msgs)
         warm = timed(lambda msgs=msgs: tf_fit(msgs), warm_runs)
+        pwarm = timed(lambda msgs=msgs: tf_prompt(msgs), warm_runs)
         plan = tf_fit(msgs)
+        assert tf_prompt(msgs).messages == plan.messages, "Prompt and fit() disagree"
         kept_limit = len(limit_fit(msgs))
         res[str(n)] = {
             "limit": statistics.median(lim),
             "tf_cold": statistics.median(cold),
             "tf_warm": statistics.median(warm),
+            "tf_prompt_cold": statistics.median(pcold),
+            "tf_prompt_warm": statistics.median(pwarm),
             "kept_limit": kept_limit,
             "kept_tf": len(plan.messages),
             "input_tokens_tf": plan.input_tokens,
@@ -580,6 +595,22 @@ def build_rows(local: dict[str, Any], peers: dict[str, dict[str, Any]]) -> list[
                         peer_cell(peers[p].get(str(n), {"error": "not run"}), mode, tf, turns)
                         for p in PEERS
                     ),
+                ]
+            )
+    dash = ["—"] * len(PEERS)
+    for n in SIZES:
+        loc = local[str(n)]
+        for mode in ("cold", "warm"):
+            tf = loc.get(f"tf_prompt_{mode}")
+            if tf is None:
+                continue
+            rows.append(
+                [
+                    f"{n:,} msgs, {mode}, Prompt",
+                    fmt_ms(loc["limit"]),
+                    fmt_ms(tf),
+                    f"{tf / loc['limit']:.2f}×",
+                    *dash,
                 ]
             )
     s = local["session"]

@@ -84,7 +84,7 @@ def check_invariants(chunks: list[Chunk], r, tok: CountCache) -> None:  # type: 
     assert sorted([*r.admitted_indices, *dropped_idx]) == list(range(len(chunks)))
     assert dropped_idx == sorted(dropped_idx)
     assert r.dropped_count == len(r.dropped)
-    assert r.dropped_tokens == sum(d.tokens for d in r.dropped)
+    assert r.dropped_tokens == sum(d.tokens or 0 for d in r.dropped)
     assert r.admitted_tokens == sum(r.admitted_costs)
     # Duplicates: exactly the chunks whose (text, identifier) a higher-ranked one has.
     seen: set[tuple[str, str]] = set()
@@ -98,6 +98,10 @@ def check_invariants(chunks: list[Chunk], r, tok: CountCache) -> None:  # type: 
     n_unique = len(chunks) - len(dup)
     # Costs are exactly what the rendered envelope costs.
     for d in r.dropped:
+        # policy "stop" counts only as far as it must: a stopped chunk may be uncounted
+        if d.tokens is None:
+            assert r.policy == "stop" and d.reason == "stopped"
+            continue
         assert d.tokens == reference_cost(chunks[d.index], n_unique, r.format, tok)
         assert d.id == chunks[d.index].id and d.score == chunks[d.index].score
     for i, t in zip(r.admitted_indices, r.admitted_costs, strict=True):
@@ -539,3 +543,26 @@ def test_numpy_only_imported_for_optimal() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_stop_counts_only_as_far_as_needed() -> None:
+    """10,000 chunks under policy "stop": packing counts the chunks up to the first miss
+    (and while all-fit is possible), not every chunk."""
+    counted: list[str] = []
+
+    class Counting:
+        name, exact = "counting", True
+
+        def count(self, text: str) -> int:
+            counted.append(text)
+            return len(text.split()) + 1
+
+    chunks = [
+        Chunk(f"passage {i} " + "word " * 50, f"src{i}", score=1 - i / 10_000)
+        for i in range(10_000)
+    ]
+    r = pack_chunks(chunks, budget=2_000, tokenizer=Counting(), policy="stop", safety_buffer=0)
+    assert 0 < len(r.admitted) < 100
+    assert sum(1 for d in r.dropped if d.tokens is None) > 9_000
+    # a handful of frame/notice texts plus the counted chunks' parts: far below 10,000
+    assert len({t for t in counted if t.startswith("passage ")}) <= len(r.admitted) + 2

@@ -70,6 +70,7 @@ class DocumentsSection(Section):
         self.opts = opts
         self.packed: Any = None
         self.message: dict[str, Any] | None = None
+        self._dropped: dict[int, int | None] | None = None
 
     def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
         from .documents import pack_chunks
@@ -104,7 +105,16 @@ class DocumentsSection(Section):
         return self.documents[index]
 
     def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
-        return int(next(d.tokens for d in self.packed.dropped if d.index == index))
+        if self._dropped is None:
+            self._dropped = {d.index: d.tokens for d in self.packed.dropped}
+        tokens = self._dropped[index]
+        if tokens is None:  # policy "stop" never had to count it: count it now, once
+            from .documents.render import chunk_parts
+
+            wide = "9" * len(str(max(len(self.documents), 1)))
+            parts = chunk_parts(self.opts.documents_format, wide, item)
+            tokens = sum(counter.text(p) for p in parts)
+        return tokens
 
     def warnings(self) -> list[str]:
         if not self.packed.partial:

@@ -22,11 +22,15 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .options import DEFAULT_MAX_TOKENS, FitOptions
 
 if TYPE_CHECKING:
     from .summarize import ChatSummarizer, ExtractiveSummarizer
 
 __all__ = ["Settings", "get_settings"]
+
+
+_DEFAULTS = FitOptions()  # every default has one home: FitOptions
 
 
 class Settings(BaseSettings):
@@ -45,17 +49,17 @@ class Settings(BaseSettings):
     max_input_tokens: int | None = Field(default=None, gt=0)
     """Cap on input tokens (seed 002's MAX_INPUT_TOKENS); crossing it summarizes or trims.
     None: derived from the model's window."""
-    max_output_tokens: int = Field(default=4000, gt=0)
+    max_output_tokens: int = Field(default=DEFAULT_MAX_TOKENS, gt=0)
     """The output to request (seed 002's MAX_OUTPUT_TOKENS), negotiated down when needed."""
-    keep_recent_messages: int = Field(default=6, ge=0)
+    keep_recent_messages: int = Field(default=_DEFAULTS.keep_recent, ge=0)
     """Messages kept verbatim when summarizing (seed 002's KEEP_RECENT_MESSAGES)."""
-    min_output_tokens: int = Field(default=500, ge=0)
+    min_output_tokens: int = Field(default=_DEFAULTS.min_output_tokens, ge=0)
     """The output floor: input shrinks before the output goes below this."""
-    safety_margin: int = Field(default=100, ge=0)
+    safety_margin: int = Field(default=_DEFAULTS.safety_margin, ge=0)
     """Tokens left free for counting differences."""
-    history_share: float = Field(default=0.8, gt=0, le=1)
+    history_share: float = Field(default=_DEFAULTS.history_share, gt=0, le=1)
     """Share of the room history may fill (seed 001's 80%)."""
-    summary_max_tokens: int = Field(default=512, gt=0)
+    summary_max_tokens: int = Field(default=_DEFAULTS.summary_max_tokens, gt=0)
     """Budget of a summary of old history."""
     tokenizer: str | None = Field(
         default=None,

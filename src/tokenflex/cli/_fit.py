@@ -10,7 +10,10 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InvalidInputError
+from ..options import FitOptions
 from ._app import app, console
+
+_DEFAULTS = FitOptions()  # the CLI's defaults are fit()'s
 
 
 def load_request(path: str) -> tuple[list[Any], list[Any] | None, int | None, str | None]:
@@ -86,10 +89,10 @@ def _command(verbose: bool, doc: str) -> Any:
         file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
         model: Model = None,
         max_tokens: MaxTokens = None,
-        policy: Policy = "reserve",
-        min_output_tokens: MinOut = 500,
-        safety_margin: Margin = 100,
-        history_share: Share = 0.8,
+        policy: Policy = _DEFAULTS.policy,
+        min_output_tokens: MinOut = _DEFAULTS.min_output_tokens,
+        safety_margin: Margin = _DEFAULTS.safety_margin,
+        history_share: Share = _DEFAULTS.history_share,
         as_json: AsJson = False,
     ) -> None:
         _run(

@@ -113,7 +113,8 @@ def _pack_view(result: Any, n: int) -> Group:
             dropped.add_row("…", f"{result.dropped_count - 50:,} more", "", "", "")
             break
         score = "" if d.score is None else f"{d.score:g}"
-        dropped.add_row(str(d.index), d.id or "", score, f"{d.tokens:,}", d.reason)
+        tokens = "not counted" if d.tokens is None else f"{d.tokens:,}"
+        dropped.add_row(str(d.index), d.id or "", score, tokens, d.reason)
     return Group(head, admitted, dropped)
 
 

@@ -62,8 +62,9 @@ class DroppedChunk:
     """The chunk's id (``None`` if it had none)."""
     index: int
     """Position in the input sequence."""
-    tokens: int
-    """What it would have cost: text plus citation envelope."""
+    tokens: int | None
+    """What it would have cost: text plus citation envelope. ``None`` for a chunk that
+    policy ``stop`` never had to count (packing stopped before it)."""
     reason: DropReason
     """``budget`` (did not fit), ``stopped`` (after the first miss, policy ``stop``) or
     ``duplicate`` (same text and identifier as a higher-ranked chunk)."""

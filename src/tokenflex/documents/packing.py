@@ -159,33 +159,50 @@ def pack_chunks(
     # Worst-case citation numbers: every number has as many digits as the largest one.
     total = len(ranked)
     wide = "9" * len(str(max(total, 1)))
-    cost: dict[int, int] = {
-        i: sum(tok.count(p) for p in chunk_parts(format, wide, items[i])) for i in order
-    }
+
+    def count(i: int) -> int:
+        return sum(tok.count(p) for p in chunk_parts(format, wide, items[i]))
+
     frame = sum(tok.count(p) for p in context_frame(format))
     notice = tok.count(omitted_notice(format, total, total))
-
-    costs = [cost[i] for i in ranked]
     reasons: dict[int, DropReason] = {i: "duplicate" for i in duplicates}
     knapsack = ""
-    if frame + sum(costs) <= limit:
-        admitted = list(ranked)
-    else:
-        room = limit - frame - notice
-        if policy == "optimal":
-            values = [items[i].score or 0.0 for i in ranked]
-            np = _numpy()
-            cells = _MAX_DP_CELLS if np is not None else _MAX_DP_CELLS_PURE
-            taken, knapsack = select_optimal(costs, values, room, np=np, cells=cells)
-            miss = None
+    if policy == "stop":
+        # Counted in rank order only as far as the answer needs: up to the first chunk
+        # that does not fit, then on only while "everything fits" is still possible.
+        cost = {i: count(i) for i in duplicates}  # same texts as ranked ones: cached
+        admitted, used, miss = [], 0, None
+        for p, i in enumerate(ranked):
+            cost[i] = count(i)
+            used += cost[i]
+            if miss is None and frame + used + notice <= limit:
+                admitted.append(i)
+            elif miss is None:
+                miss = p
+            if frame + used > limit:
+                break
         else:
-            taken, miss = select_greedy(costs, room, stop=policy == "stop")
-        admitted = [ranked[p] for p in taken]
-        for p in range(len(ranked)):
-            if miss is not None and p > miss:
-                reasons[ranked[p]] = "stopped"
-        for i in set(ranked) - set(admitted):
-            reasons.setdefault(i, "budget")
+            admitted, miss = list(ranked), None  # everything fits, without the notice
+        if miss is not None:
+            reasons[ranked[miss]] = "budget"
+            reasons.update((i, "stopped") for i in ranked[miss + 1 :])
+    else:
+        cost = {i: count(i) for i in order}
+        costs = [cost[i] for i in ranked]
+        if frame + sum(costs) <= limit:
+            admitted = list(ranked)
+        else:
+            room = limit - frame - notice
+            if policy == "optimal":
+                values = [items[i].score or 0.0 for i in ranked]
+                np = _numpy()
+                cells = _MAX_DP_CELLS if np is not None else _MAX_DP_CELLS_PURE
+                taken, knapsack = select_optimal(costs, values, room, np=np, cells=cells)
+            else:
+                taken, _ = select_greedy(costs, room, stop=False)
+            admitted = [ranked[p] for p in taken]
+            for i in set(ranked) - set(admitted):
+                reasons.setdefault(i, "budget")
 
     # The proof step: count the whole rendered context; drop the lowest-ranked admitted
     # chunk while it is over (BPE can merge across part boundaries; this is exact).
@@ -203,7 +220,8 @@ def pack_chunks(
         reasons[admitted.pop()] = "budget"
 
     dropped = tuple(
-        DroppedChunk(items[i].id, i, cost[i], r, items[i].score) for i, r in sorted(reasons.items())
+        DroppedChunk(items[i].id, i, cost.get(i), r, items[i].score)
+        for i, r in sorted(reasons.items())
     )
     result = PackResult(
         admitted=tuple(items[i] for i in admitted),
@@ -212,7 +230,7 @@ def pack_chunks(
         dropped=dropped,
         admitted_tokens=sum(cost[i] for i in admitted),
         dropped_count=len(dropped),
-        dropped_tokens=sum(d.tokens for d in dropped),
+        dropped_tokens=sum(d.tokens or 0 for d in dropped),
         tokens=tokens,
         budget=budget,
         safety_buffer=safety_buffer,
@@ -232,7 +250,8 @@ def pack_chunks(
 def _log_dropped(result: PackResult) -> None:
     if log.isEnabledFor(logging.INFO):
         shown = ", ".join(
-            f"{d.id if d.id is not None else '#' + str(d.index)} ({d.reason}, {d.tokens:,})"
+            f"{d.id if d.id is not None else '#' + str(d.index)} ({d.reason}, "
+            f"{'not counted' if d.tokens is None else format(d.tokens, ',')})"
             for d in result.dropped[:20]
         )
         more = f" and {result.dropped_count - 20} more" if result.dropped_count > 20 else ""
