@@ -74,4 +74,5 @@ def test_missing_file_and_overflow(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "Seed 000" in out and "Seed 001" in out and "raises, never overflows" in out
+    assert "Output negotiation" in out and "Token-aware history" in out
+    assert "raises, never overflows" in out

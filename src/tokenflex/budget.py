@@ -9,18 +9,18 @@ I/O, no logging. :func:`tokenflex.fit` counts, fetches and summarizes around it.
 item was dropped. Otherwise :func:`solve` raises :class:`ContextOverflowError` with the
 numbers and the fix.
 
-How it negotiates (CSS-flexbox style, seed 000 done right):
+How it negotiates (like CSS flexbox, with the floor made room for, never overflowed):
 
 1. The output request is clamped to the model's max output; the floor is
    ``min(min_output_tokens, request)``.
 2. Required items (pinned system prompt, current message, tool schemas) and the fixed
    base cost must fit with the floor, or it raises.
 3. Optional items fill the room left for input: ``window - margin - request`` with the
-   ``reserve`` policy (trim input, keep the requested output; seeds 001/002), or
+   ``reserve`` policy (trim input, keep the requested output), or
    ``window - margin - floor`` with the ``flex`` policy (keep input, let output shrink
-   to the floor; seed 000). Sections fill in priority order; inside a section, items
+   to the floor). Sections fill in priority order; inside a section, items
    come in the section's keep order (newest first for history, best rank first for
-   documents). A section's soft ``share`` (history: 0.8 of the room, seed 001) yields to
+   documents). A section's soft ``share`` (history: 0.8 of the room) yields to
    ``min_items``, and both yield to the hard window.
 4. ``max_tokens = min(request, window - margin - input)``, which is at least the floor.
 """
@@ -48,7 +48,7 @@ __all__ = [
 Policy = Literal["reserve", "flex"]
 
 MIN_OUTPUT_TOKENS = 500
-"""The default output floor (seed 000): ``max_tokens`` never goes below it."""
+"""The default output floor: ``max_tokens`` never goes below it."""
 SAFETY_MARGIN = 100
 """The default tokens kept free in the window for counting error and formatting."""
 

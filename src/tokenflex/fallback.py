@@ -1,6 +1,6 @@
 """Fallback models: when a request does not fit, pick a larger-context model for it alone.
 
-Seed 003 switches to a 1M-token model "for THIS BATCH ONLY" when the budget overflows.
+A request that overflows its model can go to a larger-context model for that request only.
 :func:`choose_model` makes that choice before any call: the primary model if it fits,
 otherwise the cheapest model of the chain (by input price; unknown prices last; ties in
 chain order) whose window holds the required input plus the output floor plus the
@@ -112,8 +112,8 @@ def choose_model(
             ``model -> tokens`` (recounted per model: tokenizers differ) or one int.
         min_output_tokens: The output floor the chosen model must leave room for.
         safety_margin: Tokens kept free in the window.
-        max_input_share: Seed 003's FALLBACK rule: a model whose required input is above
-            this share of its window (0.90 in the seed) is passed over for a model in the
+        max_input_share: Switch early: a model whose required input is above
+            this share of its window (e.g. 0.9) is passed over for a model in the
             chain that stays under it; if none does, the plain fit rule decides.
 
     Returns:
@@ -138,9 +138,7 @@ def choose_model(
         return _check_int("required_input_tokens_by_model", required_input_tokens_by_model)
 
     if max_input_share is not None and not 0 < max_input_share <= 1:
-        raise InvalidInputError(
-            f"max_input_share={max_input_share!r} must be in (0, 1], e.g. 0.9 as in seed 003."
-        )
+        raise InvalidInputError(f"max_input_share={max_input_share!r} must be in (0, 1], e.g. 0.9.")
     if max_input_share is not None:
         over = [m for m in [first, *chain] if required(m) > max_input_share * m.context_window]
         if first in over and len(over) <= len(chain):

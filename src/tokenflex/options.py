@@ -21,33 +21,33 @@ from .errors import InvalidInputError
 __all__ = ["DEFAULT_MAX_TOKENS", "FitOptions"]
 
 DEFAULT_MAX_TOKENS = 4000
-"""The output request when neither the caller nor the model names one (seed 002)."""
+"""The output request when neither the caller nor the model names one."""
 
 
 @dataclass(frozen=True)
 class FitOptions:
-    """Every knob of :func:`tokenflex.fit`, with the defaults the seeds argue for."""
+    """Every knob of :func:`tokenflex.fit`, with defaults that keep a chat usable."""
 
     max_tokens: int | None = None
     """Output request; None: the model's max output, else :data:`DEFAULT_MAX_TOKENS`."""
     policy: Policy = "reserve"
     """``reserve``: keep the requested output, trim input. ``flex``: keep input, let the
-    output shrink to the floor (seed 000)."""
+    output shrink to the floor."""
     min_output_tokens: int = MIN_OUTPUT_TOKENS
     """The output floor (never above the request)."""
     safety_margin: int = SAFETY_MARGIN
     """Tokens kept free in the window for counting error and formatting."""
     history_share: float = 0.8
-    """Soft target share of the room history may fill (seed 001); 1.0 fills it all."""
+    """Soft target share of the room history may fill; 1.0 fills it all."""
     min_messages: int = 0
     """Keep at least this many history groups if the window allows (a tool call with its
     results is one group)."""
     max_messages: int | None = None
     """Keep at most this many history groups."""
     max_input_tokens: int | None = None
-    """Cap on input tokens (seed 002's MAX_INPUT_TOKENS); crossing it trims or summarizes."""
+    """Cap on input tokens (MAX_INPUT_TOKENS); crossing it trims or summarizes."""
     keep_recent: int = 6
-    """Messages kept verbatim when summarizing (seed 002's KEEP_RECENT_MESSAGES)."""
+    """Messages kept verbatim when summarizing (KEEP_RECENT_MESSAGES)."""
     summary_max_tokens: int = 512
     """Longest summary asked of the summarizer (at most a quarter of the window)."""
     documents_cap: int | None = None
@@ -58,12 +58,12 @@ class FitOptions:
     """How chunks are packed: ``skip`` (a chunk that does not fit is skipped), ``stop``
     (packing stops at the first one) or ``optimal`` (the best set by score)."""
     documents_safety_buffer: int = 64
-    """Tokens kept free inside the documents budget (seed 004's buffer)."""
+    """Tokens kept free inside the documents budget."""
     fallback_models: tuple[str, ...] = ()
     """Models tried, cheapest first, when the request does not fit the primary."""
     fallback_input_share: float | None = None
-    """Seed 003's FALLBACK rule: switch to a fallback model when the required input is above
-    this share of the primary's window (0.90 in the seed), not only when it cannot fit."""
+    """Switch early: use a fallback model when the required input is above
+    this share of the primary's window (e.g. 0.9), not only when it cannot fit."""
     strict: bool = False
     """Unknown model names raise instead of getting the conservative default."""
     page_size: int = 50

@@ -1,4 +1,4 @@
-"""Settings like seed 002's, from code, environment variables and a ``.env`` file.
+"""Settings from code, environment variables and a ``.env`` file.
 
 Every field reads ``TOKENFLEX_<FIELD>`` (``TOKENFLEX_MAX_INPUT_TOKENS=12000``) from the
 environment or from a ``.env`` file in the working directory. Precedence, highest first:
@@ -47,18 +47,18 @@ class Settings(BaseSettings):
     )
 
     max_input_tokens: int | None = Field(default=None, gt=0)
-    """Cap on input tokens (seed 002's MAX_INPUT_TOKENS); crossing it summarizes or trims.
+    """Cap on input tokens (MAX_INPUT_TOKENS); crossing it summarizes or trims.
     None: derived from the model's window."""
     max_output_tokens: int = Field(default=DEFAULT_MAX_TOKENS, gt=0)
-    """The output to request (seed 002's MAX_OUTPUT_TOKENS), negotiated down when needed."""
+    """The output to request (MAX_OUTPUT_TOKENS), negotiated down when needed."""
     keep_recent_messages: int = Field(default=_DEFAULTS.keep_recent, ge=0)
-    """Messages kept verbatim when summarizing (seed 002's KEEP_RECENT_MESSAGES)."""
+    """Messages kept verbatim when summarizing (KEEP_RECENT_MESSAGES)."""
     min_output_tokens: int = Field(default=_DEFAULTS.min_output_tokens, ge=0)
     """The output floor: input shrinks before the output goes below this."""
     safety_margin: int = Field(default=_DEFAULTS.safety_margin, ge=0)
     """Tokens left free for counting differences."""
     history_share: float = Field(default=_DEFAULTS.history_share, gt=0, le=1)
-    """Share of the room history may fill (seed 001's 80%)."""
+    """Share of the room history may fill (80% by default)."""
     summary_max_tokens: int = Field(default=_DEFAULTS.summary_max_tokens, gt=0)
     """Budget of a summary of old history."""
     tokenizer: str | None = Field(
@@ -67,7 +67,7 @@ class Settings(BaseSettings):
             "tokenizer", "encoding", "TOKENFLEX_TOKENIZER", "TOKENFLEX_ENCODING"
         ),
     )
-    """Tokenizer override (``o200k_base``, ``cl100k_base``, ``gguf:PATH``...); seed 002's
+    """Tokenizer override (``o200k_base``, ``cl100k_base``, ``gguf:PATH``...), like
     TIKTOKEN_ENCODING. Also read as ``TOKENFLEX_ENCODING``. None: the model's own."""
     summarizer_base_url: str | None = None
     """OpenAI base URL of the summarizing model (``http://localhost:8000/v1``). None:
@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     summarizer_timeout: float = Field(default=30.0, gt=0)
     """Seconds before a summary request counts as failed (then fit() drops instead)."""
     summarizer_temperature: float = Field(default=0.1, ge=0, le=2)
-    """Low for factual summaries (seed 002 uses 0.1)."""
+    """Low for factual summaries (0.1 by default)."""
 
     def fit_options(self) -> dict[str, Any]:
         """These settings as :func:`tokenflex.fit` keyword arguments.

@@ -1,8 +1,8 @@
-"""Budget validation for multi-component prompts (seed 003, with its own numbers as tests).
+"""Budget validation for multi-component prompts against one total budget.
 
 A prompt made of named components (base, style, analysis, section, RAG...) plus an
 expected output is checked against a *total* budget (input + output). The status follows
-the seed's rule order:
+this rule order:
 
 1. total > ``fallback_total_at`` × budget (96%) → ``FALLBACK``;
 2. input > ``fallback_input_at`` × budget (90%) → ``FALLBACK``;
@@ -44,13 +44,13 @@ class Validation:
     total_budget: int
     """The total (input + output) budget."""
     input_cap: int | None
-    """Most input tokens wanted (seed 003: 90,000 of 120,000), if any."""
+    """Most input tokens wanted (e.g. 90,000 of 120,000), if any."""
     usage_percent: float
     """``100 × total_tokens / total_budget``."""
     status: Status
     """``OK``, ``WARNING`` or ``FALLBACK`` (use a larger-context model for this request)."""
     valid: bool
-    """``total_tokens <= total_budget`` (as in the seed: a FALLBACK may still be valid)."""
+    """``total_tokens <= total_budget`` (a FALLBACK may still be valid)."""
     message: str
     """One line with the numbers and what to do."""
     input_trigger: float
@@ -119,7 +119,7 @@ def validate_budget(
     Args:
         components: Name → token count, or name → text (counted with ``tokenizer``).
         expected_output: Output tokens the request expects.
-        total_budget: Input + output budget (seed 003: 120,000).
+        total_budget: Input + output budget (e.g. 120,000).
         input_cap: Most input tokens wanted; above it, ``OK`` becomes ``WARNING``.
         warning_at: Usage fraction above which the status is ``WARNING``.
         fallback_input_at: Input above this fraction of the budget means ``FALLBACK``.
@@ -212,7 +212,7 @@ def validate_budget(
 def rag_budget(used_tokens: int, *, input_cap: int, rag_cap: int) -> int:
     """Tokens the documents (RAG) section may take: ``min(rag_cap, max(0, input_cap - used))``.
 
-    Seed 003's ``calculateRAGBudget``; ``used_tokens`` is every other input component.
+    RAG gets ``min(cap, what is left)``; ``used_tokens`` is every other input component.
 
     >>> from tokenflex.validate import rag_budget
     >>> rag_budget(24_000, input_cap=90_000, rag_cap=40_000)

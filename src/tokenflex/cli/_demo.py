@@ -1,4 +1,4 @@
-"""``tokenflex demo``: the main job on embedded examples, the seeds' worked examples among
+"""``tokenflex demo``: the main job on embedded examples, classic worked examples among
 them. Everything here is offline and takes a second or two."""
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def _conversation(turns: int, system: str = "You are a concise assistant.") -> l
     return msgs
 
 
-def _seed_examples() -> None:
+def _worked_examples() -> None:
     from ..fit import fit
     from ._render import plan_view
 
-    console.print(Rule("Seed 000: flexbox negotiation between input and output"))
+    console.print(Rule("Output negotiation: max_tokens shrinks, never below the floor"))
     table = Table("example", "model", "window", "input", "requested", "max_tokens", "result")
     cases = [
         ("1 small conversation", "llama3.2:3b", 5, 3000),
@@ -50,7 +50,7 @@ def _seed_examples() -> None:
         ("3 minimal space", "deepseek-coder:6.7b", 60, 3000),
     ]
     for name, model, turns, request in cases:
-        # The seed's inputs were 250 tokens per message; these are counted for real.
+        # A guess of 250 tokens per message is what hand-written code uses; these are counted.
         msgs = _conversation(turns * 4)
         plan = fit(msgs, model=model, max_tokens=request, policy="flex", history_share=1.0)
         verdict = "fits" + (f", dropped {len(plan.dropped)}" if len(plan.dropped) else "")
@@ -73,7 +73,7 @@ def _seed_examples() -> None:
     except ContextOverflowError as exc:
         console.print(f"[yellow]Required input too big → raises, never overflows:[/yellow] {exc}")
 
-    console.print(Rule("Seed 001: token-aware history on gpt-4 (8K), 80% soft share"))
+    console.print(Rule("Token-aware history on gpt-4 (8K), 80% soft share"))
     msgs = _conversation(200)
     plan = fit(msgs, model="gpt-4", max_tokens=3000)
     console.print(plan_view(plan))
@@ -90,9 +90,7 @@ def _summary_example() -> None:
     from ..fit import fit
     from ._render import plan_view
 
-    console.print(
-        Rule("Seed 002: summarize old history instead of dropping it (offline summarizer)")
-    )
+    console.print(Rule("Summarize old history instead of dropping it (offline summarizer)"))
     msgs = _conversation(120)
     plan = fit(
         msgs, model="gpt-4", max_tokens=2000, summarizer=ExtractiveSummarizer(), keep_recent=6
@@ -105,7 +103,7 @@ def _packing_example() -> None:
         from ..documents import Chunk, pack_chunks
     except ImportError:  # pragma: no cover
         return
-    console.print(Rule("ADR-0006: ranked chunks packed with their citations into 600 tokens"))
+    console.print(Rule("Ranked chunks packed with their citations into 600 tokens"))
     chunks = [
         Chunk(
             text=f"Passage {i}: " + "Retrieval result text. " * (5 + 7 * (i % 4)),
@@ -164,7 +162,7 @@ def _validation_example() -> None:
         from ..validate import validate_budget
     except ImportError:  # pragma: no cover
         return
-    console.print(Rule("Seed 003: component budget validation (120K total)"))
+    console.print(Rule("Component budget validation (120K total)"))
     table = Table("scenario", "input", "output", "usage", "status")
     rows = [
         ("standard (no RAG)", 24_000, 20_000),
@@ -180,8 +178,8 @@ def _validation_example() -> None:
 
 @app.command()
 def demo() -> None:
-    """Fit the embedded examples (the seeds' worked examples) and show the result."""
-    _seed_examples()
+    """Fit the embedded examples (classic worked examples) and show the result."""
+    _worked_examples()
     _summary_example()
     _packing_example()
     _prompt_example()

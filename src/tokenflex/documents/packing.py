@@ -1,4 +1,4 @@
-"""Citation-aware chunk packing (ADR-0006 done exactly): ranked passages into a token budget.
+"""Citation-aware chunk packing: ranked passages into a token budget, never cut.
 
 Every admitted chunk costs what we actually render for it: its text *and* its citation
 envelope (source label, identifier, metadata extras), counted by rendering the chunk in
@@ -14,7 +14,7 @@ lowest-ranked admitted chunk (reason ``budget``). That rule is sound for any tok
 
 Policies (highest rank first: score descending, ties by input order):
 
-- ``skip`` (ADR default): skip a chunk that does not fit and try the next.
+- ``skip`` (default): skip a chunk that does not fit and try the next.
 - ``stop``: stop at the first chunk that does not fit; keeps rank order strictly.
 - ``optimal``: 0/1 knapsack maximizing the total score under the budget (exact dynamic
   programming over token capacity). When ``chunks × budget`` exceeds a bounded table
@@ -102,7 +102,7 @@ def pack_chunks(
             :class:`~tokenflex.tokenizers.CountCache`, a tokenizer object, or a
             :class:`~tokenflex.models.Model` whose tokenizer is used.
         policy: ``"skip"`` (default), ``"stop"`` or ``"optimal"`` (see module docs).
-        safety_buffer: Tokens kept free below ``budget`` (ADR-0006: 64).
+        safety_buffer: Tokens kept free below ``budget`` (64 by default).
         format: ``"markdown"`` (numbered citations + ``Sources:``) or ``"xml"``.
 
     Returns:

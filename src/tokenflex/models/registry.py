@@ -1,7 +1,7 @@
 """What a model can hold (:class:`Model`: context window, output limit, tokenizer, chat
 format, prices), and the registry that finds one by name.
 
-The embedded registry (``data/models.toml``) covers the seeds' models and the current
+The embedded registry (``data/models.toml``) covers widely used models and the current
 major families. Users add or override models from code (:func:`register_model`) or from a
 TOML file named by ``TOKENFLEX_MODELS_FILE``. Lookup order, and why:
 

@@ -13,7 +13,7 @@
   of the caller's tokenizer.
 
 A summary goes into a conversation as a system message starting with
-:data:`SUMMARY_PREFIX` (seed 002's format), built by :func:`summary_message`.
+:data:`SUMMARY_PREFIX` (a known prefix, so it can be found again), built by :func:`summary_message`.
 
 Modules: ``spans`` (the :class:`Summarizer` protocol and the span functions), ``chat``
 (the HTTP summarizer and its prompt), ``extractive`` (the offline one), ``transcript``

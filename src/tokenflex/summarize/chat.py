@@ -79,7 +79,7 @@ class ChatSummarizer:
             is appended.
         model: The model name the server expects.
         api_key: Sent as ``Authorization: Bearer ...``.
-        temperature: Low for factual, repeatable summaries (seed 002 uses 0.1).
+        temperature: Low for factual, repeatable summaries (0.1 by default).
         timeout: Seconds for the whole request; a timeout raises SummarizerError.
         system_prompt: The summarizer's own short system prompt.
         context_window: The summarizing model's window; with it,

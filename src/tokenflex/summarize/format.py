@@ -1,4 +1,4 @@
-"""How a summary message looks, so fit() can find one again (seed 002's known prefix).
+"""How a summary message looks, so fit() can find one again (a known prefix).
 
 No dependencies: ``tokenflex`` imports it eagerly, and the engine finds earlier summaries
 with :func:`is_summary_message`.
@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["SUMMARY_PREFIX", "is_summary_message", "summary_message"]
 
 SUMMARY_PREFIX = "Previous conversation summary: "
-"""How a summary message's content starts (seed 002), so it can be found again."""
+"""How a summary message's content starts, so it can be found again."""
 
 
 def summary_message(text: str) -> dict[str, Any]:
