@@ -50,6 +50,7 @@ class Conversation:
         **options: Any,
     ) -> None:
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
+        self._by_max_tokens: dict[int, FitOptions] = {}
         self.model = get_model(model, strict=self._opts.strict)
         self.tools = tools
         self.options = dict(options)
@@ -59,6 +60,8 @@ class Conversation:
         self._sys_end = 0
         self._group_start: list[int] = []  # index of each group's first message
         self._cum: list[int] = [0]  # _cum[g] = tokens of groups [0, g)
+        # the engine's view of the running counts (it holds the lists, which only grow)
+        self._index = GroupIndex(self.model, self._group_start, self._cum, self._tokens)
         self.extend(messages)
 
     # -- growing ---------------------------------------------------------------------
@@ -111,13 +114,23 @@ class Conversation:
         self, max_tokens: int | None, documents: Sequence[Any] | None, overrides: dict[str, Any]
     ) -> tuple[FitLayout, FitOptions]:
         opts = self._opts
-        if overrides or max_tokens is not None:
+        if overrides:
             options = {**self.options, **overrides}
             if max_tokens is not None:
                 options["max_tokens"] = max_tokens
             opts = FitOptions.from_kwargs(options, where="Conversation.fit()")
-        index = GroupIndex(self.model, self._group_start, self._cum, self._tokens)
-        layout = FitLayout(self._msgs, self.model, self.tools, opts, documents, index=index)
+        elif max_tokens is not None and type(max_tokens) is not int:
+            opts = FitOptions.from_kwargs(
+                {**self.options, "max_tokens": max_tokens}, where="Conversation.fit()"
+            )
+        elif type(max_tokens) is int:  # the chat loop's call: checked once per value
+            opts = self._by_max_tokens.get(max_tokens) or self._by_max_tokens.setdefault(
+                max_tokens,
+                FitOptions.from_kwargs(
+                    {**self.options, "max_tokens": max_tokens}, where="Conversation.fit()"
+                ),
+            )
+        layout = FitLayout(self._msgs, self.model, self.tools, opts, documents, index=self._index)
         return layout, opts
 
     def fit(

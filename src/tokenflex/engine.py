@@ -138,7 +138,7 @@ class Section:
         return {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupIndex:
     """Running counts over a conversation's atomic groups, kept by a
     :class:`~tokenflex.Conversation` so the solver can bisect instead of iterating."""
@@ -362,7 +362,7 @@ class MessageSection(Section):
 # -- one pass -------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Pass:
     """One model's solve of one layout: the allocation and what it renders to."""
 
@@ -437,7 +437,7 @@ def run_pass(
         try:
             alloc = solve(
                 [specs[s.name] for s in active],
-                replace(budget, base_tokens=base + reserve),
+                replace(budget, base_tokens=base + reserve) if reserve else budget,
                 model=model.name,
             )
         except ContextOverflowError:
@@ -525,7 +525,7 @@ def build_plan(
     spec = alloc.spec
     assert spec is not None
     plan = Plan(
-        messages=[m if type(m) is dict else dict(m) for m in messages],
+        messages=messages,
         max_tokens=alloc.max_tokens,
         input_tokens=alloc.input_tokens,
         context_window=p.model.context_window,

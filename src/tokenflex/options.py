@@ -70,14 +70,11 @@ class FitOptions:
     """Page size when reading a lazy history source."""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            check, valid = _CHECKS[f.name]
-            value = getattr(self, f.name)
+        for name, (check, valid) in _CHECKS.items():
+            value = getattr(self, name)
             if not check(value):
                 what = valid if isinstance(valid, str) else valid()
-                raise InvalidInputError(
-                    f"{f.name}={value!r} is not valid: {f.name} must be {what}."
-                )
+                raise InvalidInputError(f"{name}={value!r} is not valid: {name} must be {what}.")
 
     @classmethod
     def from_kwargs(
@@ -150,9 +147,9 @@ def _one_of(values: Collection[str]) -> Callable[[Any], bool]:
 
 
 def _documents_choices(kind: str) -> tuple[str, ...]:
-    from .documents.packing import FORMATS, POLICIES
+    from .documents import packing  # the documents package owns its choices
 
-    return POLICIES if kind == "policy" else FORMATS
+    return packing.POLICIES if kind == "policy" else packing.FORMATS
 
 
 def _quoted(values: Collection[str]) -> str:
