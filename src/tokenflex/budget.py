@@ -222,7 +222,7 @@ def _bisect_section(
 ) -> tuple[int, str | None]:
     """Largest contiguous prefix within the rooms, by bisection; and why it stopped."""
     n = len(cum) - 1
-    k = max(0, bisect.bisect_right(cum, soft_room) - 1)
+    k = _soft_prefix(cum, soft_room)
     if k < s.min_items:
         k = max(k, min(s.min_items, max(0, bisect.bisect_right(cum, hard_room) - 1)))
     if s.max_items is not None and k > s.max_items:
@@ -235,6 +235,10 @@ def _bisect_section(
     if nxt <= hard_room:
         return k, "share"
     return k, "cap" if nxt <= window_room else "budget"
+
+
+def _soft_prefix(cum: Sequence[int], soft_room: int) -> int:
+    return max(0, bisect.bisect_right(cum, soft_room) - 1)
 
 
 def _unorphan(
@@ -331,6 +335,7 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
 
         if s.cumulative is not None and s.contiguous and not req:
             k, reason = _bisect_section(s, s.cumulative, soft_room, hard_room, window_room)
+            yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
             if reason is not None:
                 cut = k
                 while k > 0 and s.opens is not None and not s.opens(k - 1):
@@ -340,6 +345,11 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                 dropped.append(DropRecord(s.name, cut, None, reason))
             if s.min_items and k < s.min_items and reason is not None:
                 notes.append(f"{s.name}: min_items={s.min_items} yields to the window; kept {k}.")
+            elif yielded_soft:  # the same notes as the item-by-item path below
+                notes.append(
+                    f"{s.name}: kept {k} items beyond its soft share "
+                    f"({s.share}) to honour min_items={s.min_items}."
+                )
             taken = s.cumulative[k]
             used += taken
             kept[s.name] = tuple(range(k))

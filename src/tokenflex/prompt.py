@@ -143,6 +143,11 @@ class TextSection(Section):
             self.order = sorted(range(len(texts)), key=lambda i: -scores[i])
         else:
             self.order = list(range(len(texts)))
+        if s.required:
+            # Every item is sent: count the message exactly as it will be sent.
+            self.exact_render = True
+            (message,) = self.render(tuple(range(len(texts) + 1)))
+            return SectionSpec(s.name, [counter.message(message)], required=-1, priority=s.priority)
         head = s.header + s.separator if s.header else ""
         envelope = counter.message({"role": s.role, "content": head + s.marker})
         return SectionSpec(
@@ -159,6 +164,8 @@ class TextSection(Section):
         )
 
     def _kept(self, kept: tuple[int, ...]) -> list[int]:
+        if self.s.required:
+            return list(range(len(self.s.texts or [])))
         return sorted(self.order[p - 1] for p in kept if p >= 1)
 
     def render(self, kept: tuple[int, ...]) -> list[Message]:
