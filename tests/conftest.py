@@ -1,10 +1,15 @@
-"""Shared fixtures: isolated env and config; the real llama.cpp server lives in _llama.py."""
+"""Shared fixtures: isolated env and config, and the real llama.cpp server.
+
+The server itself (``LlamaServer``: llama-cpp-python serving SmolLM2 on loopback) is in
+``llama_server.py``; the fixture ``llama_server`` here starts it once per session.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from llama_server import LlamaServer, shared_server
 
 from tokenflex import models
 
@@ -22,3 +27,11 @@ def _isolate_env(
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     yield
     models.reset_registry()
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[LlamaServer]:
+    """The real server (``tests/llama_server.py``), one per test session, stopped at its
+    end. Mark tests that use it ``@pytest.mark.server``."""
+    with shared_server() as server:
+        yield server

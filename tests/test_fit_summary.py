@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _llama import LlamaServer, llama_server_fixture  # noqa: F401
+from llama_server import LlamaServer
 
 import tokenflex
 from tokenflex.summarize import ChatSummarizer, ExtractiveSummarizer, is_summary_message

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from _llama import LlamaServer, llama_server_fixture, smollm2_path  # noqa: F401
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from llama_server import LlamaServer, smollm2_path
 
 from tokenflex.counting import get_counter
 from tokenflex.errors import ConfigError, TokenizerUnavailableError

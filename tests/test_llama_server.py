@@ -8,7 +8,7 @@ import subprocess
 
 import httpx
 import pytest
-from _llama import MODEL_ALIAS, LlamaServer, llama_server_fixture  # noqa: F401
+from llama_server import MODEL_ALIAS, LlamaServer
 
 pytestmark = pytest.mark.server
 
@@ -128,7 +128,7 @@ def test_startup_failure_carries_the_log() -> None:
 def test_killed_parent_takes_the_server_along() -> None:
     """PR_SET_PDEATHSIG: a test run that dies hard does not leave a server behind."""
     code = (
-        "import sys; sys.path.insert(0, 'TESTS'); from _llama import LlamaServer;"
+        "import sys; sys.path.insert(0, 'TESTS'); from llama_server import LlamaServer;"
         "s = LlamaServer(n_ctx=256).start(); print(s._proc.pid, s._log_path, flush=True);"
         "import time; time.sleep(60)"
     ).replace("TESTS", os.path.dirname(__file__))

@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
-from _llama import LlamaServer, llama_server_fixture  # noqa: F401
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from llama_server import LlamaServer
 
 import tokenflex
 from tokenflex import (

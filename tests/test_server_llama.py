@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from _llama import LlamaServer, llama_server_fixture  # noqa: F401
+from llama_server import LlamaServer
 
 from tokenflex.server import ServerConfig, create_app
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from _llama import LlamaServer, llama_server_fixture  # noqa: F401
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from llama_server import LlamaServer
 
 from tokenflex.errors import SummarizerError
 from tokenflex.summarize import (

@@ -84,6 +84,9 @@ class SectionSpec:
     """For contiguous sections without required items: ``cumulative[k]`` is the tokens of
     the first ``k`` items (``len`` = items + 1). The solver then bisects instead of
     iterating, so a growing conversation re-fits in O(log n)."""
+    offset: int = 0
+    """Leading items that are not the caller's items (a text section's message envelope):
+    the notes count ``min_items`` and kept items after them."""
     opens: Callable[[int], bool] | None = None
     """For contiguous sections: whether the item at a keep-order position may be the
     oldest one kept. When the section is cut and its oldest kept item may not open it
@@ -399,12 +402,13 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
             and any(d.section == s.name for d in dropped)
         ):
             notes.append(
-                f"{s.name}: min_items={s.min_items} yields to the window; kept {len(positions)}."
+                f"{s.name}: min_items={s.min_items - s.offset} yields to the window; kept "
+                f"{len(positions) - s.offset}."
             )
         elif yielded_soft:
             notes.append(
-                f"{s.name}: kept {len(positions)} items beyond its soft share "
-                f"({s.share}) to honour min_items={s.min_items}."
+                f"{s.name}: kept {len(positions) - s.offset} items beyond its soft share "
+                f"({s.share}) to honour min_items={s.min_items - s.offset}."
             )
         used += taken
         kept[s.name] = tuple(positions)

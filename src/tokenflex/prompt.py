@@ -161,6 +161,7 @@ class TextSection(Section):
             min_items=s.min_items + 1 if s.min_items else 0,
             max_items=None if s.max_items is None else s.max_items + 1,
             contiguous=s.shrink == "truncate",
+            offset=1,
         )
 
     def _kept(self, kept: tuple[int, ...]) -> list[int]:
