@@ -1,4 +1,4 @@
-"""fit(): the promise as a property over random conversations, history rules, lazy sources."""
+"""fit(): worked examples, history rules, lazy sources (the properties: test_properties.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import logging
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import ContextOverflowError, Conversation, InvalidMessagesError, fit
@@ -211,97 +209,6 @@ def test_plan_to_dict_and_determinism() -> None:
     a.pop("elapsed_ms"), b.pop("elapsed_ms")
     assert a == b
     assert a["dropped_count"] == len(a["dropped"]) and a["sections"]["history"] > 0
-
-
-conversations = st.lists(
-    st.tuples(
-        st.sampled_from(["user", "assistant", "user", "tool_pair"]),
-        st.integers(0, 300),
-    ),
-    min_size=0,
-    max_size=40,
-)
-
-
-def _build(spec: list[tuple[str, int]], system_words: int) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = []
-    if system_words:
-        msgs.append(_msg("system", system_words))
-    for i, (kind, words) in enumerate(spec):
-        if kind == "tool_pair":
-            cid = f"call_{i}"
-            msgs.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": cid,
-                            "type": "function",
-                            "function": {"name": "lookup", "arguments": "{}"},
-                        }
-                    ],
-                }
-            )
-            msgs.append(
-                {"role": "tool", "tool_call_id": cid, "content": _msg("tool", words, i)["content"]}
-            )
-        else:
-            msgs.append(_msg(kind, words, i))
-    msgs.append(_msg("user", 5))
-    return msgs
-
-
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    spec=conversations,
-    system_words=st.integers(0, 200),
-    model=st.sampled_from(["gpt-4", "gpt-4o", "gpt-3.5-turbo", "deepseek-coder:6.7b"]),
-    window=st.integers(300, 6000),
-    max_tokens=st.integers(1, 3000),
-    min_out=st.integers(0, 800),
-    margin=st.integers(0, 200),
-    share=st.sampled_from([0.5, 0.8, 1.0]),
-    policy=st.sampled_from(["reserve", "flex"]),
-)
-def test_promise_property(
-    spec: list[tuple[str, int]],
-    system_words: int,
-    model: str,
-    window: int,
-    max_tokens: int,
-    min_out: int,
-    margin: int,
-    share: float,
-    policy: str,
-) -> None:
-    base = tokenflex.get_model(model)
-    m = base.replace(name=f"{model}-w{window}", context_window=window, max_output_tokens=None)
-    msgs = _build(spec, system_words)
-    opts = dict(
-        max_tokens=max_tokens,
-        min_output_tokens=min_out,
-        safety_margin=margin,
-        history_share=share,
-        policy=policy,
-    )
-    counter = get_counter(m)
-    try:
-        plan = fit(msgs, model=m, **opts)
-    except ContextOverflowError as exc:
-        # It raised: then the required part alone must really not fit with the floor.
-        assert exc.required_tokens + min(min_out, max_tokens) + margin > window
-        return
-    _check_promise(plan, msgs)
-    # Same answer from the incremental path.
-    conv = Conversation(msgs, model=m)
-    fast = conv.fit(**opts)
-    assert [id(x) for x in fast.messages] == [id(x) for x in plan.messages]
-    assert fast.max_tokens == plan.max_tokens and fast.input_tokens == plan.input_tokens
-    # Slow reference: history kept is the longest suffix (by groups) within the share.
-    kept_hist = [x for x in plan.messages if x not in msgs[:1] or x["role"] != "system"]
-    assert counter.count(plan.messages) == plan.input_tokens
-    assert kept_hist
 
 
 def test_conversation_incremental_matches_fit_every_turn() -> None:

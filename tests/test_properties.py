@@ -30,8 +30,9 @@ from tokenflex import ContextOverflowError, Conversation, Prompt, count_messages
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(SETTINGS, max_examples=150)
 # While a property is marked xfail it fails on nearly every run: no shrinking then (it
-# costs half a minute per test). Use SETTINGS again when its marker is removed.
-XFAIL = settings(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+# costs half a minute per test), and the same examples every run so the strict marker is
+# stable. Use SETTINGS again when its marker is removed.
+XFAIL = settings(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate], derandomize=True)
 
 ANSWER_ROLES = ("assistant", "tool", "function")
 PINNED_ROLES = ("system", "developer")
@@ -821,7 +822,7 @@ def prompt_cases(draw: st.DrawFn, *, only_history: bool = False) -> PromptCase:
         system=system,
         memories=memories,
         scores=scores,
-        memory_min_items=draw(st.sampled_from([0, 0, 2])),
+        memory_min_items=draw(st.sampled_from([0, 0, 2, 4])),
         header=draw(st.sampled_from(["", "What you remember:"])),
         manual=manual,
         history=history,
