@@ -70,6 +70,20 @@ class Model:
     """USD per million input tokens."""
     output_price: float | None = None
     """USD per million output tokens."""
+    max_input_tokens: int | None = None
+    """Most input tokens the API accepts, where it caps input below the window (gpt-5:
+    272,000 of 400,000); None: only the window limits."""
+    cache_read_price: float | None = None
+    """USD per million input tokens read from the provider's prompt cache."""
+    cache_write_price: float | None = None
+    """USD per million input tokens written to the provider's prompt cache (None: writes
+    cost the ordinary input price)."""
+    cache_min_tokens: int | None = None
+    """Shortest prefix the provider caches (None: unknown)."""
+    cache_ttl_s: int | None = None
+    """How long a cached prefix lives without a hit, in seconds (None: unknown)."""
+    source_url: str = ""
+    """Where the figures of this entry were taken from."""
     provider: str = ""
     aliases: tuple[str, ...] = ()
     family: str = ""
@@ -94,6 +108,13 @@ class Model:
             raise ConfigError(
                 f"Model {self.name!r}: max_output_tokens must be positive or None, got "
                 f"{self.max_output_tokens!r}."
+            )
+        if self.max_input_tokens is not None and not (
+            0 < self.max_input_tokens <= self.context_window
+        ):
+            raise ConfigError(
+                f"Model {self.name!r}: max_input_tokens must be between 1 and the "
+                f"context_window ({self.context_window}), got {self.max_input_tokens!r}."
             )
         if self.chat_format not in CHAT_FORMATS:
             raise ConfigError(
