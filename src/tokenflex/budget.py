@@ -109,6 +109,9 @@ class BudgetSpec:
     input_cap: int | None = None
     """Most input tokens for optional items to reach (``max_input_tokens``); required
     items may exceed it (the window stays the hard limit)."""
+    max_input_tokens: int | None = None
+    """The model's own input cap (:attr:`Model.max_input_tokens`, gpt-5: 272,000 of a
+    400,000 window): a hard limit like the window; required input above it raises."""
 
     @property
     def floor(self) -> int:
@@ -187,11 +190,16 @@ def _output(spec: BudgetSpec, input_tokens: int) -> tuple[int, str | None]:
     window, margin = spec.context_window, spec.safety_margin
     request = max(0, spec.requested_output)
     max_tokens = min(request, window - margin - input_tokens)
+    cap = spec.max_input_tokens
     # The promise, checked on every return; a violation is a bug, never a plan.
-    if not (input_tokens + max_tokens + margin <= window and max_tokens >= spec.floor):
+    if not (
+        input_tokens + max_tokens + margin <= window
+        and max_tokens >= spec.floor
+        and (cap is None or input_tokens <= cap)
+    ):
         raise AssertionError(
             f"tokenflex solver bug: input={input_tokens} max_tokens={max_tokens} "
-            f"margin={margin} window={window} floor={spec.floor}"
+            f"margin={margin} window={window} floor={spec.floor} input cap={cap}"
         )
     note = None
     if max_tokens < request:
@@ -212,6 +220,21 @@ def _overflow(spec: BudgetSpec, required: int, model: str) -> ContextOverflowErr
         f"{spec.safety_margin:,}-token margin ({over:,} over). Shorten the required "
         "messages, lower min_output_tokens, mark a section optional, or pass "
         "fallback_models=[...] with a larger window.",
+        model=model,
+        context_window=spec.context_window,
+        required_tokens=required,
+        max_tokens=spec.floor,
+        safety_margin=spec.safety_margin,
+    )
+
+
+def _over_input_cap(spec: BudgetSpec, required: int, cap: int, model: str) -> ContextOverflowError:
+    name = f"{model} " if model else "the model "
+    return ContextOverflowError(
+        f"Required input needs {required:,} tokens but {name}accepts at most {cap:,} input "
+        f"tokens (max_input_tokens, an API limit below its {spec.context_window:,}-token "
+        f"window; {required - cap:,} over). Shorten the required messages, mark a section "
+        "optional, or pass fallback_models=[...] with a larger input limit.",
         model=model,
         context_window=spec.context_window,
         required_tokens=required,
@@ -304,14 +327,17 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
     used = spec.base_tokens + sum(sum(v) for v in required_tokens.values())
     if used + floor + margin > window:
         raise _overflow(spec, used, model)
+    if spec.max_input_tokens is not None and used > spec.max_input_tokens:
+        raise _over_input_cap(spec, used, spec.max_input_tokens, model)
 
     # Room for optional items: the reserve policy keeps the whole request for the output,
     # flex lets the output shrink to the floor. Soft shares are shares of that room.
     hard_total = window - margin - (request if spec.policy == "reserve" else floor)
     soft_total = hard_total
-    if spec.input_cap is not None:
-        hard_total = min(hard_total, spec.input_cap)
-        soft_total = min(soft_total, spec.input_cap)
+    for cap in (spec.input_cap, spec.max_input_tokens):
+        if cap is not None:
+            hard_total = min(hard_total, cap)
+            soft_total = min(soft_total, cap)
 
     reserved = {s.name: max(0, s.min_tokens - sum(required_tokens[s.name])) for s in sections}
     order = sorted(range(len(sections)), key=lambda i: -sections[i].priority)

@@ -414,6 +414,7 @@ def run_pass(
         base_tokens=base,
         policy=opts.policy,
         input_cap=opts.max_input_tokens,
+        max_input_tokens=model.max_input_tokens,
     )
     specs: dict[str, SectionSpec] = {}
     for s in sections:
@@ -423,8 +424,9 @@ def run_pass(
     if any(s.needs_room for s in sections):
         room = model.context_window - opts.safety_margin
         room -= request if opts.policy == "reserve" else budget.floor
-        if opts.max_input_tokens is not None:
-            room = min(room, opts.max_input_tokens)
+        for cap in (opts.max_input_tokens, model.max_input_tokens):
+            if cap is not None:
+                room = min(room, cap)
         room -= required
         for s in sections:
             if s.needs_room:
