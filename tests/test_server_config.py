@@ -111,6 +111,24 @@ def test_options_merge_fit_then_model_then_route(config_file: Path) -> None:
             id="bad-default",
         ),
         pytest.param({"upstream": "http://x", "nonsense": 1}, "nonsense", id="unknown-key"),
+        pytest.param(
+            {"upstream": "http://x", "passthrough_paths": ["v1/files/*"]},
+            "passthrough_paths",
+            id="path-without-slash",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "allowed_hosts": ["http://proxy.local"]},
+            "allowed_hosts",
+            id="host-with-scheme",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "cors_origins": ["https://app.example/"]},
+            "cors_origins",
+            id="origin-with-slash",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "worker_threads": 0}, "worker_threads", id="no-threads"
+        ),
     ],
 )
 def test_bad_settings_are_config_errors(settings: dict[str, object], needle: str) -> None:

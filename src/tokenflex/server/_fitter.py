@@ -108,15 +108,14 @@ async def off_loop(limiter: anyio.CapacityLimiter, func: Callable[[], T]) -> T:
 
 
 def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
-    """The ``x-tokenflex-*`` summary of a plan."""
+    """The ``x-tokenflex-*`` summary of a plan (no plan id header when it was not kept)."""
     return {
         "x-tokenflex-input-tokens": str(plan.input_tokens),
         "x-tokenflex-max-tokens": str(plan.max_tokens),
         "x-tokenflex-context-window": str(plan.context_window),
         "x-tokenflex-dropped": str(len(plan.dropped)),
         "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
-        "x-tokenflex-plan-id": plan_id,
-    }
+    } | ({"x-tokenflex-plan-id": plan_id} if plan_id else {})
 
 
 class Fitter:

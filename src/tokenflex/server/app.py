@@ -471,7 +471,10 @@ def internal_error(request_id: str) -> Response:
 async def _http_exception(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     detail = exc.detail if isinstance(exc, HTTPException) else "error"
-    return error_response(status, str(detail), code="http_error")
+    rid = "req_" + secrets.token_hex(8)
+    return error_response(
+        status, str(detail), code="http_error", headers={"x-tokenflex-request-id": rid}
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

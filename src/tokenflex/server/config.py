@@ -119,6 +119,36 @@ class ServerConfig(BaseSettings):
         # Clients call /v1/...; the same path is forwarded, so a trailing /v1 is dropped.
         return url[: -len("/v1")] if url.endswith("/v1") else url
 
+    @field_validator("passthrough_paths")
+    @classmethod
+    def _check_paths(cls, value: list[str] | None) -> list[str] | None:
+        for p in value or []:
+            if not p.startswith("/"):
+                raise ValueError(f"passthrough_paths entries start with '/', got {p!r}")
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, value: list[str] | None) -> list[str] | None:
+        for h in value or []:
+            if not h.strip() or "/" in h or h != h.strip():
+                raise ValueError(
+                    f"allowed_hosts entries are host names like 'proxy.local' or "
+                    f"'*.example.com' (no scheme, no path), got {h!r}"
+                )
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: list[str]) -> list[str]:
+        for o in value:
+            if o != "*" and not re.match(r"^https?://[^/\s]+$", o):
+                raise ValueError(
+                    f"cors_origins entries are origins like 'https://app.example.com' (no "
+                    f"path, no trailing '/') or '*', got {o!r}"
+                )
+        return value
+
     @field_validator("routes")
     @classmethod
     def _check_routes(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

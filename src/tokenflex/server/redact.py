@@ -26,7 +26,14 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 
-__all__ = ["MAX_LOGGED_CHARS", "MIN_SECRET_LENGTH", "RedactingFilter", "redact", "request_secrets"]
+__all__ = [
+    "MAX_ARG_CHARS",
+    "MAX_LOGGED_CHARS",
+    "MIN_SECRET_LENGTH",
+    "RedactingFilter",
+    "redact",
+    "request_secrets",
+]
 
 MIN_SECRET_LENGTH = 6
 """Known secrets shorter than this are not searched for (they would blank ordinary text);
@@ -35,6 +42,8 @@ the shape patterns still catch them after ``Bearer`` or ``api_key=``."""
 MASK = "***"
 MAX_LOGGED_CHARS = 4000
 """Log messages are cut after this many characters (a 2 MB model name is not a log line)."""
+MAX_ARG_CHARS = 200
+"""String arguments of a log call are cut after this many characters."""
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # OpenAI / Anthropic / most gateways: sk-..., sk-proj-..., sk-ant-...
@@ -93,6 +102,14 @@ class RedactingFilter(logging.Filter):
         self.secrets = tuple(s for s in secrets if s)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            # a client's 1 MB model name is logged by the library as %r: cut such values
+            record.args = tuple(
+                f"{a[:MAX_ARG_CHARS]}…({len(a):,} chars)"
+                if isinstance(a, str) and len(a) > MAX_ARG_CHARS
+                else a
+                for a in record.args
+            )
         message = record.getMessage()
         clean = redact(message, self.secrets)
         if len(clean) > MAX_LOGGED_CHARS:
