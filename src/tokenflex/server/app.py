@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -41,6 +42,7 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_chat, parse_count
 from .config import ServerConfig, check_fit_options, patch_model, split_options
 from .errors import ProxyError, error_response
+from .limits import Limits
 from .plans import PlanStore, new_plan_id
 
 __all__ = ["Proxy", "create_app"]
@@ -349,6 +351,7 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         routes=routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+        middleware=[Middleware(Limits, config=config)],  # load, time and cache bounds
     )
     app.state.proxy = proxy
     return app
