@@ -137,17 +137,24 @@ class _Exchange:
             self.pending = await self.receive_()
             if self.pending["type"] == "http.disconnect":
                 return
-        async with anyio.create_task_group() as tasks:
-            self.tasks = tasks
-            if self.pending is not None:
-                self._body_complete()
-            with count_scope() as counts:
-                try:
-                    await self.app(self.scope, self.receive, self.send)
-                finally:
-                    if self.status >= 400 or not self.started:
-                        counts.discard()
-            tasks.cancel_scope.cancel()  # the disconnect watcher
+        try:
+            async with anyio.create_task_group() as tasks:
+                self.tasks = tasks
+                if self.pending is not None:
+                    self._body_complete()
+                with count_scope() as counts:
+                    try:
+                        await self.app(self.scope, self.receive, self.send)
+                    finally:
+                        if self.status >= 400 or not self.started:
+                            counts.discard()
+                tasks.cancel_scope.cancel()  # the disconnect watcher
+        except BaseExceptionGroup as group:
+            # the task group wraps what the app raised: pass it on as it was raised
+            exc: BaseException = group
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]
+            raise exc from None
 
     def _body_complete(self) -> None:
         self.body_done = True
