@@ -53,6 +53,7 @@ def serve(
         import uvicorn
 
         from ..server import ServerConfig, create_app
+        from ..server.limits import uvicorn_options
     except ImportError as exc:
         raise ConfigError(
             f"tokenflex serve needs the server extra ({exc.name} is missing): "
@@ -78,7 +79,7 @@ def serve(
         port=settings.port,
         log_level=log_level.lower(),
         access_log=access_log,
-        server_header=False,
-        ws="none",
         lifespan="on",
+        # header deadline (slowloris), short keep-alive, no server header, no websockets
+        **uvicorn_options(settings),
     )

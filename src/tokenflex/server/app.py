@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -41,6 +42,7 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_chat, parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
+from .limits import Limits
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .redact import RedactingFilter, redact, request_secrets
@@ -547,6 +549,7 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         routes=routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
+        middleware=[Middleware(Limits, config=config)],  # load, time and cache bounds
     )
     app.state.proxy = proxy
     return app

@@ -110,6 +110,22 @@ class ServerConfig(BaseSettings):
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
+    # -- load and time limits (server/limits.py, server/_upstream.py) --
+    upstream_timeout: float = Field(600.0, gt=0)
+    """Longest one upstream exchange may take in all (headers, body or stream): 504."""
+    max_response_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    """Largest upstream body the proxy buffers (non-stream answers): 502 beyond it."""
+    header_timeout: float = Field(10.0, gt=0)
+    """A connection must deliver a request's headers within this (slowloris)."""
+    body_timeout: float = Field(30.0, gt=0)
+    """A request's whole body must arrive within this after its headers: 408."""
+    max_inflight: int = Field(64, gt=0)
+    """Requests handled at once; more wait in the queue."""
+    max_queue: int = Field(64, ge=0)
+    """Requests waiting for a slot; beyond it, 503 with Retry-After."""
+    queue_timeout: float = Field(5.0, gt=0)
+    """Longest wait in the queue before a 503."""
+
     @field_validator("upstream")
     @classmethod
     def _check_upstream(cls, value: str) -> str:
