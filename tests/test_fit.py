@@ -196,8 +196,9 @@ def test_bad_messages(bad: Any) -> None:
 
 
 def test_bad_options() -> None:
-    with pytest.raises(tokenflex.InvalidInputError, match="max_tokens"):
-        fit(_chat(1), model="gpt-4o", max_tokens=-5)
+    for bad in (-5, 0, 1.5, 100.0, True, "100"):
+        with pytest.raises(tokenflex.InvalidInputError, match="max_tokens"):
+            fit(_chat(1), model="gpt-4o", max_tokens=bad)
     with pytest.raises(tokenflex.InvalidInputError, match="history_shar"):
         fit(_chat(1), model="gpt-4o", history_shar=0.5)
 
