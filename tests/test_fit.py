@@ -222,3 +222,15 @@ def test_conversation_incremental_matches_fit_every_turn() -> None:
             b = fit(msgs[:i], model="gpt-4", max_tokens=1000)
             assert [id(x) for x in a.messages] == [id(x) for x in b.messages]
             assert (a.input_tokens, a.max_tokens) == (b.input_tokens, b.max_tokens)
+
+
+def test_unknown_model_is_in_the_plans_warnings_with_close_names() -> None:
+    plan = fit(_chat(1), model="gtp-4", max_tokens=100)
+    (w,) = [w for w in plan.warnings if w.startswith("Unknown model")]
+    assert "'gtp-4'" in w and "8,192-token window" in w and "Did you mean gpt-4," in w
+    assert "strict=True" in w
+    assert tokenflex.models.close_names("gtp-4")[0] == "gpt-4"
+    assert tokenflex.models.close_names("GPT-4O-MINI")[0] == "gpt-4o-mini"
+    assert tokenflex.models.close_names("zzzzzzzz") == []
+    known = fit(_chat(1), model="gpt-4", max_tokens=100)
+    assert not any(w.startswith("Unknown model") for w in known.warnings)
