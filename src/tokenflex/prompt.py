@@ -50,8 +50,10 @@ from typing import Any, Literal
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter
+from .counting.checks import BadMessage
+from .counting.shape import check_shapes
 from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
-from .errors import InvalidInputError
+from .errors import InvalidInputError, InvalidMessagesError
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan
@@ -394,6 +396,10 @@ class Prompt:
                 )
         elif isinstance(content, Sequence) and all(isinstance(x, dict) for x in content):
             msgs = list(content)  # type: ignore[arg-type]
+            try:  # every message, kept or not, once here (counting is lazy)
+                check_shapes(msgs, self.model)
+            except BadMessage as exc:
+                raise InvalidMessagesError(f"Section {name!r}: {exc}") from None
             if shrink == "truncate":
                 raise InvalidInputError(
                     f"Section {name!r}: shrink='truncate' cuts a string, not messages."
