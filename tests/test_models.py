@@ -116,7 +116,7 @@ def test_unknown_model_gets_conservative_default_and_a_warning(
     assert model.source == "default"
     assert model.tokenizer == "estimate:1.3"  # an unknown tokenizer may need more tokens
     assert any(
-        "my-private-llm" in r.getMessage() and "8192" in r.getMessage() for r in caplog.records
+        "my-private-llm" in r.getMessage() and "8,192" in r.getMessage() for r in caplog.records
     )
 
 

@@ -35,7 +35,7 @@ from .counting.checks import BadMessage
 from .errors import ContextOverflowError, InvalidMessagesError
 from .fallback import Candidate, fallback_chain, no_model_fits
 from .history import iter_groups
-from .models import Model, get_model
+from .models import Model, get_model, unknown_model_warning
 from .options import DEFAULT_MAX_TOKENS, FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
 from .summarize import summary_message
@@ -84,6 +84,8 @@ def output_request(
             f"{model.max_output_tokens:,}; requested {model.max_output_tokens:,}."
         )
         request = model.max_output_tokens
+    if not model.known:  # the log said it once; the plan says it to its reader
+        warnings.append(unknown_model_warning(model.name))
     if not counter.exact:
         warnings.append(
             f"{model.name}: counts are conservative estimates (no exact tokenizer or chat "

@@ -25,6 +25,8 @@ from typing import Any
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter, get_counter
+from .counting.checks import BadMessage
+from .counting.shape import check_one, check_shapes, shape_checker
 from .engine import (
     GroupIndex,
     Layout,
@@ -230,12 +232,22 @@ def _with_history(messages: Sequence[Message], newest_first: list[Message]) -> l
     return [*messages[:pinned], *reversed(newest_first), *messages[pinned:]]
 
 
+def _history_message(source: Any, k: int) -> str:
+    """How the caller knows the ``k``-th history message read (newest first)."""
+    if isinstance(source, Sequence) and not isinstance(source, str | bytes):
+        return f"history[{len(source) - 1 - k}]"
+    return f"history message {k + 1} (counting from the newest)"
+
+
 def _history_bound(
-    messages: Sequence[Message], model: Model, opts: FitOptions
+    messages: Sequence[Message], model: Model, opts: FitOptions, source: Any = None
 ) -> Callable[[Message], bool]:
     """A stop rule for lazy history: read until the messages read exceed any room they
-    could possibly get, or max_messages (+ a group's worth) is reached."""
+    could possibly get, or max_messages (+ a group's worth) is reached. Each message is
+    checked as it arrives (an error names it as the caller knows it, see
+    :func:`_history_message`)."""
     counter = get_counter(model)
+    checker = shape_checker(model)
     fixed = counter.base(None) + sum(counter.message(m) for m in messages)
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
     room = model.context_window - opts.safety_margin - floor - fixed
@@ -245,6 +257,11 @@ def _history_bound(
     limit = None if opts.max_messages is None else opts.max_messages * 2 + 2
 
     def enough(m: Message) -> bool:
+        try:
+            check_one(checker, m)
+        except BadMessage as exc:
+            where = _history_message(source, state["n"])
+            raise InvalidMessagesError(f"{where} {exc.problem}. {exc.fix}") from None
         state["tokens"] += counter.message(m)
         state["n"] += 1
         return state["tokens"] > room or (limit is not None and state["n"] >= limit)
@@ -304,9 +321,12 @@ def fit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
+    check_shapes(messages, primary)
     if history is not None:
         read, _ = read_newest_first(
-            history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
+            history,
+            enough=_history_bound(messages, primary, opts, history),
+            page_size=opts.page_size,
         )
         messages = _with_history(messages, read)
     layout = FitLayout(messages, primary, tools, opts, documents)
@@ -334,8 +354,9 @@ async def afit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
+    await asyncio.to_thread(check_shapes, messages, primary)
     if history is not None:
-        bound = await asyncio.to_thread(_history_bound, messages, primary, opts)
+        bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
     layout = await asyncio.to_thread(FitLayout, messages, primary, tools, opts, documents)
