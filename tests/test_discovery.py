@@ -15,10 +15,11 @@ import httpx
 import pytest
 from llama_server import MODEL_ALIAS, LlamaServer, smollm2_path
 
+from tokenflex.cli import main
 from tokenflex.counting import get_counter
 from tokenflex.errors import TokenizerUnavailableError, UpstreamError
-from tokenflex.models import discovery
-from tokenflex.models.discovery import adiscover_model, discover_model
+from tokenflex.models import discovery, register_model
+from tokenflex.models.discovery import adiscover_model, compare, discover_model
 from tokenflex.models.served_files import local_server_process, parse_command_line
 from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.gguf import GGUFTokenizer
@@ -461,3 +462,57 @@ def test_server_tokenizer_equals_the_gguf_vocabulary(llama_server: LlamaServer) 
     tok = server.tokenizer
     assert isinstance(tok, ServerTokenizer) and tok.kind == "llama-cpp-python"
     gguf.close()
+
+
+# -- the registry against a running server ------------------------------------------------------
+
+
+def test_compare_names_each_difference() -> None:
+    c = compare("http://gpu:8000/v1", "mistral-small-24b", transport=fake(VLLM))
+    assert c.served.name == "mistralai/Mistral-Small-24B"  # unlisted name: the served model
+    assert c.registry is not None and c.registry.name == "mistral-small-24b"
+    fields = {d.field: d for d in c.differences}
+    assert (fields["context_window"].registry, fields["context_window"].server) == (32768, 16384)
+    assert "smaller window" in fields["context_window"].note
+    assert not c.matches
+    unknown = compare("http://gpu:8000/v1", "other", transport=fake(VLLM))
+    assert (unknown.served.context_window, unknown.registry) == (4096, None)
+    assert [d.field for d in unknown.differences] == ["name"]
+
+
+def test_compare_matches_when_the_registry_says_what_the_server_does() -> None:
+    register_model(
+        name="mistralai/mistral-small-24b",
+        context_window=16384,
+        tokenizer="server:http://gpu:8000",
+        chat_format="generic",
+    )
+    c = compare("http://gpu:8000/v1", "mistralai/Mistral-Small-24B", transport=fake(VLLM))
+    assert c.matches, c.differences
+
+
+@pytest.mark.server
+def test_compare_and_the_cli_check_against_the_real_server(
+    llama_server: LlamaServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    register_model(name="smollm2-check", context_window=8192, max_output_tokens=4096)
+    c = compare(llama_server.base_url, "smollm2-check")
+    assert c.served.context_window == 2048
+    fields = {d.field: (d.registry, d.server) for d in c.differences}
+    assert fields["context_window"] == (8192, 2048)
+    assert fields["max_output_tokens"] == (4096, None)  # above the server's window
+    assert fields["tokenizer"] == (
+        "estimate (generic)",
+        f"gguf:{llama_server.model_path} (template)",
+    )
+    assert main(["models", "--check", llama_server.base_url, "smollm2-check", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["matches"] is False and data["context_window"] == 2048
+    assert {d["field"] for d in data["differences"]} == set(fields)
+    assert main(["models", "--check", llama_server.base_url, "smollm2-check"]) == 1
+    out = capsys.readouterr().out
+    assert "8,192" in out and "2,048" in out and "smaller window" in out
+    # once the registry says what the server runs, the check passes
+    register_model(c.served.replace(name="smollm2-check"))
+    assert main(["models", "--check", llama_server.base_url, "smollm2-check"]) == 0
+    assert "matches" in capsys.readouterr().out

@@ -53,7 +53,10 @@ __all__ = [
     "DEFAULT_PROBE_TOKENS",
     "DISCOVERY_TTL_S",
     "OLLAMA_DEFAULT_NUM_CTX",
+    "FieldDifference",
+    "ModelComparison",
     "adiscover_model",
+    "compare",
     "discover_model",
     "discovery_cache_dir",
 ]
@@ -516,3 +519,132 @@ async def adiscover_model(
                 result: Model = done.value
                 _store(root, model, result, cache_ttl)
                 return result
+
+
+# -- the registry against a running server -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldDifference:
+    """One figure on which the registry and the server disagree."""
+
+    field: str
+    registry: Any
+    server: Any
+    note: str
+    """What it means for plans, and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    """What :func:`compare` found."""
+
+    url: str
+    served: Model
+    """The model as the server runs it (what plans for this server use)."""
+    registry: Model | None
+    """The registry's entry for the name, None when it has none."""
+    differences: tuple[FieldDifference, ...]
+
+    @property
+    def matches(self) -> bool:
+        """The registry says what the server does (for every compared field)."""
+        return not self.differences
+
+
+def _differences(served: Model, entry: Model | None) -> tuple[FieldDifference, ...]:
+    if entry is None:
+        return (
+            FieldDifference(
+                "name",
+                None,
+                served.name,
+                "not in the registry: plans for this server use what it reports; "
+                "register it (TOKENFLEX_MODELS_FILE) to use it elsewhere",
+            ),
+        )
+    out: list[FieldDifference] = []
+    if entry.context_window != served.context_window:
+        smaller = served.context_window < entry.context_window
+        out.append(
+            FieldDifference(
+                "context_window",
+                entry.context_window,
+                served.context_window,
+                "the server runs a smaller window than the registry's (its n_ctx / "
+                "max-model-len / num_ctx): plans for it use the server's"
+                if smaller
+                else "the server accepts more than the registry says: the registry entry "
+                "is stale or conservative",
+            )
+        )
+    if entry.max_output_tokens != served.max_output_tokens:
+        out.append(
+            FieldDifference(
+                "max_output_tokens",
+                entry.max_output_tokens,
+                served.max_output_tokens,
+                "the registry's output limit does not fit the server's window",
+            )
+        )
+    if (entry.tokenizer, entry.chat_format) != (served.tokenizer, served.chat_format):
+        out.append(
+            FieldDifference(
+                "tokenizer",
+                f"{entry.tokenizer} ({entry.chat_format})",
+                f"{served.tokenizer} ({served.chat_format})",
+                "the server's own tokenizer and template count exactly"
+                if served.chat_format == "template"
+                else "counts differ in how they are made",
+            )
+        )
+    return tuple(out)
+
+
+def compare(
+    url: str,
+    name: str | None = None,
+    *,
+    api_key: str | None = None,
+    timeout: float = 5.0,
+    probe_tokens: int = DEFAULT_PROBE_TOKENS,
+    transport: httpx.BaseTransport | None = None,
+) -> ModelComparison:
+    """Compare the registry's entry for ``name`` with what the server at ``url`` runs.
+
+    Args:
+        url: The server's base URL.
+        name: The registry name (and the served model, when the server lists several);
+            default the server's first model, compared with the registry entry of its id.
+        api_key, timeout, probe_tokens, transport: As for :func:`discover_model`.
+
+    Returns:
+        A :class:`ModelComparison`; ``differences`` lists window, output limit and
+        tokenizer disagreements, each with what it means. The server is always asked
+        (the disk cache is bypassed).
+
+    >>> c = compare("http://127.0.0.1:8080/v1", "qwen2.5:7b")  # doctest: +SKIP
+    >>> [(d.field, d.registry, d.server) for d in c.differences]  # doctest: +SKIP
+    [('context_window', 32768, 4096)]
+    """
+    kwargs: dict[str, Any] = {
+        "api_key": api_key,
+        "timeout": timeout,
+        "probe_tokens": probe_tokens,
+        "transport": transport,
+        "cache_ttl": 0,
+    }
+    try:
+        served = discover_model(url, model=name, **kwargs)
+    except UpstreamError as exc:
+        if exc.status_code != 404:
+            raise
+        # llama.cpp-style servers run their one model under any name
+        served = discover_model(url, **kwargs)
+    entry = _registry(name or served.name)
+    return ModelComparison(
+        url=server_root(url),
+        served=served,
+        registry=entry,
+        differences=_differences(served, entry),
+    )
