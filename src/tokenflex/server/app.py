@@ -31,8 +31,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..calibration import Calibration
 from ..errors import TokenflexError
 from ..models import get_model
+from ._calibration import calibration_figures, observe_response
 
 # The "X as X" imports re-export names that were defined here before _fitter.py existed.
 from ._fitter import Fitter, library_error, plan_headers
@@ -93,7 +95,8 @@ class Proxy:
         self.config = config
         self.upstream = Upstream(config)
         self.models = ModelResolver(config, discover)
-        self.fitter = Fitter(config, self.models)
+        self.calibration = Calibration()
+        self.fitter = Fitter(config, self.models, self.calibration)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
 
     @contextlib.asynccontextmanager
@@ -172,7 +175,9 @@ class Proxy:
             status = upstream.status_code
             if req.stream and status < 400:
                 return self.upstream.streamed(upstream, headers, request_id=rid)
-            return await self.upstream.buffered(upstream, headers)
+            response = await self.upstream.buffered(upstream, headers)
+            observe_response(self.calibration, plan, response)
+            return response
         except ProxyError as exc:
             status = exc.status_code
             note += f" error={exc.code}"
@@ -330,6 +335,11 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         Route("/tokenflex/health", ep(proxy.health, auth=False), methods=["GET"]),
         Route("/tokenflex/plans/{plan_id}", ep(proxy.plan), methods=["GET"]),
         Route("/tokenflex/count", ep(proxy.count), methods=["POST"]),
+        Route(
+            "/tokenflex/calibration",
+            ep(lambda request, route: calibration_figures(proxy.calibration, request)),
+            methods=["GET"],
+        ),
         Route("/v1/tokenize", ep(proxy.count), methods=["POST"]),
     ]
     for name in [None, *config.routes]:
