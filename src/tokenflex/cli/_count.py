@@ -240,8 +240,21 @@ def models_cmd(
         str, typer.Argument(help="Part of a name, alias or provider (empty: all).")
     ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    check: Annotated[
+        str | None,
+        typer.Option(
+            "--check",
+            metavar="URL",
+            help="Compare the registry entry QUERY (default: the served model) with what "
+            "the server at URL runs; exit 1 when they differ.",
+        ),
+    ] = None,
 ) -> None:
     """List the models tokenflex knows: window, output limit, tokenizer, prices."""
+    if check is not None:
+        from ._check import check_models
+
+        return check_models(check, query, as_json=as_json)
     found = list_models(query)
     if as_json:
         console.print_json(
@@ -256,6 +269,10 @@ def models_cmd(
                     "chat_format": m.chat_format,
                     "input_price": m.input_price,
                     "output_price": m.output_price,
+                    "max_input_tokens": m.max_input_tokens,
+                    "cache_read_price": m.cache_read_price,
+                    "cache_write_price": m.cache_write_price,
+                    "source_url": m.source_url,
                     "aliases": list(m.aliases),
                     "source": m.source,
                 }

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from ..calibration import Calibration
 from ..errors import (
     ConfigError,
     ContextOverflowError,
@@ -121,11 +122,14 @@ def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
 class Fitter:
     """Fits chat requests with the config's options and builds the bodies to forward."""
 
-    def __init__(self, config: ServerConfig, models: ModelResolver) -> None:
+    def __init__(
+        self, config: ServerConfig, models: ModelResolver, calibration: Calibration | None = None
+    ) -> None:
         self.config = config
         self.models = models
         self.limiter = anyio.CapacityLimiter(config.worker_threads)
         """Bounds the worker threads that count and fit (``worker_threads``)."""
+        self.calibration = calibration
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -142,7 +146,10 @@ class Fitter:
         """
         model = await self.models.resolve(name, api_key)
         patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
-        return patch_model(model, patch), proxy_options, fit_options
+        model = patch_model(model, patch)
+        if self.calibration is not None:  # counts times the factor learned from the wire
+            model = self.calibration.apply(model)
+        return model, proxy_options, fit_options
 
     async def fit(self, req: ChatRequest, route: str | None, size: int, api_key: str | None) -> Any:
         """The plan for one chat request.

@@ -35,9 +35,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..calibration import Calibration
 from ..errors import TokenflexError
 from ._fitter import Fitter, off_loop, plan_headers
 from ._models import Discover, ModelResolver, display_name
+from ._calibration import calibration_figures, observe_response
 from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_chat, parse_count
 from .config import ServerConfig, check_fit_options, check_models
@@ -162,7 +164,8 @@ class Proxy:
         self.config = config
         self.upstream = Upstream(config)
         self.models = ModelResolver(config, discover)
-        self.fitter = Fitter(config, self.models)
+        self.calibration = Calibration()
+        self.fitter = Fitter(config, self.models, self.calibration)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
         self.keeps_plans = config.store_plans and config.plans_max > 0
 
@@ -297,7 +300,9 @@ class Proxy:
             status = upstream.status_code
             if req.stream and status < 400:
                 return self.upstream.streamed(upstream, headers, request_id=rid)
-            return await self.upstream.buffered(upstream, headers)
+            response = await self.upstream.buffered(upstream, headers)
+            observe_response(self.calibration, plan, response)
+            return response
         except ProxyError as exc:
             status = exc.status_code
             note += f" error={exc.code}"
@@ -526,6 +531,14 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         Route("/tokenflex/plans/{plan_id}", ep(proxy.plan, methods=_GET), methods=_ALL_METHODS),
         Route("/tokenflex/count", fitted(proxy.count), methods=_ALL_METHODS),
         Route("/v1/tokenize", fitted(proxy.count), methods=_ALL_METHODS),
+        Route(
+            "/tokenflex/calibration",
+            ep(
+                lambda request, route: calibration_figures(proxy.calibration, request),
+                methods=_GET,
+            ),
+            methods=_ALL_METHODS,
+        ),
         Route("/tokenflex/{rest:path}", ep(proxy.not_found), methods=_ALL_METHODS),
     ]
     for name in [None, *config.routes]:
