@@ -320,3 +320,68 @@ def test_plan_reports_cached_tokens_and_cost() -> None:
     assert cost.input_usd == pytest.approx((hit * 0.3 + rest * 3.75) / 1e6)
     assert cost.uncached_usd == pytest.approx(third.input_tokens * 3.0 / 1e6)
     assert third.to_dict()["cached_tokens"] == hit
+
+
+class CountingSummarizer:
+    """The offline extractive summarizer, counting its calls."""
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._inner = tokenflex.ExtractiveSummarizer("o200k_base")
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def summarize(self, messages: Any, *, previous_summary: str | None, max_tokens: int) -> str:
+        self._calls += 1
+        return self._inner.summarize(
+            messages, previous_summary=previous_summary, max_tokens=max_tokens
+        )
+
+
+@pytest.mark.parametrize(
+    "stateless", [pytest.param(True, id="fit-each-turn"), pytest.param(False, id="conversation")]
+)
+def test_one_summarizer_call_per_roll(stateless: bool) -> None:
+    """A resent history is summarized once per roll; between rolls the summary is the
+    same bytes, from the store."""
+    m = model(2500)
+    store = MemoryStore()
+    summarizer = CountingSummarizer()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    conv = Conversation([SYSTEM], model=m)
+    summaries: list[str] = []
+    seen: dict[tuple[int, int], str] = {}
+    rolls = 0
+    for t in range(80):
+        turn = [{"role": "user", "content": f"Turn {t}. " + text(40, t) + "."}]
+        msgs += turn
+        conv.extend(turn)
+        if stateless:
+            plan = tokenflex.fit(
+                list(msgs),
+                model=m,
+                max_tokens=300,
+                cache_stable=True,
+                state=store,
+                summarizer=summarizer,
+            )
+        else:
+            plan = conv.fit(max_tokens=300, summarizer=summarizer)
+        check_plan(plan, m, msgs)
+        if plan.summary is not None:
+            covers = plan.summary.covers
+            if covers in seen:  # between rolls: the same bytes, from the store
+                assert plan.summary.reused and plan.summary.text == seen[covers]
+            else:
+                rolls += 1
+                assert not plan.summary.reused
+                seen[covers] = plan.summary.text
+            summaries.append(plan.summary.text)
+        answer = {"role": "assistant", "content": f"Answer {t}. " + text(40, t + 1) + "."}
+        msgs.append(answer)
+        conv.append(answer)
+    assert len(summaries) > 40
+    assert summarizer.calls == rolls  # one call per roll, none between rolls
+    assert summarizer.calls <= 80 // 4  # a roll every few turns, never one per request

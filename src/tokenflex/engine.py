@@ -790,10 +790,13 @@ class Layout(Protocol):
 @dataclass
 class _SummaryRequest:
     span: list[Message]
+    """What the summarizer reads (after ``previous``)."""
     span_start: int
     recent_start: int
     previous: str | None
     max_tokens: int
+    key: str = ""
+    """The summary's key in the state store: what it covers and how it is made."""
 
 
 @dataclass
@@ -808,6 +811,8 @@ class _Outcome:
     cut: HistoryCut | None = None
     """Where the first pass cut the history (cache-stable or shrinking fits)."""
     memory: SessionMemory | None = None
+    previous: HistoryCut | None = None
+    """Where the conversation's previous plan cut it."""
     request: _SummaryRequest | None = field(default=None, init=False)
 
     def plan(self) -> Plan:
@@ -835,7 +840,10 @@ class _Outcome:
             return plan
         return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
 
-    def summary_request(self, summarizer: Any) -> _SummaryRequest | None:
+    def summary_request(self, summarizer: Any, summaries: Any = None) -> _SummaryRequest | None:
+        """What to summarize, or None. With a store of ``summaries``, a span summarized
+        before is found by its key; a cache-stable fit rolls the previous summary
+        forward over what the cut newly left out."""
         target = self.layout.summary_target()
         if summarizer is None or target is None or self.first.dropped_from(target.section) is None:
             return None
@@ -868,14 +876,22 @@ class _Outcome:
             previous = str(src[target.previous]["content"])[len(SUMMARY_PREFIX) :]
             span_start = target.previous
         window = self.first.model.context_window
-        self.request = _SummaryRequest(
+        max_tokens = min(self.opts.summary_max_tokens, max(1, window // 4))
+        covers = functools.partial(summary_key, summarizer, max_tokens, previous, src, target.lo)
+        r = self.request = _SummaryRequest(
             span=list(src[target.lo : recent_start]),
             span_start=span_start,
             recent_start=recent_start,
             previous=previous,
-            max_tokens=min(self.opts.summary_max_tokens, max(1, window // 4)),
+            max_tokens=max_tokens,
+            key=covers(recent_start) if summaries is not None else "",
         )
-        return self.request
+        before = self.previous.summarized_before if self.previous is not None else 0
+        if summaries is not None and self.opts.cache_stable and target.lo < before < recent_start:
+            rolled = summaries.get(covers(before))
+            if rolled is not None and summaries.get(r.key) is None:
+                r.previous, r.span = rolled.decode(), list(src[before:recent_start])
+        return r
 
     def failed(self, exc: BaseException) -> Plan:
         msg = (
@@ -929,6 +945,8 @@ class _Outcome:
                 reused=reused,
             ),
         )
+        if cut is not None:
+            cut = replace(cut, summarized_before=r.recent_start)
         return self.remembered(plan, cut)
 
 
@@ -944,7 +962,7 @@ def _first(
         previous = memory.previous_cut(target.source)
     if not opts.fallback_models:
         p, cut = solve_history(layout, primary, opts, previous)
-        return _Outcome(layout, p, opts, started, cut=cut, memory=memory)
+        return _Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
     chain = fallback_chain(
         primary, [get_model(n, strict=opts.strict) for n in opts.fallback_models]
     )
@@ -963,7 +981,9 @@ def _first(
             if backup is None:  # over the share: a model under it is preferred
                 backup, backup_cut = p, cut
             continue
-        return replace(_switched(layout, p, opts, started, tried), cut=cut, memory=memory)
+        return replace(
+            _switched(layout, p, opts, started, tried), cut=cut, memory=memory, previous=previous
+        )
     if backup is not None:
         if backup.model is primary:
             backup.warnings.append(
@@ -972,7 +992,10 @@ def _first(
                 f"{primary.name}."
             )
         return replace(
-            _switched(layout, backup, opts, started, tried), cut=backup_cut, memory=memory
+            _switched(layout, backup, opts, started, tried),
+            cut=backup_cut,
+            memory=memory,
+            previous=previous,
         )
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
     raise no_model_fits(tried, floor, opts.safety_margin, primary=primary.name)
@@ -1028,10 +1051,10 @@ def fit_layout(
 
     begun = time.perf_counter() if started is None else started
     outcome = _first(layout, opts, begun, memory)
-    r = outcome.summary_request(summarizer)
+    r = outcome.summary_request(summarizer, summaries)
     if r is None:
         return outcome.plan()
-    key = summary_key(r, summarizer)
+    key = r.key
     stored = summaries.get(key) if summaries is not None else None
     if stored is not None:
         return outcome.with_summary(stored.decode(), _name(summarizer), reused=True)
@@ -1065,10 +1088,10 @@ async def afit_layout(
 
     begun = time.perf_counter() if started is None else started
     outcome = await asyncio.to_thread(_first, layout, opts, begun, memory)
-    r = outcome.summary_request(summarizer)
+    r = outcome.summary_request(summarizer, summaries)
     if r is None:
         return await asyncio.to_thread(outcome.plan)
-    key = summary_key(r, summarizer)
+    key = r.key
     stored = summaries.get(key) if summaries is not None else None
     if stored is not None:
         return await asyncio.to_thread(
@@ -1097,31 +1120,31 @@ def _name(summarizer: Any) -> str:
     return type(summarizer).__name__
 
 
-def summary_key(r: _SummaryRequest, summarizer: Any) -> str:
-    """A summary's key in a state store: what it covers (the span's messages, the
-    summary it rolls forward) and how it is made (the summarizer and its settings)."""
+def summary_key(
+    summarizer: Any,
+    max_tokens: int,
+    previous: str | None,
+    source: Sequence[Message],
+    lo: int,
+    hi: int,
+) -> str:
+    """A summary's key in a state store: what it covers (``source[lo:hi]`` after the
+    ``previous`` summary the caller sent, if any) and how it is made (the summarizer, its
+    plain settings, the length asked)."""
     import hashlib
     import json
 
     from .session import fingerprint
 
-    settings = (
-        {
-            k: v
-            for k, v in sorted(vars(summarizer).items())
-            if isinstance(v, str | int | float | bool) and "key" not in k.lower()
-        }
-        if hasattr(summarizer, "__dict__")
-        else {}
-    )
-    what = [
-        _name(summarizer),
-        settings,
-        r.max_tokens,
-        r.previous,
-        [fingerprint(m) for m in r.span],
-    ]
-    return (
-        "summary:"
-        + hashlib.blake2b(json.dumps(what, default=str).encode(), digest_size=16).hexdigest()
-    )
+    fields = vars(summarizer) if hasattr(summarizer, "__dict__") else {}
+    settings = {
+        k: v
+        for k, v in sorted(fields.items())
+        if isinstance(v, str | int | float | bool)
+        and "key" not in k.lower()  # never an API key in a store key
+        and not k.startswith("_")  # state, not settings
+    }
+    what = [_name(summarizer), settings, max_tokens, previous]
+    what.append([fingerprint(m) for m in source[lo:hi]])
+    digest = hashlib.blake2b(json.dumps(what, default=str).encode(), digest_size=16)
+    return "summary:" + digest.hexdigest()

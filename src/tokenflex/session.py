@@ -48,6 +48,8 @@ class HistoryCut:
     """Tool results before this index were cleared (0: none)."""
     reasoning_before: int = 0
     """Reasoning before this index was dropped (0: none)."""
+    summarized_before: int = 0
+    """The plan's summary covers the history before this index (0: no summary)."""
 
 
 def fingerprint(message: Any) -> str:
@@ -152,7 +154,12 @@ class StoreMemory:
             return None
         if start < len(source) and fingerprint(source[start]) != state["start_hash"]:
             return None  # not the conversation the key was made for: no previous cut
-        return HistoryCut(start, int(state["cleared_before"]), int(state["reasoning_before"]))
+        return HistoryCut(
+            start,
+            int(state["cleared_before"]),
+            int(state["reasoning_before"]),
+            int(state.get("summarized_before", 0)),
+        )
 
     def remember(
         self,
@@ -168,6 +175,7 @@ class StoreMemory:
             "start_hash": fingerprint(source[cut.start]) if cut.start < len(source) else "",
             "cleared_before": cut.cleared_before,
             "reasoning_before": cut.reasoning_before,
+            "summarized_before": cut.summarized_before,
             "sent": sent,
         }
         self.store.set(self.key, json.dumps(state).encode(), ttl_s=SESSION_TTL_S)
