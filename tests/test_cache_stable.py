@@ -10,6 +10,7 @@ stability rule: the cut moves only when the history from the previous cut no lon
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -385,3 +386,29 @@ def test_one_summarizer_call_per_roll(stateless: bool) -> None:
     assert len(summaries) > 40
     assert summarizer.calls == rolls  # one call per roll, none between rolls
     assert summarizer.calls <= 80 // 4  # a roll every few turns, never one per request
+
+
+def test_prompt_history_section_is_cache_stable() -> None:
+    """A Prompt rebuilt every turn (stateless) holds its history cut through the store."""
+    m = model(2500)
+    store = MemoryStore()
+    history: list[dict[str, Any]] = []
+    cuts = []
+    prefixes = []
+    for t in range(40):
+        history.append({"role": "user", "content": text(40, t)})
+        history.append({"role": "assistant", "content": text(40, t + 1)})
+        prompt = tokenflex.Prompt(m, max_tokens=300, cache_stable=True, low_water=0.5)
+        prompt.add("system", "Be brief.", required=True)
+        prompt.add("history", list(history), shrink="drop_oldest", priority=10)
+        prompt.add("question", [{"role": "user", "content": f"question {t}"}], required=True)
+        plan = prompt.fit(state=store)
+        assert plan.input_tokens == count_messages(plan.messages, model=m)
+        assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= m.context_window
+        dropped = [d.index for d in plan.dropped if d.section == "history"]
+        cuts.append(max(dropped) + 1 if dropped else 0)
+        prefixes.append(plan.prefix_tokens)
+    moves = sum(1 for a, b in itertools.pairwise(cuts) if a != b)
+    assert 0 < moves <= 8, cuts
+    # the key is the first KEY_MESSAGES messages: from the second turn on it is the same
+    assert all(p for p in prefixes[2:]), prefixes

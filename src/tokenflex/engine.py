@@ -58,6 +58,7 @@ __all__ = [
     "output_request",
     "run_pass",
     "solve_history",
+    "stable_target",
     "summary_key",
 ]
 
@@ -548,13 +549,27 @@ _FORCED = frozenset({"budget", "share", "cap", "low_water"})
 """Drop reasons that mean the room forced a cut (``held`` and ``orphan`` alone do not)."""
 
 
-def history_section(layout: Layout, sections: Sequence[Section]) -> MessageSection | None:
-    """The layout's history: the newest-first message section a summary may shorten."""
+def stable_target(layout: Layout, model: Model) -> SummaryTarget | None:
+    """The history a cache-stable fit holds the cut of: the one a summary may shorten,
+    else the layout's first newest-first message section (a Prompt's ``drop_oldest``)."""
     target = layout.summary_target()
-    if target is None:
-        return None
+    if target is not None:
+        return target
+    for s in layout.sections(model):
+        if isinstance(s, MessageSection) and s.mode == "newest":
+            return SummaryTarget(s.name, s.source, s.lo, s.hi)
+    return None
+
+
+def history_section(layout: Layout, sections: Sequence[Section]) -> MessageSection | None:
+    """The layout's history among ``sections`` (see :func:`stable_target`)."""
+    target = layout.summary_target()
     for s in sections:
-        if isinstance(s, MessageSection) and s.name == target.section and s.mode == "newest":
+        if (
+            isinstance(s, MessageSection)
+            and s.mode == "newest"
+            and (target is None or s.name == target.section)
+        ):
             return s
     return None
 
@@ -826,13 +841,15 @@ class _Outcome:
     def remembered(self, plan: Plan, cut: HistoryCut | None) -> Plan:
         """``plan`` with the prefix it shares with the conversation's previous plan, and
         this plan recorded as the previous one."""
-        target = self.layout.summary_target()
-        if self.memory is None or target is None:
+        if self.memory is None:
+            return plan
+        target = stable_target(self.layout, self.first.model)
+        if target is None:
             return plan
         if cut is None:
-            cut = HistoryCut(
-                target.lo if self.first.dropped_from(target.section) is None else target.hi
-            )
+            hist = history_section(self.layout, self.first.sections)
+            kept = () if hist is None else self.first.alloc.kept.get(hist.name, ())
+            cut = HistoryCut(target.hi if hist is None else hist.first_kept(kept))
         from .cost import cached_tokens
 
         prefix = self.memory.remember(target.source, cut, plan.messages, self.first.counter)
@@ -956,10 +973,11 @@ def _first(
     """The first pass: the primary model, else the cheapest fallback that fits (one pass
     per model tried)."""
     primary = layout.model
-    target = layout.summary_target() if memory is not None else None
     previous = None
-    if memory is not None and target is not None and opts.cache_stable:
-        previous = memory.previous_cut(target.source)
+    if memory is not None and opts.cache_stable:
+        target = stable_target(layout, primary)
+        if target is not None:
+            previous = memory.previous_cut(target.source)
     if not opts.fallback_models:
         p, cut = solve_history(layout, primary, opts, previous)
         return _Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
