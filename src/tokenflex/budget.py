@@ -92,6 +92,15 @@ class SectionSpec:
     oldest one kept. When the section is cut and its oldest kept item may not open it
     (history may not start with an answer whose question was dropped), that item is
     dropped too, with the reason ``orphan``, and the next one is tried."""
+    low_water: float | None = None
+    """Cache-stable cutting (contiguous sections without required items): when the
+    section must be cut, keep only the newest items within this share of its room, so
+    the next turns append to an unchanged prefix until the room is full again. Items
+    kept out below the mark have the reason ``low_water``."""
+    hold: int | None = None
+    """With ``low_water``: the previous plan's cut, as the number of newest items it kept.
+    While those items fit, exactly they are kept (older ones stay out, reason ``held``),
+    so the prefix sent does not change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +140,8 @@ class DropRecord:
     whose lazy items were not consumed further)."""
     reason: str
     """``budget`` (hard window), ``share`` (soft target), ``cap``, ``max_items``,
-    ``orphan`` (see :attr:`SectionSpec.opens`)."""
+    ``orphan`` (see :attr:`SectionSpec.opens`), ``low_water`` and ``held`` (see
+    :attr:`SectionSpec.low_water`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +291,25 @@ def _unorphan(
     return freed
 
 
+def _stable_count(s: SectionSpec, cum: Sequence[int], k: int, cut: bool, soft_room: int) -> int:
+    """How many of the ``k`` newest items that fit a cache-stable section keeps: the
+    previous cut while it fits, else (when the section must be cut) the newest items
+    within the low-water mark; never fewer than ``min_items`` allows."""
+    if s.hold is not None and s.hold <= k and (cut or s.hold < k):
+        return s.hold
+    if not cut or s.low_water is None:
+        return k
+    low = _soft_prefix(cum, int(s.low_water * max(0, soft_room)))
+    return max(min(low, k), min(s.min_items, k))
+
+
+def _prefix_sums(tokens: Sequence[int]) -> list[int]:
+    out = [0]
+    for t in tokens:
+        out.append(out[-1] + t)
+    return out
+
+
 def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "") -> Allocation:
     """Allocate the window between sections and the output.
 
@@ -365,13 +394,26 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
         if s.cumulative is not None and s.contiguous and not req:
             k, reason = _bisect_section(s, s.cumulative, soft_room, hard_room, window_room)
             yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
+            if s.low_water is not None:
+                fit_k = k
+                k = _stable_count(s, s.cumulative, k, reason is not None, soft_room)
+                if k < fit_k:
+                    stable = "held" if k == s.hold else "low_water"
+                    if reason is None:
+                        reason = stable
+                    else:
+                        dropped.append(DropRecord(s.name, k, fit_k - k, stable))
+                        dropped.append(DropRecord(s.name, fit_k, None, reason))
+                        reason = "moved"
+                yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
             if reason is not None:
                 cut = k
                 while k > 0 and s.opens is not None and not s.opens(k - 1):
                     k -= 1
                 if k < cut:
                     dropped.append(DropRecord(s.name, k, cut - k, "orphan"))
-                dropped.append(DropRecord(s.name, cut, None, reason))
+                if reason != "moved":
+                    dropped.append(DropRecord(s.name, cut, None, reason))
             if s.min_items and k < s.min_items and reason is not None:
                 notes.append(f"{s.name}: min_items={s.min_items} yields to the window; kept {k}.")
             elif yielded_soft:  # the same notes as the item-by-item path below
@@ -422,6 +464,20 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                     break
                 dropped.append(DropRecord(s.name, pos, 1, reason))
             pos += 1
+        if s.low_water is not None and s.contiguous and not req:
+            fit_k = len(positions)
+            cut = any(d.section == s.name for d in dropped)
+            sums = _prefix_sums(taken_items)
+            k = _stable_count(s, sums, fit_k, cut, soft_room)
+            if k < fit_k:
+                yielded_soft = yielded_soft and k > _soft_prefix(sums, soft_room)
+                stable = "held" if k == s.hold else "low_water"
+                at = next((i for i, d in enumerate(dropped) if d.section == s.name), len(dropped))
+                dropped.insert(at, DropRecord(s.name, k, fit_k - k, stable))
+                del positions[k:]
+                taken -= sum(taken_items[k:])
+                del taken_items[k:]
+                taken -= _unorphan(s, positions, taken_items, dropped)
         if (
             s.min_items
             and len(positions) < s.min_items

@@ -30,6 +30,8 @@ from .fit import PINNED_ROLES, FitLayout
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
+from .session import ObjectMemory
+from .state import MemoryStore
 from .summarize import is_summary_message
 
 __all__ = ["Conversation"]
@@ -40,6 +42,12 @@ class Conversation:
 
     The caller's dicts are kept by reference, never modified. Options given here are
     defaults for every :meth:`fit`; keyword arguments to :meth:`fit` override them.
+
+    Plans are cache-stable by default (``cache_stable=True``): when history must be cut,
+    it is cut down to ``low_water`` of its room and that cut is held while it fits, so
+    consecutive requests share a prefix a provider's prompt cache can reuse; each plan
+    reports it in ``prefix_tokens``. Pass ``cache_stable=False`` to keep as much history
+    as fits on every fit.
     """
 
     def __init__(
@@ -50,7 +58,10 @@ class Conversation:
         tools: Sequence[Tool] | None = None,
         **options: Any,
     ) -> None:
+        options = {"cache_stable": True, **options}
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
+        self._memory = ObjectMemory()  # the previous plan: cache-stable cuts, prefix_tokens
+        self._summaries = MemoryStore(max_bytes=4 * 1024 * 1024)
         self._by_max_tokens: dict[int, FitOptions] = {}
         self.model = get_model(model, strict=self._opts.strict)
         self.tools = tools
@@ -148,7 +159,14 @@ class Conversation:
         """
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
-        return fit_layout(layout, opts, summarizer=summarizer, started=started)
+        return fit_layout(
+            layout,
+            opts,
+            summarizer=summarizer,
+            started=started,
+            memory=self._memory,
+            summaries=self._summaries,
+        )
 
     async def afit(
         self,
@@ -162,4 +180,11 @@ class Conversation:
         summarizer is awaited."""
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
-        return await afit_layout(layout, opts, summarizer=summarizer, started=started)
+        return await afit_layout(
+            layout,
+            opts,
+            summarizer=summarizer,
+            started=started,
+            memory=self._memory,
+            summaries=self._summaries,
+        )

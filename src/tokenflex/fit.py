@@ -278,6 +278,7 @@ def fit(
     history: HistorySource | None = None,
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
+    state: Any = None,
     **options: Any,
 ) -> Plan:
     """Fit a chat request into the model's window.
@@ -296,6 +297,9 @@ def fit(
         documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
             ``min(documents_cap, what is left)`` (default: half of what is left) and sent
             as a system message after the pinned ones; dropped chunks are in ``dropped``.
+        state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
+            remembers where this conversation's last cut fell, keyed by its leading
+            messages, and its summaries (default: the process's in-memory store).
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
             ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
@@ -330,7 +334,21 @@ def fit(
         )
         messages = _with_history(messages, read)
     layout = FitLayout(messages, primary, tools, opts, documents)
-    return fit_layout(layout, opts, summarizer=summarizer, started=started)
+    memory, summaries = _session(state, opts, primary, messages)
+    return fit_layout(
+        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+    )
+
+
+def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
+    """Where a stateless cache-stable fit keeps its cut and summaries (None, None: off)."""
+    if not opts.cache_stable:
+        return None, None
+    from .session import StoreMemory
+    from .state import default_store
+
+    store = state if state is not None else default_store()
+    return StoreMemory(store, model.name, messages), store
 
 
 async def afit(
@@ -342,6 +360,7 @@ async def afit(
     history: Any = None,
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
+    state: Any = None,
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
@@ -360,4 +379,7 @@ async def afit(
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
     layout = await asyncio.to_thread(FitLayout, messages, primary, tools, opts, documents)
-    return await afit_layout(layout, opts, summarizer=summarizer, started=started)
+    memory, summaries = _session(state, opts, primary, messages)
+    return await afit_layout(
+        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+    )

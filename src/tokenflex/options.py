@@ -68,6 +68,22 @@ class FitOptions:
     """Unknown model names raise instead of getting the conservative default."""
     page_size: int = 50
     """Page size when reading a lazy history source."""
+    cache_stable: bool = False
+    """Keep the prefix sent stable across the turns of a session so provider prompt
+    caches hit: when history must be cut, cut down to ``low_water`` of its room and hold
+    that cut while it fits (on by default in :class:`~tokenflex.Conversation`)."""
+    low_water: float = 0.6
+    """Share of the history's room a cache-stable cut goes down to."""
+    clear_tool_results: bool = False
+    """Before dropping turns, replace old tool results with a short placeholder (the
+    call and its id stay)."""
+    keep_tool_results: int = 3
+    """The newest tool results in history that are never cleared."""
+    keep_tools: tuple[str, ...] = ()
+    """Tools whose results are never cleared."""
+    drop_reasoning: bool = False
+    """Before dropping turns, drop old reasoning (``reasoning_content``, thinking parts)
+    from history."""
 
     def __post_init__(self) -> None:
         for name, (check, valid) in _CHECKS.items():
@@ -117,10 +133,11 @@ class FitOptions:
                 f"Unknown {where} option {', '.join(hints)}. Options: {', '.join(takes)}."
             )
         values = dict(options)
-        fallbacks = values.get("fallback_models")
-        if fallbacks is not None and not isinstance(fallbacks, str | bytes):
-            with contextlib.suppress(TypeError):  # reported by the check below
-                values["fallback_models"] = tuple(fallbacks)
+        for name in ("fallback_models", "keep_tools"):
+            listed = values.get(name)
+            if listed is not None and not isinstance(listed, str | bytes):
+                with contextlib.suppress(TypeError):  # reported by the check below
+                    values[name] = tuple(listed)
         return cls(**values)
 
 
@@ -184,4 +201,13 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
     "fallback_input_share": (_share(none=True), "a number in (0, 1] or None"),
     "strict": (lambda v: isinstance(v, bool), "True or False"),
     "page_size": (_int(1), "a positive int"),
+    "cache_stable": (lambda v: isinstance(v, bool), "True or False"),
+    "low_water": (_share(), "a number in (0, 1]"),
+    "clear_tool_results": (lambda v: isinstance(v, bool), "True or False"),
+    "keep_tool_results": (_int(0), "an int >= 0"),
+    "keep_tools": (
+        lambda v: isinstance(v, tuple) and all(isinstance(x, str) and x for x in v),
+        "a list of tool names",
+    ),
+    "drop_reasoning": (lambda v: isinstance(v, bool), "True or False"),
 }

@@ -28,7 +28,11 @@ class DroppedItem:
     reason: str
     """``budget`` (the hard window), ``share`` (the section's soft target), ``cap``,
     ``max_items``, ``orphan`` (history may not start with an answer whose question was
-    dropped), ``summarized`` (replaced by the summary), ``duplicate``."""
+    dropped), ``summarized`` (replaced by the summary), ``duplicate``; cache-stable cuts:
+    ``low_water`` (cut below what fits, so the next turns keep the prefix) and ``held``
+    (the previous plan's cut, held while it fits). Shrunk but still sent: ``cleared``
+    (an old tool result replaced by a placeholder) and ``reasoning`` (old reasoning
+    removed); their ``tokens`` are the tokens that saved."""
     item: Any = field(default=None, repr=False, compare=False)
     """The dropped message or chunk itself."""
 
@@ -193,6 +197,22 @@ class Plan:
     """The primary model's name when a fallback model was chosen."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Extra per-plan data (document packing results, ...)."""
+    prefix_tokens: int | None = None
+    """Tokens of the leading messages this plan shares with the previous plan of the same
+    conversation (None: no previous plan known; a cache-stable fit remembers one)."""
+    cached_tokens: int | None = None
+    """Of ``prefix_tokens``, those a provider is predicted to read from its prompt cache
+    (none below the model's ``cache_min_tokens``)."""
+
+    @cached_property
+    def cache_cost(self) -> Any:
+        """Predicted input cost with the cached prefix (``tokenflex.cost.CacheCost``), or
+        None without a previous plan."""
+        if self.cached_tokens is None:
+            return None
+        from .cost import cache_cost
+
+        return cache_cost(self.model, self.input_tokens, self.cached_tokens)
 
     @property
     def utilization(self) -> float:
@@ -278,6 +298,9 @@ class Plan:
             "savings": self.savings.to_dict(),
             "cost_usd": None if cost is None else cost.to_dict(),
             "elapsed_ms": round(self.elapsed_ms, 3),
+            "prefix_tokens": self.prefix_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cache_cost_usd": None if self.cache_cost is None else self.cache_cost.to_dict(),
             "message_count": len(self.messages),
         }
         if self.extras:

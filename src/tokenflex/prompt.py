@@ -288,6 +288,12 @@ PROMPT_OPTIONS = (
     "fallback_models",
     "fallback_input_share",
     "strict",
+    "cache_stable",
+    "low_water",
+    "clear_tool_results",
+    "keep_tool_results",
+    "keep_tools",
+    "drop_reasoning",
 )
 """The :class:`~tokenflex.FitOptions` a :class:`Prompt` takes (the others describe
 fit()'s own sections; a Prompt sets them per section)."""
@@ -454,26 +460,53 @@ class Prompt:
     def _layout(self) -> _PromptLayout:
         return _PromptLayout(self.model, self.tools, list(self._sections))
 
-    def fit(self, *, summarizer: Any = None) -> Plan:
+    def _session(self, state: Any) -> dict[str, Any]:
+        """Where a cache-stable prompt keeps its cut and summaries (nothing: off)."""
+        if not self.options.cache_stable:
+            return {}
+        from .engine import stable_target
+        from .session import StoreMemory
+        from .state import default_store
+
+        layout = self._layout()
+        target = stable_target(layout, self.model)
+        store = state if state is not None else default_store()
+        if target is None:
+            return {"summaries": store}
+        return {"memory": StoreMemory(store, self.model.name, target.source), "summaries": store}
+
+    def fit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
         """Fit the sections into the model's window.
 
         Args:
             summarizer: For a ``summarize`` section that does not fit whole: its older
                 messages are summarized (the last ``keep_recent`` stay verbatim).
+            state: With ``cache_stable=True``: the state store that remembers where the
+                history section was last cut (default: the process's in-memory store).
 
         Raises:
             ContextOverflowError: the required sections plus the output floor do not fit
                 (and no fallback model can take them).
         """
         started = time.perf_counter()
-        return fit_layout(self._layout(), self.options, summarizer=summarizer, started=started)
+        return fit_layout(
+            self._layout(),
+            self.options,
+            summarizer=summarizer,
+            started=started,
+            **self._session(state),
+        )
 
-    async def afit(self, *, summarizer: Any = None) -> Plan:
+    async def afit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
         started = time.perf_counter()
         return await afit_layout(
-            self._layout(), self.options, summarizer=summarizer, started=started
+            self._layout(),
+            self.options,
+            summarizer=summarizer,
+            started=started,
+            **self._session(state),
         )
 
     @property

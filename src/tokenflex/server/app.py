@@ -37,9 +37,9 @@ from starlette.routing import Route
 
 from ..calibration import Calibration
 from ..errors import TokenflexError
+from ._calibration import calibration_figures, observe_response
 from ._fitter import Fitter, off_loop, plan_headers
 from ._models import Discover, ModelResolver, display_name
-from ._calibration import calibration_figures, observe_response
 from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_chat, parse_count
 from .config import ServerConfig, check_fit_options, check_models
