@@ -205,3 +205,10 @@ def test_an_undercount_raises_the_factor_and_the_next_plan_holds(
         figures = client.get(f"{proxy.url}/tokenflex/calibration").json()["models"]
         assert figures["smol-under"]["factor"] == factor
         assert figures["smol-under"]["observations"] == 2
+
+
+def test_calibration_can_be_turned_off() -> None:
+    on = create_app(ServerConfig.load(upstream="http://127.0.0.1:9"))
+    off = create_app(ServerConfig.load(upstream="http://127.0.0.1:9", calibrate=False))
+    assert on.state.proxy.fitter.calibration is on.state.proxy.calibration
+    assert off.state.proxy.fitter.calibration is None

@@ -316,6 +316,10 @@ def test_limits_and_cache_prices_are_consistent() -> None:
         pytest.param("moonshotai/Kimi-K2-Instruct-0905", 262144, None, 0.60, 2.50, id="kimi"),
         pytest.param("glm-4.6", 204800, None, 0.60, 2.20, id="glm-4.6"),
         pytest.param("grok-4-1-fast-reasoning", 2000000, None, 0.20, 0.50, id="grok-4.1-fast"),
+        pytest.param("gpt-5.4", 1050000, 922000, 2.50, 15.0, id="gpt-5.4"),
+        pytest.param("phi4:latest", 16384, None, None, None, id="ollama-phi4"),
+        pytest.param("mistral-small3.2", 131072, None, None, None, id="ollama-mistral-small3.2"),
+        pytest.param("qwen3:0.6b-q8_0", 40960, None, None, None, id="ollama-qwen3-0.6b"),
     ],
 )
 def test_current_figures(
@@ -335,6 +339,7 @@ def test_gpt5_family_caps_input_below_the_window() -> None:
     gpt5 = [m for m in list_models("gpt-5") if m.context_window == 400000]
     assert len(gpt5) >= 8
     assert all(m.max_input_tokens == 272000 for m in gpt5), [m.name for m in gpt5]
+    assert get_model("gpt-5.4").max_input_tokens == 922_000  # of 1,050,000
 
 
 def test_anthropic_minimum_cacheable_prefix_by_model() -> None:

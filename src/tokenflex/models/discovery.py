@@ -29,6 +29,7 @@ driven by :func:`discover_model` (httpx sync) and :func:`adiscover_model` (httpx
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -497,28 +498,36 @@ async def adiscover_model(
     transport: httpx.AsyncBaseTransport | None = None,
     cache_ttl: float = DISCOVERY_TTL_S,
 ) -> Model:
-    """Async twin of :func:`discover_model`."""
+    """Async twin of :func:`discover_model`. The work between requests (finding the
+    server's process, loading its model file, the disk cache) runs in a worker thread, so
+    the event loop stays free."""
     root = server_root(base_url)
-    cached = _cached(root, model, cache_ttl)
+    cached = await asyncio.to_thread(_cached, root, model, cache_ttl)
     if cached is not None:
         return cached
     flow = _flow(root, model, probe_tokens)
     async with httpx.AsyncClient(
         timeout=timeout, headers=_headers(api_key), transport=transport
     ) as client:
-        req = next(flow)
-        while True:
+        step: _Req | Model = next(flow)
+        while isinstance(step, _Req):
             try:
-                resp = await client.request(req.method, root + req.path, json=req.json)
+                resp = await client.request(step.method, root + step.path, json=step.json)
                 r = _response(resp)
             except httpx.HTTPError as exc:
                 r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
-            try:
-                req = flow.send(r)
-            except StopIteration as done:
-                result: Model = done.value
-                _store(root, model, result, cache_ttl)
-                return result
+            step = await asyncio.to_thread(_advance, flow, r)
+    await asyncio.to_thread(_store, root, model, step, cache_ttl)
+    return step
+
+
+def _advance(flow: _Flow, r: _Resp) -> _Req | Model:
+    """The flow's next request, or its result (StopIteration cannot cross a thread)."""
+    try:
+        return flow.send(r)
+    except StopIteration as done:
+        result: Model = done.value
+        return result
 
 
 # -- the registry against a running server -------------------------------------------------------

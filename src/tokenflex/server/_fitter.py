@@ -146,10 +146,7 @@ class Fitter:
         """
         model = await self.models.resolve(name, api_key)
         patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
-        model = patch_model(model, patch)
-        if self.calibration is not None:  # counts times the factor learned from the wire
-            model = self.calibration.apply(model)
-        return model, proxy_options, fit_options
+        return patch_model(model, patch), proxy_options, fit_options
 
     async def fit(self, req: ChatRequest, route: str | None, size: int, api_key: str | None) -> Any:
         """The plan for one chat request.
@@ -166,6 +163,8 @@ class Fitter:
         from ..fit import afit, fit
 
         model, proxy_options, fit_options = await self.model_for(req.model, route, api_key)
+        if self.calibration is not None:  # plan with the count factor learned from the wire
+            model = self.calibration.apply(model)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
         summarizer = build_summarizer(
             fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key

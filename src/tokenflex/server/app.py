@@ -165,7 +165,7 @@ class Proxy:
         self.upstream = Upstream(config)
         self.models = ModelResolver(config, discover)
         self.calibration = Calibration()
-        self.fitter = Fitter(config, self.models, self.calibration)
+        self.fitter = Fitter(config, self.models, self.calibration if config.calibrate else None)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
         self.keeps_plans = config.store_plans and config.plans_max > 0
 
@@ -301,7 +301,8 @@ class Proxy:
             if req.stream and status < 400:
                 return self.upstream.streamed(upstream, headers, request_id=rid)
             response = await self.upstream.buffered(upstream, headers)
-            observe_response(self.calibration, plan, response)
+            if self.config.calibrate:
+                observe_response(self.calibration, plan, response)
             return response
         except ProxyError as exc:
             status = exc.status_code

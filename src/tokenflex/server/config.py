@@ -91,6 +91,10 @@ class ServerConfig(BaseSettings):
     discover: bool = True
     """Ask the upstream for each model's real window (once per model, then cached)."""
     discovery_timeout: float = Field(3.0, gt=0)
+    calibrate: bool = True
+    """Raise a model's count factor when the upstream's ``usage.prompt_tokens`` exceeds the
+    plan's prediction (:mod:`tokenflex.calibration`); off for upstreams whose usage counts
+    more than the request (injected system prompts)."""
     strict_models: bool = False
     """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows."""
     store_plans: bool = True
