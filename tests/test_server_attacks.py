@@ -1057,11 +1057,13 @@ async def test_model_names_are_not_kept_without_bound(caplog: pytest.LogCaptureF
     async def no_discovery(base: str, name: str | None, key: str | None) -> None:
         raise RuntimeError("upstream down")
 
-    resolver = ModelResolver(ServerConfig.load(upstream="http://127.0.0.1:9"), no_discovery)
+    app = create_app(ServerConfig.load(upstream="http://127.0.0.1:9"), discover=no_discovery)
+    resolver: ModelResolver = app.state.proxy.models
     await asyncio.gather(*(resolver.resolve(f"m{i}-" + "x" * 10_000) for i in range(60)))
     await asyncio.gather(*(resolver.resolve(f"short-{i}") for i in range(60)))
-    cached = list(resolver._cache)
+    cached = resolver.cached
     assert sum(map(len, cached)) <= MAX_CACHED_BYTES
-    assert sum(not resolver._cache[n][0].known for n in cached) <= MAX_CACHED_UNKNOWN
+    assert sum(not m.known for m in cached.values()) <= MAX_CACHED_UNKNOWN
+    assert any(n.startswith("short-") for n in cached)  # short names are still cached
     longest = max(len(r.getMessage()) for r in caplog.records)
     assert longest < 1_000, longest  # names are cut in the proxy's own log lines

@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import TokenflexError
-from ._fitter import Fitter, off_loop, plan_headers
+from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_chat, parse_count
@@ -202,6 +202,11 @@ class Proxy:
                 except Exception:
                     log.exception("request %s: unexpected error in %s", rid, request.url.path)
                     response = internal_error(rid)
+                except BaseException as exc:  # a tokenizer's panic is one; it must not escape
+                    panic = tokenizer_panic(exc)
+                    if panic is None:
+                        raise
+                    response = panic.to_response()
             response.headers["x-tokenflex-request-id"] = rid
             if origin is not None:
                 response.headers["access-control-allow-origin"] = origin
