@@ -59,13 +59,13 @@ _POST = ("POST",)
 _GET = ("GET", "HEAD")
 
 
-async def drain(request: Request, limit: int = _DRAIN_BYTES) -> None:
-    """Read and discard what is left of the request body (at most ``limit`` bytes, for at
+async def drain(chunks: AsyncIterator[bytes], limit: int = _DRAIN_BYTES) -> None:
+    """Read and discard what is left of a request body (at most ``limit`` bytes, for at
     most ``_DRAIN_SECONDS``): a client still sending when the connection closes gets a
     reset instead of our answer."""
     seen = 0
     with anyio.move_on_after(_DRAIN_SECONDS), contextlib.suppress(Exception):
-        async for chunk in request.stream():
+        async for chunk in chunks:
             seen += len(chunk)
             if seen > limit:
                 break
@@ -89,15 +89,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     body; the rest is drained (bounded) first so the client can read the 413.
     """
     declared = request.headers.get("content-length", "").strip()
+    stream = request.stream()
     if declared.isdigit() and int(declared) > limit:
-        await drain(request)
+        await drain(stream)
         raise too_large(int(declared), limit, declared=True)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in stream:
         size += len(chunk)
         if size > limit:
-            await drain(request)
+            await drain(stream)
             raise too_large(size, limit, declared=False)
         chunks.append(chunk)
     return b"".join(chunks)
