@@ -1008,13 +1008,28 @@ def test_keys_echoed_by_an_upstream_are_not_stored_or_logged(
         ("api-key=azurekey99", "azurekey99"),
         ("connect http://user:p4ssw0rd@host/v1 failed", "p4ssw0rd"),
         ("the key my-own-token-xyz was refused", "my-own-token-xyz"),
-        ("Token tok_live_abcdef", "tok_live_abcdef"),
+        ("Authorization: Token tok_live_abcdef", "tok_live_abcdef"),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
         ("password=hunter2hunter2", "hunter2hunter2"),
     ],
 )
 def test_redact_removes_credentials(text: str, secret: str) -> None:
     clean = redact(text, ["my-own-token-xyz"])
     assert secret not in clean and "***" in clean
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_tokens reduced from 4,000 to 1,200: the token budget is 8,192",
+        "dropped history[1:157] (156 items, reason=share); basic policy kept 3 messages",
+        "summarizer failed (HTTP 500: Internal Server Error); history dropped instead",
+        "token count 1,234 is an upper bound (estimator)",
+        "the model sk (short) and a key-value pair key=value",
+    ],
+)
+def test_redact_leaves_ordinary_warnings_alone(text: str) -> None:
+    assert redact(text, ["short", None, ""]) == text
 
 
 # -- bodies over the limit, time on the event loop ------------------------------------------
