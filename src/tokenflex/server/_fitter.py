@@ -36,7 +36,14 @@ from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
 from .redact import redact
 
-__all__ = ["RETRY_AFTER_SECONDS", "Fitter", "library_error", "off_loop", "plan_headers"]
+__all__ = [
+    "RETRY_AFTER_SECONDS",
+    "Fitter",
+    "library_error",
+    "off_loop",
+    "plan_headers",
+    "tokenizer_panic",
+]
 
 T = TypeVar("T")
 RETRY_AFTER_SECONDS = 5

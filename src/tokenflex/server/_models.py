@@ -73,6 +73,11 @@ class ModelResolver:
         self._pending: dict[str, asyncio.Future[tuple[Model, float]]] = {}
         self._served: asyncio.Future[Model | None] | None = None
 
+    @property
+    def cached(self) -> dict[str, Model]:
+        """The names remembered now, with their models (a copy)."""
+        return {name: model for name, (model, _) in self._cache.items()}
+
     async def resolve(self, name: str, api_key: str | None = None) -> Model:
         """The Model for ``name`` (before config patches); ``api_key`` is used to ask the
         upstream when no ``upstream_api_key`` is configured.

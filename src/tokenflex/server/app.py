@@ -38,7 +38,7 @@ from starlette.routing import Route
 from ..calibration import Calibration
 from ..errors import TokenflexError
 from ._calibration import calibration_figures, observe_response
-from ._fitter import Fitter, off_loop, plan_headers
+from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_chat, parse_count
@@ -63,13 +63,13 @@ _POST = ("POST",)
 _GET = ("GET", "HEAD")
 
 
-async def drain(request: Request, limit: int = _DRAIN_BYTES) -> None:
-    """Read and discard what is left of the request body (at most ``limit`` bytes, for at
+async def drain(chunks: AsyncIterator[bytes], limit: int = _DRAIN_BYTES) -> None:
+    """Read and discard what is left of a request body (at most ``limit`` bytes, for at
     most ``_DRAIN_SECONDS``): a client still sending when the connection closes gets a
     reset instead of our answer."""
     seen = 0
     with anyio.move_on_after(_DRAIN_SECONDS), contextlib.suppress(Exception):
-        async for chunk in request.stream():
+        async for chunk in chunks:
             seen += len(chunk)
             if seen > limit:
                 break
@@ -93,15 +93,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     body; the rest is drained (bounded) first so the client can read the 413.
     """
     declared = request.headers.get("content-length", "").strip()
+    stream = request.stream()
     if declared.isdigit() and int(declared) > limit:
-        await drain(request)
+        await drain(stream)
         raise too_large(int(declared), limit, declared=True)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in stream:
         size += len(chunk)
         if size > limit:
-            await drain(request)
+            await drain(stream)
             raise too_large(size, limit, declared=False)
         chunks.append(chunk)
     return b"".join(chunks)
@@ -207,6 +208,11 @@ class Proxy:
                 except Exception:
                     log.exception("request %s: unexpected error in %s", rid, request.url.path)
                     response = internal_error(rid)
+                except BaseException as exc:  # a tokenizer's panic is one; it must not escape
+                    panic = tokenizer_panic(exc)
+                    if panic is None:
+                        raise
+                    response = panic.to_response()
             response.headers["x-tokenflex-request-id"] = rid
             if origin is not None:
                 response.headers["access-control-allow-origin"] = origin

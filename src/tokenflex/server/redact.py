@@ -48,12 +48,23 @@ MAX_ARG_CHARS = 200
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # OpenAI / Anthropic / most gateways: sk-..., sk-proj-..., sk-ant-...
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-" + MASK),
-    (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9_\-.~+/=:]{4,}"), r"\1\2" + MASK),
+    (re.compile(r"(?i)\b(bearer)(\s+)[A-Za-z0-9_\-.~+/=:]{4,}"), r"\1\2" + MASK),
+    (
+        re.compile(r"\b(Basic)(\s+)(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}"),
+        r"\1\2" + MASK,
+    ),
+    # Authorization: <any scheme> <credential>
+    (
+        re.compile(
+            r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?:[A-Za-z]+\s+)?(?!\*\*\*)[^\s\"',;]+"
+        ),
+        r"\1" + MASK,
+    ),
     # key: value, key=value, "key": "value" for the usual names of credentials
     (
         re.compile(
             r"(?i)(\b(?:x-api-key|api[-_]?key|x-tokenflex-key|access[-_]?token|auth[-_]?token"
-            r"|client[-_]?secret|secret|password|passwd|authorization)[\"']?\s*[:=]\s*[\"']?)"
+            r"|client[-_]?secret|secret|password|passwd)[\"']?\s*[:=]\s*[\"']?)"
             r"(?!\*\*\*)([^\s\"'&,;)}\]]+)"
         ),
         r"\1" + MASK,
