@@ -126,6 +126,12 @@ def _surrogate(tmp: Path) -> str:
     return str(path)
 
 
+def _not_finite(tmp: Path) -> str:
+    path = tmp / "nan.json"
+    path.write_text('[{"role": "user", "content": "hi", "score": NaN, "x": 1e400}]')
+    return str(path)
+
+
 def _directory(tmp: Path) -> str:
     return str(tmp)
 
@@ -139,6 +145,7 @@ BAD_INPUTS = [
     pytest.param(_deep_json, "nested more than 100 levels", id="deep-json"),
     pytest.param(_nested_json, "nested more than 100 levels", id="nested-json"),
     pytest.param(_surrogate, "lone surrogate '\\ud800'", id="lone-surrogate"),
+    pytest.param(_not_finite, "holds NaN, which is not a finite number", id="nan"),
     pytest.param(_directory, "it is a directory", id="directory"),
     pytest.param(_missing, "no such file", id="missing"),
 ]
@@ -168,6 +175,17 @@ def test_bad_input_file_is_one_line_and_exit_2(
     assert needle.lower() in line.lower(), line
     assert repr(path) in line  # the line names the file
     assert len(line) < 600
+
+
+@pytest.mark.parametrize("command", [["fit", "-m", "gpt-4"], ["count"]])
+def test_bad_messages_name_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "chat.json"
+    path.write_text('[{"role": "user", "content": "hi"}, {"content": "no role"}]')
+    code, _, err = run(capsys, command[0], str(path), *command[1:])
+    line = assert_one_error_line(err)
+    assert code == 2 and f"{str(path)!r}: messages[1] has no 'role'" in line
 
 
 def test_count_missing_path_shaped_argument(capsys: pytest.CaptureFixture[str]) -> None:

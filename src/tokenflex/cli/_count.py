@@ -14,7 +14,7 @@ from rich.text import Text
 from ..errors import InvalidInputError
 from ..models import Model, list_models
 from ._app import app, console
-from ._input import check_text, parse_json, read_text, resolve_model
+from ._input import check_text, naming, parse_json, read_text, resolve_model
 from ._render import content_cell
 
 _FILE_SUFFIXES = (".json", ".txt", ".md", ".jsonl")
@@ -166,8 +166,9 @@ def count_cmd(
         return
     messages = parsed[0] if parsed else [{"role": "user", "content": text}]
     tool_list = tool_list if tool_list is not None else (parsed[1] if parsed else None)
-    total = counter.count_rendered(messages, tool_list)
-    counts = [counter.message(m) for m in messages]
+    with naming(where if where != "argument" else None):
+        total = counter.count_rendered(messages, tool_list)
+        counts = [counter.message(m) for m in messages]
     info.update(
         kind="messages",
         tokens=total,

@@ -9,7 +9,7 @@ import typer
 from ..errors import InvalidInputError
 from ..options import FitOptions
 from ._app import app, console
-from ._input import parse_json, read_text, resolve_model
+from ._input import naming, parse_json, read_text, resolve_model
 
 _DEFAULTS = FitOptions()  # the CLI's defaults are fit()'s
 
@@ -55,16 +55,17 @@ def _run(
         raise InvalidInputError('No model: pass --model (or put "model" in the request file).')
     if strict:
         resolve_model(model_name, strict=True)
-    plan = fit(
-        messages,
-        model=model_name,
-        max_tokens=max_tokens if max_tokens is not None else file_max_tokens,
-        tools=tools,
-        policy=policy,
-        min_output_tokens=min_output_tokens,
-        safety_margin=safety_margin,
-        history_share=history_share,
-    )
+    with naming(file):
+        plan = fit(
+            messages,
+            model=model_name,
+            max_tokens=max_tokens if max_tokens is not None else file_max_tokens,
+            tools=tools,
+            policy=policy,
+            min_output_tokens=min_output_tokens,
+            safety_margin=safety_margin,
+            history_share=history_share,
+        )
     if as_json:
         console.print_json(plan.to_json(include_messages=verbose))
     else:

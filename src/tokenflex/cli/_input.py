@@ -3,8 +3,8 @@
 Every failure is a :class:`~tokenflex.errors.InvalidInputError` whose message names the
 file and the fix, so ``main`` prints one line and exits 2: a missing file, a directory,
 bytes that are not UTF-8, more than ``--max-input-mb`` (``fit /dev/zero`` stops), JSON
-that is invalid or nested deeper than anything a request needs, and strings holding lone
-surrogates (``"\\ud800"``), which no tokenizer or terminal can take.
+that is invalid, nested deeper than anything a request needs or holding NaN/Infinity, and
+strings holding lone surrogates (``"\\ud800"``), which no tokenizer or terminal can take.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from __future__ import annotations
 import difflib
 import errno
 import json
+import math
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InvalidInputError, UnknownModelError
+from ..errors import InvalidInputError, InvalidMessagesError, UnknownModelError
 from ..models import DEFAULT_CONTEXT_WINDOW, Model, get_model, list_models
 from ._app import MAX_INPUT_ENV, options
 
@@ -101,16 +104,25 @@ def parse_json(text: str, label: str, *, hint: str = "", lines: bool = False) ->
     """``json.loads`` with one-line errors: invalid JSON, nesting deeper than
     :data:`MAX_JSON_DEPTH`, lone surrogates in strings. ``lines``: text that is not one
     JSON document may be JSON lines (a list of one value per non-empty line)."""
+
+    def loads(doc: str) -> Any:
+        return json.loads(doc, parse_constant=_not_json, parse_float=_finite)
+
     try:
         try:
-            data = json.loads(text)
+            data = loads(text)
         except json.JSONDecodeError as first:
             if not lines:
                 raise
             try:
-                data = [json.loads(line) for line in text.splitlines() if line.strip()]
+                data = [loads(line) for line in text.splitlines() if line.strip()]
             except json.JSONDecodeError:
                 raise first from None
+    except _NotJSONNumber as exc:
+        raise InvalidInputError(
+            f"{label} holds {exc.args[0]}, which is not a finite number (NaN, Infinity or too "
+            "large for a float). Replace it with a finite number."
+        ) from None
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
             f"{label} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
@@ -120,6 +132,21 @@ def parse_json(text: str, label: str, *, hint: str = "", lines: bool = False) ->
         raise InvalidInputError(_too_deep(label, hint)) from None
     _check_tree(data, label, hint)
     return data
+
+
+class _NotJSONNumber(ValueError):
+    """NaN, Infinity or a float that overflows: Python's json reads them, JSON has none."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotJSONNumber(constant)
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _NotJSONNumber(literal)
+    return value
 
 
 def _too_deep(label: str, hint: str) -> str:
@@ -143,6 +170,18 @@ def _check_tree(data: Any, label: str, hint: str) -> None:
                 stack.extend((k, depth + 1) for k in value)
                 value = value.values()
             stack.extend((v, depth + 1) for v in value)
+
+
+@contextmanager
+def naming(path: str | None) -> Iterator[None]:
+    """Bad messages found by the library name the file they came from:
+    ``'chat.json': messages[3] has no 'role'``."""
+    try:
+        yield
+    except InvalidMessagesError as exc:
+        if path is None:
+            raise
+        raise InvalidMessagesError(f"{path!r}: {exc}") from exc
 
 
 def resolve_model(name: str, *, strict: bool) -> Model:
