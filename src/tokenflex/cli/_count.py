@@ -128,7 +128,7 @@ def count_cmd(
     per_message: Annotated[
         bool, typer.Option("--per-message", help="One row per message (default: a summary).")
     ] = False,
-    strict: Annotated[bool, typer.Option(help="An unknown model is an error.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="An unknown model is an error.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Count the tokens of text or of a chat request (messages, tools, reply priming)."""
@@ -271,8 +271,7 @@ def models_cmd(
     ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List the models tokenflex knows: window, output limit, prices, tokenizer (--json:
-    everything)."""
+    """List the models tokenflex knows: window, output limit, prices, tokenizer."""
     found = list_models(query)
     if as_json:
         console.print_json(

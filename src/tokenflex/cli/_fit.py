@@ -78,7 +78,7 @@ Policy = Annotated[str, typer.Option(help="reserve (trim input) or flex (shrink 
 MinOut = Annotated[int, typer.Option("--min-output-tokens", help="Output floor.")]
 Margin = Annotated[int, typer.Option("--safety-margin", help="Tokens kept free.")]
 Share = Annotated[float, typer.Option("--history-share", help="Soft share of room for history.")]
-Strict = Annotated[bool, typer.Option(help="An unknown model is an error.")]
+Strict = Annotated[bool, typer.Option("--strict", help="An unknown model is an error.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable plan.")]
 
 

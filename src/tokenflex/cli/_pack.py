@@ -161,7 +161,9 @@ def pack_cmd(
         str | None, typer.Option("--tokenizer", "-t", help="Tokenizer name (default estimate).")
     ] = None,
     safety_buffer: Annotated[int, typer.Option("--safety-buffer", help="Tokens kept free.")] = 64,
-    strict: Annotated[bool, typer.Option(help="An unknown --model is an error.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="An unknown --model is an error.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
 ) -> None:
     """Pack ranked chunks and their citations into a token budget; show what was dropped."""
@@ -262,7 +264,9 @@ def load_spec(path: str) -> dict[str, Any]:
 @app.command("validate")
 def validate_cmd(
     file: Annotated[str, typer.Argument(help="TOML budget spec (components, budget, thresholds).")],
-    strict: Annotated[bool, typer.Option(help="An unknown spec 'model' is an error.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="An unknown spec 'model' is an error.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
 ) -> None:
     """Check prompt components + expected output against a total budget (exit 1 on FALLBACK)."""
