@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.text import Text
+from typer import Abort
 from typer.exceptions import TyperException
 
 from ..errors import SummarizerError, TokenflexError, UpstreamError
@@ -45,19 +46,22 @@ def main(argv: list[str] | None = None) -> int:
     with _log_to_stderr(debug=options.debug):
         try:
             result = app(args=args, prog_name="tokenflex", standalone_mode=False)
-        except TyperException as exc:  # typer's bundled click: usage errors
-            return _usage_error(exc, args)
         except TokenflexError as exc:
             return _fail(exc, str(exc), 1 if isinstance(exc, _RUNTIME_ERRORS) else 2)
         except SystemExit as exc:  # validate's FALLBACK, uvicorn
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except KeyboardInterrupt:
             return 130
+        except Abort:  # typer's answer to end-of-input at a prompt
+            _error_line("aborted.")
+            return 1
         except BrokenPipeError:  # `tokenflex models | head`: the reader left, nothing to say
             return 1
         except OSError as exc:
             return _fail(exc, f"{exc.strerror or exc}{_where(exc)}.", 1)
         except Exception as exc:
+            if is_usage_error(exc):
+                return _usage_error(exc, args)
             return _fail(
                 exc,
                 f"internal error ({type(exc).__name__}: {exc}). This is a bug in tokenflex: "
@@ -65,6 +69,16 @@ def main(argv: list[str] | None = None) -> int:
                 1,
             )
     return result if isinstance(result, int) else 0
+
+
+def is_usage_error(exc: Exception) -> bool:
+    """A click usage error. typer 0.29 raises its bundled click's exceptions (subclasses of
+    ``typer.exceptions.TyperException``), older typer raises click's own: both carry an
+    ``exit_code`` and ``format_message()``, which is all we use."""
+    return isinstance(exc, TyperException) or (
+        isinstance(getattr(exc, "exit_code", None), int)
+        and callable(getattr(exc, "format_message", None))
+    )
 
 
 def _take_debug(args: list[str]) -> tuple[list[str], bool]:
@@ -100,17 +114,17 @@ def _error_line(message: str) -> None:
     err_console.print(line, soft_wrap=True, highlight=False)
 
 
-def _usage_error(exc: TyperException, args: list[str]) -> int:
-    message = exc.format_message()
+def _usage_error(exc: Any, args: list[str]) -> int:
+    message = str(exc.format_message())
     ctx = getattr(exc, "ctx", None)
     if not message:  # no command: typer printed the help
-        return exc.exit_code
+        return int(exc.exit_code)
     value = _bad_value(exc, args)
     if value is not None:
         message = message.replace("Invalid value for", f"Invalid value {value!r} for", 1)
     message = message if message.endswith((".", "?", "!")) else message + "."
     _error_line(f"{message} Try '{_command_path(ctx, args)} --help'.")
-    return exc.exit_code
+    return int(exc.exit_code)
 
 
 def _command_path(ctx: Any, args: list[str]) -> str:
@@ -125,7 +139,7 @@ def _command_path(ctx: Any, args: list[str]) -> str:
     return f"tokenflex {command}" if command else "tokenflex"
 
 
-def _bad_value(exc: TyperException, args: list[str]) -> str | None:
+def _bad_value(exc: Any, args: list[str]) -> str | None:
     """The value a BadParameter rejected, found on the command line (click keeps only the
     parameter), so the line can name it: ``Invalid value 'abc' for '--max-tokens'``."""
     param: Any = getattr(exc, "param", None)
