@@ -80,6 +80,21 @@ def test_usage_error_is_one_line_and_exit_2(
     assert line.endswith(f"Try 'tokenflex{' ' + hint if hint else ''} --help'.")
 
 
+@pytest.mark.parametrize(
+    ("option", "usage"),
+    [
+        pytest.param(["--max-input-mb", "9"], "tokenflex --max-input-mb N <command>", id="limit"),
+        pytest.param(["--version"], "tokenflex --version", id="version"),
+    ],
+)
+def test_global_option_after_the_command(
+    capsys: pytest.CaptureFixture[str], chat_file: str, option: list[str], usage: str
+) -> None:
+    code, _, err = run(capsys, "fit", chat_file, *option)
+    line = assert_one_error_line(err)
+    assert code == 2 and f"{option[0]} goes before the command: {usage}" in line
+
+
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys)
     assert code == 2 and "Usage: tokenflex" in out and "fit" in out and err == ""

@@ -28,7 +28,15 @@ from typer.exceptions import TyperException
 
 from ..errors import SummarizerError, TokenflexError, UpstreamError
 from . import _count, _demo, _fit, _pack, _serve  # noqa: F401  (registers commands)
-from ._app import DEBUG_ENV, DEFAULT_MAX_INPUT_MB, app, debug_from_env, err_console, options
+from ._app import (
+    DEBUG_ENV,
+    DEFAULT_MAX_INPUT_MB,
+    GLOBAL_OPTIONS,
+    app,
+    debug_from_env,
+    err_console,
+    options,
+)
 
 __all__ = ["app", "main"]
 
@@ -123,6 +131,10 @@ def _usage_error(exc: Any, args: list[str]) -> int:
     if value is not None:
         message = message.replace("Invalid value for", f"Invalid value {value!r} for", 1)
     message = message if message.endswith((".", "?", "!")) else message + "."
+    option = getattr(exc, "option_name", None)
+    if option in GLOBAL_OPTIONS:  # `tokenflex fit big.json --max-input-mb 200`
+        _error_line(f"{message} {option} goes before the command: {GLOBAL_OPTIONS[option]}")
+        return int(exc.exit_code)
     _error_line(f"{message} Try '{_command_path(ctx, args)} --help'.")
     return int(exc.exit_code)
 

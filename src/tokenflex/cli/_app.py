@@ -13,6 +13,12 @@ DEFAULT_MAX_INPUT_MB = 64
 """What the CLI reads from one file or stdin before it stops (``fit /dev/zero`` must end)."""
 MAX_INPUT_ENV = "TOKENFLEX_MAX_INPUT_MB"
 DEBUG_ENV = "TOKENFLEX_DEBUG"
+GLOBAL_OPTIONS = {
+    "--version": "tokenflex --version",
+    "--max-input-mb": "tokenflex --max-input-mb N <command> ...",
+}
+"""Options of ``tokenflex`` itself, which go before the command (``--debug`` goes anywhere),
+with how to write them."""
 
 app = typer.Typer(
     name="tokenflex",

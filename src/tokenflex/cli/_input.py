@@ -28,6 +28,7 @@ MAX_JSON_DEPTH = 100
 JSON schema a few dozen; far deeper input is a mistake or an attack (and Python's parser
 would stop at its recursion limit with a RecursionError)."""
 
+_RAISE_LIMIT = f"tokenflex --max-input-mb N <command> ... (before the command) or {MAX_INPUT_ENV}=N"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -49,8 +50,7 @@ def read_text(path: str, *, what: str = "", hint: str = "") -> str:
     if isinstance(data, bytes) and len(data) > limit:
         raise InvalidInputError(
             f"Cannot read {label}: it holds more than the {options.max_input_mb:,} MiB input "
-            f"limit. Pass a smaller file, or raise the limit with --max-input-mb or "
-            f"{MAX_INPUT_ENV}."
+            f"limit. Pass a smaller file, or raise the limit: {_RAISE_LIMIT}."
         )
     if isinstance(data, str):
         text = data
@@ -65,7 +65,7 @@ def read_text(path: str, *, what: str = "", hint: str = "") -> str:
     if len(text) > limit:  # a text stream (no byte buffer) is bounded in characters
         raise InvalidInputError(
             f"Cannot read {label}: it holds more than the {options.max_input_mb:,} MiB input "
-            f"limit. Raise it with --max-input-mb or {MAX_INPUT_ENV}."
+            f"limit. Raise the limit: {_RAISE_LIMIT}."
         )
     check_text(text, label)
     return text
