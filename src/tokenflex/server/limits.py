@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
-from .errors import ProxyError
+from .errors import ProxyError, error_body
 
 __all__ = ["Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
 
@@ -254,7 +254,8 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
     """A uvicorn HTTP protocol class that closes a connection when no request is being
     handled ``timeout`` seconds after it opened or after its last answer: a client that
     trickles (or never finishes) its headers cannot hold the connection. It also stamps
-    each request's scope with when it was read (``ARRIVED``), for :class:`Limits`.
+    each request's scope with when it was read (``ARRIVED``), for :class:`Limits`, and
+    answers a request it cannot parse with an OpenAI-shaped JSON 400, not plain text.
 
     Works with uvicorn's h11 and httptools protocols (both keep ``cycle``, ``transport``,
     ``loop`` and call ``on_response_complete``).
@@ -284,6 +285,19 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
                 self._header_timer.cancel()
                 self._header_timer = None
             super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers unparsable requests in plain text: ours are JSON too
+            body = error_body(
+                f"Malformed HTTP request ({msg}). Send a valid HTTP/1.1 request.",
+                code="invalid_http_request",
+            )
+            head = (
+                "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode("ascii") + body)
+            self.transport.close()
 
         def _arm_header_deadline(self) -> None:
             if self._header_timer is not None:
