@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -157,15 +158,26 @@ async def drive(
     """Send ``rate`` requests per second for ``duration`` seconds (open loop)."""
     phase = Phase(name)
     total = min(int(rate * duration), MAX_REQUESTS)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     headers = {"content-type": "application/json", "authorization": "Bearer sk-load"}
-    async with httpx.AsyncClient(limits=limits, timeout=10, trust_env=False) as client:
+    # httpx scans its whole pool on each request: many small clients, not one big one,
+    # so a high --concurrency (to see the proxy shed load) does not slow the generator
+    per = 32
+    limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(limits=limits, timeout=10, trust_env=False)
+            )
+            for _ in range(max(1, -(-concurrency // per)))
+        ]
         # At most `concurrency` requests in flight: httpx's pool gets slow with a long
         # queue, and a generator that falls behind should say so, not distort the figures.
         slots = asyncio.Semaphore(concurrency)
+        turn = iter(range(1 << 62))
 
         async def one() -> None:
             t0 = time.perf_counter()
+            client = clients[next(turn) % len(clients)]
             try:
                 async with slots:
                     r = await client.post(url, content=body, headers=headers)
@@ -298,6 +310,7 @@ def main() -> int:
     ap.add_argument("--max-inflight", type=int, help="the proxy's max_inflight (default 64)")
     ap.add_argument("--max-queue", type=int, help="the proxy's max_queue (default 64)")
     ap.add_argument("--abuse", action="store_true", help="measure RSS under memory abuse")
+    ap.add_argument("--keep-log", action="store_true", help="keep the proxy's log file")
     ap.add_argument("--rejected", type=int, default=150, help="--abuse: rejected requests")
     ap.add_argument("--names", type=int, default=550, help="--abuse: long-name requests")
     ap.add_argument(
@@ -413,7 +426,10 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
-        os.unlink(log_path)
+        if args.keep_log:
+            console.print(f"proxy log: {log_path}")
+        else:
+            os.unlink(log_path)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ settings ``tokenflex serve`` uses (``limits.uvicorn_options``).
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -28,7 +29,7 @@ from tokenflex.tokenizers import get_tokenizer
 class ProxyThread:
     """The proxy under uvicorn, with ``tokenflex serve``'s settings, in a daemon thread."""
 
-    def __init__(self, upstream: str, **settings: Any) -> None:
+    def __init__(self, upstream: str, http: str = "auto", **settings: Any) -> None:
         settings.setdefault("discover", False)
         settings.setdefault("read_timeout", 1.0)
         self.config = ServerConfig.load(upstream=upstream, **settings)
@@ -42,7 +43,7 @@ class ProxyThread:
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=2,
-            **uvicorn_options(self.config),
+            **uvicorn_options(self.config, http=http),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
@@ -239,10 +240,11 @@ def test_bounded_transports_end_an_exchange_in_time_and_cap_its_body(
 # -- clients that hold the proxy ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("http", ["h11", "httptools"])
 def test_slowloris_connections_are_closed_and_others_still_answered(
-    faulty: FaultUpstream, client: httpx.Client
+    faulty: FaultUpstream, client: httpx.Client, http: str
 ) -> None:
-    with ProxyThread(faulty.url, header_timeout=1.0) as proxy:
+    with ProxyThread(faulty.url, http=http, header_timeout=1.0) as proxy:
         socks = []
         for _ in range(50):
             s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
@@ -279,6 +281,20 @@ def test_a_body_that_never_arrives_gets_a_408(faulty: FaultUpstream) -> None:
         assert head.startswith(b"HTTP/1.1 408")
         assert b"connection: close" in head.lower()
         assert b'"code": "request_timeout"' in body
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_a_request_that_is_not_http_gets_a_json_400(faulty: FaultUpstream, http: str) -> None:
+    with ProxyThread(faulty.url, http=http) as proxy:
+        s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        s.sendall(b"NOT HTTP\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+        s.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert json.loads(body)["error"]["code"] == "invalid_http_request"
 
 
 async def test_overload_is_shed_with_503_and_retry_after(faulty: FaultUpstream) -> None:

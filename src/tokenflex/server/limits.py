@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
-from .errors import ProxyError
+from .errors import ProxyError, error_body
 
 __all__ = ["Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
 
@@ -38,6 +38,10 @@ log = logging.getLogger("tokenflex")
 UNLIMITED_PATHS = frozenset({"/tokenflex/health"})
 """Answered even when the proxy is full: a load balancer must see that it is up."""
 RETRY_AFTER_SECONDS = 1
+DRAIN_SECONDS = 1.0  # longest a refused request's body is read before the 503
+ARRIVED = "tokenflex.arrived"
+"""Scope key: the event loop's time when the server read the request (set by
+:func:`header_deadline_protocol`)."""
 KEEP_ALIVE_SECONDS = 5  # the upstream client's keepalive_expiry (4 s) stays under it
 
 
@@ -50,6 +54,9 @@ class Limits:
         self.config = config
         self.waiting = 0
         self.inflight = 0
+        self.shed = 0
+        """503s answered since the last overload warning."""
+        self._logged_at = float("-inf")
         self._slots: anyio.Semaphore | None = None
 
     @property
@@ -62,11 +69,12 @@ class Limits:
         if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
             await self.app(scope, receive, send)
             return
-        refusal = await self._admit()
+        refusal = await self._admit(scope.get(ARRIVED))
         if refusal is not None:
-            await refusal.to_response(
-                {"retry-after": str(RETRY_AFTER_SECONDS), "connection": "close"}
-            )(scope, receive, send)
+            headers = {"retry-after": str(RETRY_AFTER_SECONDS)}
+            if not await self._drain(receive):
+                headers["connection"] = "close"
+            await refusal.to_response(headers)(scope, receive, send)
             return
         self.inflight += 1
         try:
@@ -75,14 +83,25 @@ class Limits:
             self.inflight -= 1
             self.slots.release()
 
-    async def _admit(self) -> ProxyError | None:
-        """None once a slot is held; the 503 to answer otherwise."""
+    async def _admit(self, arrived: float | None) -> ProxyError | None:
+        """None once a slot is held; the 503 to answer otherwise.
+
+        ``arrived`` is when the server read the request: time the event loop took to get
+        to it counts as time in the queue, so a saturated loop sheds too.
+        """
         c = self.config
         try:
             self.slots.acquire_nowait()
             return None
         except anyio.WouldBlock:
             pass
+        now = anyio.current_time()
+        left = c.queue_timeout if arrived is None else arrived + c.queue_timeout - now
+        if left <= 0:
+            return self._overloaded(
+                f"a request waited {now - arrived if arrived else 0:.1f} s before the proxy "
+                f"could look at it, over queue_timeout ({c.queue_timeout:g} s)"
+            )
         if self.waiting >= c.max_queue:
             return self._overloaded(
                 f"{self.inflight:,} requests in flight (max_inflight) and {self.waiting:,} "
@@ -90,7 +109,7 @@ class Limits:
             )
         self.waiting += 1
         try:
-            with anyio.move_on_after(c.queue_timeout):
+            with anyio.move_on_after(left):
                 await self.slots.acquire()
                 return None
         finally:
@@ -100,9 +119,30 @@ class Limits:
             f"{c.max_inflight:,} requests in flight (max_inflight)"
         )
 
-    @staticmethod
-    def _overloaded(why: str) -> ProxyError:
-        log.warning("overloaded: %s; answered 503", why)
+    async def _drain(self, receive: Receive) -> bool:
+        """Read and drop a refused request's body, so that closing does not reset the
+        connection before the client reads the 503. False when it is too big or slow:
+        then the connection is closed after the answer."""
+        size = 0
+        with anyio.move_on_after(DRAIN_SECONDS):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return False
+                size += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return True
+                if size > self.config.max_body_bytes:
+                    return False
+        return False
+
+    def _overloaded(self, why: str) -> ProxyError:
+        # one line per second at most: under overload, a line per request is more load
+        self.shed += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 1.0:
+            log.warning("overloaded: %s; answered 503 to %d request(s)", why, self.shed)
+            self.shed, self._logged_at = 0, now
         return ProxyError(
             503,
             f"The tokenflex proxy is at capacity: {why}. Retry after "
@@ -213,7 +253,9 @@ class _Exchange:
 def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
     """A uvicorn HTTP protocol class that closes a connection when no request is being
     handled ``timeout`` seconds after it opened or after its last answer: a client that
-    trickles (or never finishes) its headers cannot hold the connection.
+    trickles (or never finishes) its headers cannot hold the connection. It also stamps
+    each request's scope with when it was read (``ARRIVED``), for :class:`Limits`, and
+    answers a request it cannot parse with an OpenAI-shaped JSON 400, not plain text.
 
     Works with uvicorn's h11 and httptools protocols (both keep ``cycle``, ``transport``,
     ``loop`` and call ``on_response_complete``).
@@ -227,6 +269,13 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
             super().connection_made(transport)
             self._arm_header_deadline()
 
+        def data_received(self, data: bytes) -> None:
+            arrived, cycle = self.loop.time(), self.cycle
+            super().data_received(data)
+            if self.cycle is not cycle and self.cycle is not None:
+                # a request started: its task runs later, when the loop gets to it
+                self.cycle.scope[ARRIVED] = arrived
+
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm_header_deadline()
@@ -236,6 +285,19 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
                 self._header_timer.cancel()
                 self._header_timer = None
             super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers unparsable requests in plain text: ours are JSON too
+            body = error_body(
+                f"Malformed HTTP request ({msg}). Send a valid HTTP/1.1 request.",
+                code="invalid_http_request",
+            )
+            head = (
+                "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode("ascii") + body)
+            self.transport.close()
 
         def _arm_header_deadline(self) -> None:
             if self._header_timer is not None:
