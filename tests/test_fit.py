@@ -282,3 +282,22 @@ async def test_afit_checks_every_message_too() -> None:
     msgs[1] = {"role": "assistant", "content": 5}
     with pytest.raises(InvalidMessagesError, match=r"messages\[1\]"):
         await tokenflex.afit(msgs, model="gpt-4", max_tokens=1000)
+
+
+def test_without_max_tokens_history_is_kept_and_the_output_takes_what_is_left() -> None:
+    """Issue 11 item 13: no max_tokens used to reserve gpt-4's whole max output and keep
+    2 of 402 messages; now history fills the room down to the 500-token floor."""
+    msgs = _chat(401, words=60)
+    default = fit(msgs, model="gpt-4")
+    explicit = fit(msgs, model="gpt-4", max_tokens=512)
+    assert len(default.messages) > len(explicit.messages) > 10
+    assert default.max_tokens >= 500
+    assert default.input_tokens + default.max_tokens + 100 == 8192  # output takes the rest
+    assert not any(w.startswith("max_tokens reduced") for w in default.warnings)
+    for plan in (default, explicit):
+        (w,) = [w for w in plan.warnings if w.startswith("history: dropped ")]
+        kept = len(plan.messages) - 2  # system and current turn
+        assert f"dropped {len(plan.dropped):,} of {len(plan.dropped) + kept:,} messages" in w
+        _check_promise(plan, msgs)
+    short = fit(msgs[:6], model="gpt-4o")
+    assert len(short.messages) == 6 and short.max_tokens == 16_384 and not short.warnings

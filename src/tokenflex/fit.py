@@ -202,7 +202,9 @@ class FitLayout:
                 self.cur_start,
                 mode="newest",
                 priority=10,
-                share=o.history_share,
+                # The share is of the room the requested output leaves; without a request
+                # history may take the room down to the output floor.
+                share=o.history_share if o.max_tokens is not None else None,
                 min_items=o.min_messages,
                 max_items=o.max_messages,
                 index=self.index,
