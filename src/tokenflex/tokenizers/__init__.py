@@ -7,6 +7,9 @@ server needs no registration):
 - ``estimate``: the conservative, tokenizer-free estimator (an upper bound in practice).
 - ``estimate:F``: the estimate times ``F >= 1``, for tokenizers known to need more tokens
   than the OpenAI encodings (the registry uses ``estimate:1.3`` for Anthropic models).
+- ``estimate:FAMILY``: a bound fitted to a tokenizer family's real tokenizers
+  (``estimate:qwen2``, ``estimate:gemma``, ``estimate:tekken``, ... and ``estimate:all``
+  over every family; the keys of ``estimate.FAMILY_BOUNDS``).
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
 - ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
 - ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
@@ -127,14 +130,16 @@ def _from_scheme(name: str) -> Tokenizer | None:
 
         return ServerTokenizer(rest)
     if scheme == "estimate":
-        from .estimate import EstimatorTokenizer
+        from .estimate import FAMILY_BOUNDS, EstimatorTokenizer
 
+        if rest in FAMILY_BOUNDS:
+            return EstimatorTokenizer(family=rest)
         try:
             factor = float(rest)
         except ValueError:
             raise TokenizerUnavailableError(
-                f"Tokenizer {name!r}: the factor after 'estimate:' must be a number >= 1, "
-                "e.g. 'estimate:1.3'."
+                f"Tokenizer {name!r}: after 'estimate:' comes a number >= 1 (e.g. "
+                f"'estimate:1.3') or a tokenizer family: {', '.join(sorted(FAMILY_BOUNDS))}."
             ) from None
         return EstimatorTokenizer(factor)
     return None
