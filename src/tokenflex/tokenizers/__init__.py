@@ -20,6 +20,7 @@ a third-party package would use.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -32,6 +33,7 @@ __all__ = [
     "Tokenizer",
     "get_tokenizer",
     "list_tokenizers",
+    "prefer_fast_backend",
     "register_tokenizer",
 ]
 
@@ -104,6 +106,32 @@ def register_tokenizer(
         _factories[name] = factory
         _factory_sources[name] = "register_tokenizer()"
         _instances.pop(name, None)
+
+
+def prefer_fast_backend() -> list[str]:
+    """Count ``o200k_base`` and ``cl100k_base`` with fastokens from now on, if installed.
+
+    For long-running processes (the proxy calls it at startup): the same counts as
+    tiktoken, several times faster, after a load of a few seconds per encoding (done
+    lazily, on first use). Tokenizers already handed out switch too (their cached counts
+    stay valid: the ids are equal). One-shot use keeps tiktoken, which loads faster.
+
+    Returns:
+        The names switched (empty when fastokens is not installed).
+    """
+    from .fast import FAST_ENCODINGS, FastTokenizer, fast_available
+
+    if not fast_available():
+        return []
+    with _lock:
+        _load_entry_points()
+        for name in FAST_ENCODINGS:
+            _factories[name] = functools.partial(FastTokenizer, name)
+            _factory_sources[name] = "fastokens (prefer_fast_backend)"
+            cached = _instances.get(name)
+            if cached is not None and not isinstance(cached.tokenizer, FastTokenizer):
+                cached.tokenizer = FastTokenizer(name)
+    return list(FAST_ENCODINGS)
 
 
 def list_tokenizers() -> list[str]:
