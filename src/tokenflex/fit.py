@@ -37,6 +37,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import InvalidMessagesError
+from .formats.fitting import finish, prepare
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
 from .options import FitOptions
@@ -281,13 +282,18 @@ def fit(
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
     state: Any = None,
+    format: str | None = None,
+    system: Any = None,
+    keep_reasoning: bool = False,
     **options: Any,
 ) -> Plan:
-    """Fit a chat request into the model's window.
+    """Fit a request into the model's window; the plan is in the format it was given.
 
     Args:
-        messages: OpenAI-style messages, oldest first. With ``history=``, only the system
-            messages and the current turn; older history comes from the source.
+        messages: Messages oldest first: OpenAI chat messages, Anthropic Messages
+            ``messages``, or OpenAI Responses ``input`` items (see :mod:`tokenflex.formats`);
+            dicts or SDK / pydantic / LangChain message objects. With ``history=``, only
+            the system messages and the current turn; older history comes from the source.
         model: A registry name (``gpt-4o``, ``llama3.2:3b``) or a :class:`Model`.
         max_tokens: The output you want; negotiated down (never below
             ``min_output_tokens``) when the input needs the room.
@@ -299,6 +305,12 @@ def fit(
         documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
             ``min(documents_cap, what is left)`` (default: half of what is left) and sent
             as a system message after the pinned ones; dropped chunks are in ``dropped``.
+        format: ``chat``, ``anthropic`` or ``responses``; detected from the messages when
+            not given (plain text messages read as chat, or Anthropic with ``system=``).
+        system: Anthropic's top-level ``system`` (string or blocks), or the Responses
+            ``instructions``; always kept.
+        keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
+            out and listed in ``dropped``; most APIs reject or ignore it on input).
         state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
             remembers where this conversation's last cut fell, keyed by its leading
             messages, and its summaries (default: the process's in-memory store).
@@ -308,7 +320,9 @@ def fit(
             an unknown name or an invalid value raises :class:`InvalidInputError`.
 
     Returns:
-        A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``.
+        A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``;
+        ``plan.messages`` (and ``plan.system``) in the format given, kept message objects
+        as the caller's own objects; ``plan.request(api=...)`` builds a request body.
 
     Raises:
         ContextOverflowError: the required messages plus the output floor cannot fit
@@ -335,11 +349,20 @@ def fit(
             page_size=opts.page_size,
         )
         messages = _with_history(messages, read)
-    layout = FitLayout(messages, primary, tools, opts, documents)
-    memory, summaries = _session(state, opts, primary, messages)
-    return fit_layout(
+    req = prepare(
+        messages,
+        format=format,
+        system=system,
+        tools=tools,
+        keep_reasoning=keep_reasoning,
+        lazy_history=history is not None,
+    )
+    layout = FitLayout(req.messages, primary, req.tools, opts, documents)
+    memory, summaries = _session(state, opts, primary, req.messages)
+    plan = fit_layout(
         layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
     )
+    return finish(plan, req)
 
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
@@ -363,6 +386,9 @@ async def afit(
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
     state: Any = None,
+    format: str | None = None,
+    system: Any = None,
+    keep_reasoning: bool = False,
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
@@ -380,8 +406,17 @@ async def afit(
         bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
-    layout = await asyncio.to_thread(FitLayout, messages, primary, tools, opts, documents)
-    memory, summaries = _session(state, opts, primary, messages)
-    return await afit_layout(
+    req = prepare(
+        messages,
+        format=format,
+        system=system,
+        tools=tools,
+        keep_reasoning=keep_reasoning,
+        lazy_history=history is not None,
+    )
+    layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
+    memory, summaries = _session(state, opts, primary, req.messages)
+    plan = await afit_layout(
         layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
     )
+    return finish(plan, req)
