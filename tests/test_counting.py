@@ -251,7 +251,10 @@ def test_image_size_unknown(url: str) -> None:
         pytest.param("gpt-4.1-mini", (1024, 1024), "high", 1659, id="4.1-mini-patches"),
         pytest.param("gpt-4.1-mini", None, "low", 2489, id="4.1-mini-worst"),
         pytest.param("claude-3-5-sonnet", (1000, 1000), "auto", 1334, id="claude"),
-        pytest.param("claude-3-5-sonnet", None, "auto", 1600, id="claude-worst"),
+        # the API scales to 1568 px and 1.15 MP first: 1,150,000 / 750 at most
+        pytest.param("claude-3-5-sonnet", None, "auto", 1534, id="claude-worst"),
+        pytest.param("claude-3-5-sonnet", (4000, 3000), "auto", 1532, id="claude-scaled"),
+        pytest.param("claude-3-5-sonnet", (2000, 400), "auto", 655, id="claude-long-edge"),
         pytest.param("gemini-2.5-flash", (300, 300), "auto", 258, id="gemini-small"),
         pytest.param("gemini-2.5-flash", (1000, 800), "auto", 258 * 4, id="gemini-tiles"),
         pytest.param("llama3.2:3b", None, "auto", 16384, id="generic-worst"),
