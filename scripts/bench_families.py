@@ -1,7 +1,8 @@
 """Fit and measure the estimator's family bounds against real tokenizers.
 
     .venv/bin/python scripts/bench_families.py --fit      # rewrite tokenizers/family_bounds.py
-    .venv/bin/python scripts/bench_families.py --markdown # the table in docs/estimator.md
+    .venv/bin/python scripts/bench_families.py --pivot    # the table in docs/estimator.md
+    .venv/bin/python scripts/bench_families.py --markdown # the same, one row per family x kind
     .venv/bin/python scripts/bench_families.py --speed    # estimator vs exact tokenizers
 
 Ground truth: llama.cpp's vocabulary-only GGUFs (``make vocab``), mistral-common's tekken
@@ -110,7 +111,7 @@ def write(bounds: dict[str, tuple[tuple[float, ...], float, float, tuple[str, ..
     BOUNDS_FILE.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def table(per_kind: int, markdown: bool) -> str:
+def table(per_kind: int, markdown: bool, pivot: bool = False) -> str:
     rows = []
     fams = [*family_texts.FAMILY_REFERENCES, "all"]
     for kind in family_texts.KINDS:
@@ -127,12 +128,21 @@ def table(per_kind: int, markdown: bool) -> str:
                     fam,
                     len(texts),
                     f"{under / len(texts):.1%}",
-                    f"{-min(0.0, min(rel)):.0%}",
+                    f"{max(0.0, -min(rel)):.0%}",
                     f"{statistics.mean(rel):+.0%}",
                     f"{max(rel):+.0%}",
                 )
             )
     head = ("kind", "family", "n", "under", "worst under", "mean over", "worst over")
+    if pivot:
+        # one row per family, one column per kind: "under / worst under / mean over"
+        cells = {(r[1], r[0]): f"{r[3]} / {r[4]} / {r[5]}" for r in rows}
+        out = ["| family | " + " | ".join(family_texts.KINDS) + " |"]
+        out.append("|---|" + "--:|" * len(family_texts.KINDS))
+        for fam in fams:
+            line = [cells[fam, kind] for kind in family_texts.KINDS]
+            out.append(f"| {fam} | " + " | ".join(line) + " |")
+        return "\n".join(out)
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|---|---|--:|--:|--:|--:|--:|"]
         out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
@@ -183,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
     ap.add_argument("--corpus", type=int, default=1500, help="estimator-corpus texts to fit")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--pivot", action="store_true", help="markdown, one row per family")
     ap.add_argument("--speed", action="store_true")
     args = ap.parse_args(argv)
     if args.fit:
@@ -191,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed:
         print(speed())
         return 0
-    print(table(args.per_kind, args.markdown))
+    print(table(args.per_kind, args.markdown, args.pivot))
     return 0
 
 
