@@ -275,11 +275,15 @@ def responses_requests(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
         for c in calls:
             items.append({"type": "function_call_output", "call_id": c, "output": draw(texts)})
         if not calls or draw(st.booleans()):
+            n += 1
+            text = {"type": "output_text", "text": draw(texts), "annotations": []}
             items.append(
                 {
                     "type": "message",
+                    "id": f"msg_{n}",
+                    "status": "completed",
                     "role": "assistant",
-                    "content": [{"type": "output_text", "text": draw(texts)}],
+                    "content": [text],
                 }
             )
     items.append(draw(responses_user()))
@@ -454,6 +458,7 @@ TOOLS = {
             "name": "lookup",
             "description": "Look up a part.",
             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "strict": False,
         }
     ],
 }
