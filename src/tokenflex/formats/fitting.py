@@ -11,6 +11,7 @@ messages is listed as dropped, and the warnings say which counts are estimates.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +27,7 @@ from .anthropic import anthropic_to_internal, with_system
 from .chat import chat_to_internal, is_plain_chat
 from .detect import FORMATS, detect_format
 from .native import Converted, NativeMessage
+from .objects import plain
 from .responses import responses_to_internal
 from .tools import tools_to_chat
 
@@ -106,12 +108,29 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
     for k, m in enumerate(prepared.messages):
         try:
             check_one(checker, m)
+            if isinstance(m, NativeMessage):
+                for offset, item in enumerate(m.native):
+                    try:
+                        _json_ready(item)
+                    except BadMessage as exc:
+                        raise exc.at(m.start + offset) from None
         except BadMessage as exc:
             if not isinstance(m, NativeMessage):
                 raise exc.at(k) from None
             if m.start < 0:
                 raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
             raise exc.at(m.start) from None
+
+
+def _json_ready(item: Any) -> None:
+    """Raise BadMessage if ``item`` (sent as given by ``plan.request()``) is not JSON."""
+    try:
+        json.dumps(plain(item))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise BadMessage(
+            f"has a value that cannot be sent as JSON ({type(exc).__name__}: {exc})",
+            "Use str keys, JSON values and no circular references in message fields",
+        ) from None
 
 
 def _native_span(conv: Converted, k: int) -> tuple[int, int]:
