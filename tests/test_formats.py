@@ -810,3 +810,23 @@ def test_summary_and_documents_in_the_format(fmt: str) -> None:
     assert covered and plan.summary.covers == (min(covered), max(covered) + 1)
     assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= 1200
     assert recount(plan) <= plan.input_tokens
+
+
+@settings(SETTINGS, max_examples=15)
+@given(anthropic_requests())
+def test_afit_reads_formats_like_fit(req: tuple[Any, list[dict[str, Any]]]) -> None:
+    import asyncio
+
+    system, msgs = req
+    plan = tokenflex.fit(msgs, model="gpt-4o", max_tokens=50, system=system, format="anthropic")
+    aplan = asyncio.run(
+        tokenflex.afit(msgs, model="gpt-4o", max_tokens=50, system=system, format="anthropic")
+    )
+    assert (aplan.format, aplan.system, aplan.messages) == (plan.format, plan.system, plan.messages)
+    assert aplan.input_tokens == plan.input_tokens
+
+
+async def test_afit_bad_item_names_its_index() -> None:
+    items = [{"role": "user", "content": "q"}, {"type": "message", "role": "bot", "content": "x"}]
+    with pytest.raises(InvalidMessagesError, match=r"^messages\[1\] has role 'bot'"):
+        await tokenflex.afit(items, model="gpt-4o", max_tokens=10, format="responses")
