@@ -275,11 +275,15 @@ def responses_requests(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
         for c in calls:
             items.append({"type": "function_call_output", "call_id": c, "output": draw(texts)})
         if not calls or draw(st.booleans()):
+            n += 1
+            text = {"type": "output_text", "text": draw(texts), "annotations": []}
             items.append(
                 {
                     "type": "message",
+                    "id": f"msg_{n}",
+                    "status": "completed",
                     "role": "assistant",
-                    "content": [{"type": "output_text", "text": draw(texts)}],
+                    "content": [text],
                 }
             )
     items.append(draw(responses_user()))
@@ -426,7 +430,9 @@ def recount(plan: tokenflex.Plan) -> int:
         msgs = ref_responses(plan.system, plan.messages)
     else:
         msgs = plan.messages
-    return tokenflex.count_messages(msgs, model=plan.model, tools=TOOLS_CHAT)
+    return tokenflex.count_messages(
+        msgs, model=plan.model, tools=TOOLS_CHAT if plan.tools else None
+    )
 
 
 TOOLS_CHAT = [
@@ -454,6 +460,7 @@ TOOLS = {
             "name": "lookup",
             "description": "Look up a part.",
             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "strict": False,
         }
     ],
 }
@@ -768,3 +775,58 @@ def test_estimates_are_flagged() -> None:
     assert "1 file(s) counted as an estimate" in joined and "given only by id" in joined
     assert "1 audio clip(s) counted as an estimate" in joined
     assert plan.input_tokens >= 10 * 4600 + math.ceil(0.5 * 32)
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "responses"])
+def test_summary_and_documents_in_the_format(fmt: str) -> None:
+    msgs: list[dict[str, Any]] = []
+    for i in range(12):
+        msgs.append({"role": "user", "content": f"question {i} about the pump " * 20})
+        msgs.append({"role": "assistant", "content": f"answer {i} about the valve " * 20})
+    msgs.append({"role": "user", "content": "and now?"})
+    docs = [tokenflex.Chunk(text="The pump runs at 3 bar.", source="manual.pdf")]
+    plan = tokenflex.fit(
+        msgs,
+        model=small(1200),
+        max_tokens=50,
+        format=fmt,
+        system="be brief",
+        documents=docs,
+        summarizer=tokenflex.ExtractiveSummarizer(),
+        min_output_tokens=10,
+    )
+    assert plan.summary is not None and plan.format == fmt
+    added = [plan.summary.text, "The pump runs at 3 bar."]
+    if fmt == "anthropic":  # added system text goes into the top-level system
+        assert plan.system[0] == {"type": "text", "text": "be brief"}
+        system_text = " ".join(b["text"] for b in plan.system)
+        assert all(a in system_text for a in added)
+        assert all(m in msgs for m in plan.messages)
+    else:  # Responses keeps its instructions and gets system messages
+        assert plan.system == "be brief"
+        extra = [m["content"] for m in plan.messages if m.get("role") == "system"]
+        assert all(any(a in e for e in extra) for a in added)
+    covered = {d.index for d in plan.dropped if d.reason == "summarized"}
+    assert covered and plan.summary.covers == (min(covered), max(covered) + 1)
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= 1200
+    assert recount(plan) <= plan.input_tokens
+
+
+@settings(SETTINGS, max_examples=15)
+@given(anthropic_requests())
+def test_afit_reads_formats_like_fit(req: tuple[Any, list[dict[str, Any]]]) -> None:
+    import asyncio
+
+    system, msgs = req
+    plan = tokenflex.fit(msgs, model="gpt-4o", max_tokens=50, system=system, format="anthropic")
+    aplan = asyncio.run(
+        tokenflex.afit(msgs, model="gpt-4o", max_tokens=50, system=system, format="anthropic")
+    )
+    assert (aplan.format, aplan.system, aplan.messages) == (plan.format, plan.system, plan.messages)
+    assert aplan.input_tokens == plan.input_tokens
+
+
+async def test_afit_bad_item_names_its_index() -> None:
+    items = [{"role": "user", "content": "q"}, {"type": "message", "role": "bot", "content": "x"}]
+    with pytest.raises(InvalidMessagesError, match=r"^messages\[1\] has role 'bot'"):
+        await tokenflex.afit(items, model="gpt-4o", max_tokens=10, format="responses")

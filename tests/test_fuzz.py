@@ -410,8 +410,8 @@ def test_bad_data_raises_only_tokenflex_errors(name: str) -> None:
 
 def test_responses_item_with_a_non_json_field_is_rejected() -> None:
     """Found by the fuzz (fit_formats seed 1050): the chat format rejects a field JSON
-    cannot write (item 10); a Responses item is sent as given, so its fields we do not read
-    are checked too, up front."""
+    cannot write (item 10); the Responses format kept it and plan.request() was then not
+    JSON. fit() now checks every item it would send as given."""
     items = [
         {"type": "message", "role": "assistant", "content": "a"},
         {"role": "user", "content": "b", "extra": bytearray(b"x")},

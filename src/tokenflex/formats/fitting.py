@@ -27,7 +27,7 @@ from .anthropic import anthropic_to_internal, with_system
 from .chat import chat_to_internal, is_plain_chat
 from .detect import FORMATS, detect_format
 from .native import Converted, NativeMessage
-from .objects import plain_message
+from .objects import plain
 from .responses import responses_to_internal
 from .tools import tools_to_chat
 
@@ -109,7 +109,11 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
         try:
             check_one(checker, m)
             if isinstance(m, NativeMessage):
-                _check_json(m.native)  # sent as given: fields we do not read must be JSON too
+                for offset, item in enumerate(m.native):
+                    try:
+                        _json_ready(item)
+                    except BadMessage as exc:
+                        raise exc.at(m.start + offset) from None
         except BadMessage as exc:
             if not isinstance(m, NativeMessage):
                 raise exc.at(k) from None
@@ -118,12 +122,13 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
             raise exc.at(m.start) from None
 
 
-def _check_json(native: Any) -> None:
+def _json_ready(item: Any) -> None:
+    """Raise BadMessage if ``item`` (sent as given by ``plan.request()``) is not JSON."""
     try:
-        json.dumps([plain_message(x) for x in native])  # SDK objects as they are sent
+        json.dumps(plain(item))
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadMessage(
-            f"has a value that cannot be written as JSON ({type(exc).__name__}: {exc})",
+            f"has a value that cannot be sent as JSON ({type(exc).__name__}: {exc})",
             "Use str keys, JSON values and no circular references in message fields",
         ) from None
 
