@@ -25,6 +25,8 @@ from typing import Any
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter, get_counter
+from .counting.checks import BadMessage
+from .counting.shape import check_one, check_shapes, shape_checker
 from .engine import (
     GroupIndex,
     Layout,
@@ -201,7 +203,9 @@ class FitLayout:
                 self.cur_start,
                 mode="newest",
                 priority=10,
-                share=o.history_share,
+                # The share is of the room the requested output leaves; without a request
+                # history may take the room down to the output floor.
+                share=o.history_share if o.max_tokens is not None else None,
                 min_items=o.min_messages,
                 max_items=o.max_messages,
                 index=self.index,
@@ -231,12 +235,22 @@ def _with_history(messages: Sequence[Message], newest_first: list[Message]) -> l
     return [*messages[:pinned], *reversed(newest_first), *messages[pinned:]]
 
 
+def _history_message(source: Any, k: int) -> str:
+    """How the caller knows the ``k``-th history message read (newest first)."""
+    if isinstance(source, Sequence) and not isinstance(source, str | bytes):
+        return f"history[{len(source) - 1 - k}]"
+    return f"history message {k + 1} (counting from the newest)"
+
+
 def _history_bound(
-    messages: Sequence[Message], model: Model, opts: FitOptions
+    messages: Sequence[Message], model: Model, opts: FitOptions, source: Any = None
 ) -> Callable[[Message], bool]:
     """A stop rule for lazy history: read until the messages read exceed any room they
-    could possibly get, or max_messages (+ a group's worth) is reached."""
+    could possibly get, or max_messages (+ a group's worth) is reached. Each message is
+    checked as it arrives (an error names it as the caller knows it, see
+    :func:`_history_message`)."""
     counter = get_counter(model)
+    checker = shape_checker(model)
     fixed = counter.base(None) + sum(counter.message(m) for m in messages)
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
     room = model.context_window - opts.safety_margin - floor - fixed
@@ -246,6 +260,11 @@ def _history_bound(
     limit = None if opts.max_messages is None else opts.max_messages * 2 + 2
 
     def enough(m: Message) -> bool:
+        try:
+            check_one(checker, m)
+        except BadMessage as exc:
+            where = _history_message(source, state["n"])
+            raise InvalidMessagesError(f"{where} {exc.problem}. {exc.fix}") from None
         state["tokens"] += counter.message(m)
         state["n"] += 1
         return state["tokens"] > room or (limit is not None and state["n"] >= limit)
@@ -262,6 +281,7 @@ def fit(
     history: HistorySource | None = None,
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
+    state: Any = None,
     format: str | None = None,
     system: Any = None,
     keep_reasoning: bool = False,
@@ -291,6 +311,9 @@ def fit(
             ``instructions``; always kept.
         keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
             out and listed in ``dropped``; most APIs reject or ignore it on input).
+        state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
+            remembers where this conversation's last cut fell, keyed by its leading
+            messages, and its summaries (default: the process's in-memory store).
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
             ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
@@ -318,9 +341,12 @@ def fit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
+    check_shapes(messages, primary)
     if history is not None:
         read, _ = read_newest_first(
-            history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
+            history,
+            enough=_history_bound(messages, primary, opts, history),
+            page_size=opts.page_size,
         )
         messages = _with_history(messages, read)
     req = prepare(
@@ -332,7 +358,22 @@ def fit(
         lazy_history=history is not None,
     )
     layout = FitLayout(req.messages, primary, req.tools, opts, documents)
-    return finish(fit_layout(layout, opts, summarizer=summarizer, started=started), req)
+    memory, summaries = _session(state, opts, primary, req.messages)
+    plan = fit_layout(
+        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+    )
+    return finish(plan, req)
+
+
+def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
+    """Where a stateless cache-stable fit keeps its cut and summaries (None, None: off)."""
+    if not opts.cache_stable:
+        return None, None
+    from .session import StoreMemory
+    from .state import default_store
+
+    store = state if state is not None else default_store()
+    return StoreMemory(store, model.name, messages), store
 
 
 async def afit(
@@ -344,6 +385,7 @@ async def afit(
     history: Any = None,
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
+    state: Any = None,
     format: str | None = None,
     system: Any = None,
     keep_reasoning: bool = False,
@@ -359,8 +401,9 @@ async def afit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
+    await asyncio.to_thread(check_shapes, messages, primary)
     if history is not None:
-        bound = await asyncio.to_thread(_history_bound, messages, primary, opts)
+        bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
     req = prepare(
@@ -372,5 +415,8 @@ async def afit(
         lazy_history=history is not None,
     )
     layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
-    plan = await afit_layout(layout, opts, summarizer=summarizer, started=started)
+    memory, summaries = _session(state, opts, primary, req.messages)
+    plan = await afit_layout(
+        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+    )
     return finish(plan, req)

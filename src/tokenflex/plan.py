@@ -28,8 +28,12 @@ class DroppedItem:
     reason: str
     """``budget`` (the hard window), ``share`` (the section's soft target), ``cap``,
     ``max_items``, ``orphan`` (history may not start with an answer whose question was
-    dropped), ``summarized`` (replaced by the summary), ``duplicate``, ``reasoning`` (a
-    chat message's ``reasoning_content``, not sent back: section ``reasoning``)."""
+    dropped), ``summarized`` (replaced by the summary), ``duplicate``; cache-stable cuts:
+    ``low_water`` (cut below what fits, so the next turns keep the prefix) and ``held``
+    (the previous plan's cut, held while it fits). Shrunk but still sent: ``cleared``
+    (an old tool result replaced by a placeholder) and ``reasoning`` (old reasoning
+    removed; also a chat message's ``reasoning_content``, which is never sent back:
+    section ``reasoning``); their ``tokens`` are the tokens that saved."""
     item: Any = field(default=None, repr=False, compare=False)
     """The dropped message or chunk itself."""
 
@@ -211,6 +215,22 @@ class Plan:
     summary or packed documents appended); None for chat, whose system is a message."""
     tools: tuple[Any, ...] = ()
     """The tool definitions counted (``request()`` sends them)."""
+    prefix_tokens: int | None = None
+    """Tokens of the leading messages this plan shares with the previous plan of the same
+    conversation (None: no previous plan known; a cache-stable fit remembers one)."""
+    cached_tokens: int | None = None
+    """Of ``prefix_tokens``, those a provider is predicted to read from its prompt cache
+    (none below the model's ``cache_min_tokens``)."""
+
+    @cached_property
+    def cache_cost(self) -> Any:
+        """Predicted input cost with the cached prefix (``tokenflex.cost.CacheCost``), or
+        None without a previous plan."""
+        if self.cached_tokens is None:
+            return None
+        from .cost import cache_cost
+
+        return cache_cost(self.model, self.input_tokens, self.cached_tokens)
 
     @property
     def utilization(self) -> float:
@@ -316,6 +336,9 @@ class Plan:
             "savings": self.savings.to_dict(),
             "cost_usd": None if cost is None else cost.to_dict(),
             "elapsed_ms": round(self.elapsed_ms, 3),
+            "prefix_tokens": self.prefix_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cache_cost_usd": None if self.cache_cost is None else self.cache_cost.to_dict(),
             "message_count": len(self.messages),
             "format": self.format,
         }
