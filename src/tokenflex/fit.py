@@ -341,7 +341,6 @@ def fit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
-    check_shapes(messages, primary)
     if history is not None:
         read, _ = read_newest_first(
             history,
@@ -357,6 +356,7 @@ def fit(
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
     )
+    check_shapes(req.messages, primary)  # chat-shaped now, whatever format was given
     layout = FitLayout(req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = fit_layout(
@@ -401,7 +401,6 @@ async def afit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
-    await asyncio.to_thread(check_shapes, messages, primary)
     if history is not None:
         bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
@@ -414,6 +413,7 @@ async def afit(
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
     )
+    await asyncio.to_thread(check_shapes, req.messages, primary)  # chat-shaped now
     layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = await afit_layout(
