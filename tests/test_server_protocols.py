@@ -24,6 +24,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from llama_server import LlamaCppServer
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -493,3 +495,43 @@ def test_proxy_key_and_plan_binding_on_the_new_routes(recorder: Recorder) -> Non
                 trust_env=False,
             )
             assert other.status_code in (401, 404)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+BLOCKS = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "tool_use", "tool_result", "image", "thinking", "x"])},
+    optional={"text": JSON_VALUES, "id": JSON_VALUES, "input": JSON_VALUES, "content": JSON_VALUES},
+)
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]) | JSON_VALUES},
+    optional={"content": st.text(max_size=40) | st.lists(BLOCKS, max_size=3) | JSON_VALUES},
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    messages=st.lists(MESSAGE, max_size=4) | JSON_VALUES,
+    extra=st.dictionaries(
+        st.sampled_from(["system", "max_tokens", "tools", "stream", "metadata"]), JSON_VALUES
+    ),
+)
+def test_any_messages_body_is_answered_in_anthropic_shape(
+    proxy: ServerThread, messages: Any, extra: dict[str, Any]
+) -> None:
+    """Whatever the fields hold, the answer is the upstream's 200 or our 4xx in Anthropic's
+    shape: never a 500, never a body the SDK cannot read."""
+    r = _post(proxy, "/v1/messages", _j(messages=messages, **extra))
+    if r.status_code == 200:
+        assert "echo" in r.json()
+        return
+    assert 400 <= r.status_code < 500, r.text
+    body = r.json()
+    assert body["type"] == "error" and isinstance(body["error"]["message"], str)
