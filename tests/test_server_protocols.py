@@ -535,3 +535,24 @@ def test_any_messages_body_is_answered_in_anthropic_shape(
     assert 400 <= r.status_code < 500, r.text
     body = r.json()
     assert body["type"] == "error" and isinstance(body["error"]["message"], str)
+
+
+def test_route_tables_apply_to_the_new_routes(recorder: Recorder) -> None:
+    """``/ROUTE/v1/messages`` fits with ``[routes.ROUTE]``: here a 300-token input cap
+    that the same body under ``/v1`` does not meet."""
+    messages = anthropic_conversation(3, 10)
+    body = json.dumps({"model": "gpt-4o", "messages": messages, "max_tokens": 16}).encode()
+    with ServerThread(recorder.app()) as upstream:
+        config = ServerConfig.load(
+            upstream=upstream.url, routes={"tight": {"max_input_tokens": 300}}
+        )
+        with ServerThread(create_app(config, discover=fake_discover)) as proxy:
+            wide = _post(proxy, "/v1/messages", body)
+            tight = _post(proxy, "/tight/v1/messages", body)
+            counted = _post(proxy, "/tight/v1/messages/count_tokens", body)
+    assert wide.status_code == tight.status_code == counted.status_code == 200
+    assert wide.headers["x-tokenflex-dropped"] == "0"
+    assert int(counted.json()["input_tokens"]) > 300
+    assert int(tight.headers["x-tokenflex-dropped"]) > 0
+    assert int(tight.headers["x-tokenflex-input-tokens"]) <= 300
+    assert tight.json()["echo"]["messages"] == messages[-len(tight.json()["echo"]["messages"]) :]
