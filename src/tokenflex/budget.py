@@ -38,6 +38,7 @@ from typing import Literal
 from .errors import ContextOverflowError
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "MIN_OUTPUT_TOKENS",
     "SAFETY_MARGIN",
     "Allocation",
@@ -54,6 +55,8 @@ MIN_OUTPUT_TOKENS = 500
 """The default output floor: ``max_tokens`` never goes below it."""
 SAFETY_MARGIN = 100
 """The default tokens kept free in the window for counting error and formatting."""
+MAX_TOKEN_COUNT = 2**53
+"""The largest token count accepted as input anywhere (a float holds every int up to it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import MAX_TOKEN_COUNT
 from .errors import InvalidInputError
 from .models import Model, get_model
 
@@ -93,8 +94,10 @@ def _usd(x: float | None) -> str:
 
 
 def _tokens(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise InvalidInputError(
+            f"{name} must be a non-negative int up to {MAX_TOKEN_COUNT:,}, got {value!r:.80}."
+        )
     return value
 
 

@@ -36,7 +36,7 @@ from .engine import (
     afit_layout,
     fit_layout,
 )
-from .errors import InvalidMessagesError
+from .errors import InvalidInputError, InvalidMessagesError
 from .formats.fitting import finish, prepare
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
@@ -367,10 +367,17 @@ def fit(
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
     """Where a stateless cache-stable fit keeps its cut and summaries (None, None: off)."""
+    from .state import StateStore, default_store
+
+    if state is not None and not isinstance(state, StateStore):
+        raise InvalidInputError(
+            f"state must be a tokenflex StateStore (get, set, delete), got "
+            f"{type(state).__name__} {state!r:.80}. Pass tokenflex.state.open_store(url) "
+            "or leave it out for the in-memory store."
+        )
     if not opts.cache_stable:
         return None, None
     from .session import StoreMemory
-    from .state import default_store
 
     store = state if state is not None else default_store()
     return StoreMemory(store, model.name, messages), store

@@ -58,7 +58,7 @@ def fingerprint(message: Any) -> str:
         text = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
     except (TypeError, ValueError):  # pragma: no cover - exotic keys
         text = repr(message)
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 class SessionMemory(Protocol):

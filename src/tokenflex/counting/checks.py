@@ -117,7 +117,8 @@ def bad_part(j: int, part: Any) -> BadMessage:
             f"has content[{j}] of type {type(part).__name__}",
             "Each content part is a dict like {'type': 'text', 'text': '...'}",
         )
-    ptype = part.get("type")
+    raw = part.get("type")
+    ptype = raw if isinstance(raw, str) else None  # an unhashable "type" is unsupported
     if ptype in TEXT_PARTS:
         return BadMessage(
             f"has a {ptype!r} part without a string {TEXT_PARTS[ptype]!r}",
@@ -141,7 +142,7 @@ def bad_part(j: int, part: Any) -> BadMessage:
             "Use {'type': 'input_audio', 'input_audio': {'data': '<base64>', 'format': 'wav'}}",
         )
     return BadMessage(
-        f"has content[{j}] of type {ptype!r}",
+        f"has content[{j}] of type {raw!r:.80}",
         "Supported content parts: text, refusal, image_url, file, input_audio (count other "
         "media yourself and reserve it as a section)",
     )

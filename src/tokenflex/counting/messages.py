@@ -157,6 +157,8 @@ class MessageCounter:
         total = 0
         for j, part in enumerate(parts):
             ptype = part.get("type") if isinstance(part, Mapping) else None
+            if not isinstance(ptype, str):
+                raise bad_part(j, part)
             if ptype in TEXT_PARTS:
                 value = part.get(TEXT_PARTS[ptype])
                 if not isinstance(value, str):
@@ -277,7 +279,7 @@ class EnvelopeCounter(MessageCounter):
                 total += self._count(value)
                 if key == "name":
                     total += self.per_name
-            elif isinstance(value, list | dict) and not value:
+            elif isinstance(value, list | tuple | dict) and not value:
                 continue
             else:
                 total += self._count(dumps(value))  # unknown structured field: its JSON

@@ -55,7 +55,11 @@ class Chunk:
         if self.score is not None:
             if isinstance(self.score, bool) or not isinstance(self.score, int | float):
                 raise InvalidInputError(f"Chunk score must be a number, got {self.score!r}.")
-            if not math.isfinite(self.score):
+            if (
+                not math.isfinite(self.score)
+                if isinstance(self.score, float)
+                else (abs(self.score) > 2**1023)
+            ):
                 raise InvalidInputError(f"Chunk score must be finite, got {self.score!r}.")
         if not isinstance(self.extras, Mapping):
             raise InvalidInputError(
