@@ -550,8 +550,16 @@ def test_route_tables_apply_to_the_new_routes(recorder: Recorder) -> None:
             wide = _post(proxy, "/v1/messages", body)
             tight = _post(proxy, "/tight/v1/messages", body)
             counted = _post(proxy, "/tight/v1/messages/count_tokens", body)
+            items = responses_conversation(3, 11)
+            whole = json.dumps({"model": "gpt-4o", "input": items, "instructions": SYSTEM})
+            sent = _post(proxy, "/v1/responses", whole.encode())
+            summed = _post(proxy, "/v1/responses/input_tokens", whole.encode())
     assert wide.status_code == tight.status_code == counted.status_code == 200
     assert wide.headers["x-tokenflex-dropped"] == "0"
+    # the count routes say what fitting budgets: the plan's input when nothing is dropped
+    assert counted.json()["input_tokens"] == int(wide.headers["x-tokenflex-input-tokens"])
+    assert sent.headers["x-tokenflex-dropped"] == "0"
+    assert summed.json()["input_tokens"] == int(sent.headers["x-tokenflex-input-tokens"])
     assert int(counted.json()["input_tokens"]) > 300
     assert int(tight.headers["x-tokenflex-dropped"]) > 0
     assert int(tight.headers["x-tokenflex-input-tokens"]) <= 300
