@@ -537,6 +537,41 @@ def test_any_messages_body_is_answered_in_anthropic_shape(
     assert body["type"] == "error" and isinstance(body["error"]["message"], str)
 
 
+ITEM = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning"]),
+        "role": st.sampled_from(["user", "assistant", "system", "developer"]) | JSON_VALUES,
+        "content": st.text(max_size=40) | JSON_VALUES,
+        "call_id": JSON_VALUES,
+        "arguments": JSON_VALUES,
+        "output": JSON_VALUES,
+    },
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    items=st.lists(ITEM, max_size=4) | JSON_VALUES,
+    extra=st.dictionaries(
+        st.sampled_from(["instructions", "max_output_tokens", "tools", "stream"]), JSON_VALUES
+    ),
+)
+def test_any_responses_body_is_answered_in_openai_shape(
+    proxy: ServerThread, items: Any, extra: dict[str, Any]
+) -> None:
+    """The same for /v1/responses, in OpenAI's shape."""
+    r = _post(proxy, "/v1/responses", _j(input=items, **extra))
+    if r.status_code == 200:
+        assert "echo" in r.json()
+        return
+    assert 400 <= r.status_code < 500, r.text
+    error = r.json()["error"]
+    assert isinstance(error["message"], str) and isinstance(error["code"], str)
+
+
 def test_route_tables_apply_to_the_new_routes(recorder: Recorder) -> None:
     """``/ROUTE/v1/messages`` fits with ``[routes.ROUTE]``: here a 300-token input cap
     that the same body under ``/v1`` does not meet."""
