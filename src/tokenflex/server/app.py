@@ -414,6 +414,8 @@ class Proxy:
         req = wire.parse(await read_body(request, self.config.max_body_bytes))
         api_key = bearer(self.upstream.request_headers(request.headers))
         model, _, _ = await self.fitter.model_for(req.model, route, api_key)
+        if self.fitter.calibration is not None:  # as fitting counts: the learned factor
+            model = self.fitter.calibration.apply(model)
         return await off_loop(self.fitter.limiter, functools.partial(count_input, req, model))
 
     async def plan(self, request: Request, route: str | None) -> Response:
