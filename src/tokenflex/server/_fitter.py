@@ -179,6 +179,8 @@ class Fitter:
         kwargs: dict[str, Any] = dict(
             model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
         )
+        if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
+            kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
         if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
             # Counting that waits on a tokenize endpoint, or a lot of text: keep the
