@@ -6,14 +6,21 @@ concurrent httpx clients: first straight to the upstream (baseline), then throug
 proxy. Prints latency percentiles, throughput and errors for both, and the difference.
 Bounded: at most 120 s per phase and 100,000 requests.
 
+With ``--abuse`` it measures memory instead: the proxy's RSS before and after 150
+rejected 3.5 MB requests (unique texts over gpt-4's window) and 550 requests with long
+unique model names (Linux: RSS from /proc).
+
     .venv/bin/python scripts/load_proxy.py                       # 200 req/s for 20 s
     .venv/bin/python scripts/load_proxy.py --rate 400 --duration 10 --messages 200
+    .venv/bin/python scripts/load_proxy.py --rate 200 --concurrency 400   # shedding
+    .venv/bin/python scripts/load_proxy.py --abuse
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -89,11 +96,12 @@ async def fake_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
 _PLAIN = """
 import logging, sys, uvicorn
 from tokenflex.server import ServerConfig, create_app
+from tokenflex.server.limits import uvicorn_options
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 logging.getLogger("httpx").setLevel(logging.WARNING)
-app = create_app(ServerConfig.load(upstream=sys.argv[1], port=int(sys.argv[2])))
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), http="h11", loop="asyncio",
-            log_level="info", access_log=False, server_header=False, ws="none")
+config = ServerConfig.load(upstream=sys.argv[1], port=int(sys.argv[2]))
+uvicorn.run(create_app(config), host="127.0.0.1", port=int(sys.argv[2]), loop="asyncio",
+            log_level="info", access_log=False, **uvicorn_options(config, http="h11"))
 """
 
 
@@ -150,15 +158,26 @@ async def drive(
     """Send ``rate`` requests per second for ``duration`` seconds (open loop)."""
     phase = Phase(name)
     total = min(int(rate * duration), MAX_REQUESTS)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     headers = {"content-type": "application/json", "authorization": "Bearer sk-load"}
-    async with httpx.AsyncClient(limits=limits, timeout=10, trust_env=False) as client:
+    # httpx scans its whole pool on each request: many small clients, not one big one,
+    # so a high --concurrency (to see the proxy shed load) does not slow the generator
+    per = 32
+    limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(limits=limits, timeout=10, trust_env=False)
+            )
+            for _ in range(max(1, -(-concurrency // per)))
+        ]
         # At most `concurrency` requests in flight: httpx's pool gets slow with a long
         # queue, and a generator that falls behind should say so, not distort the figures.
         slots = asyncio.Semaphore(concurrency)
+        turn = iter(range(1 << 62))
 
         async def one() -> None:
             t0 = time.perf_counter()
+            client = clients[next(turn) % len(clients)]
             try:
                 async with slots:
                     r = await client.post(url, content=body, headers=headers)
@@ -185,6 +204,63 @@ async def drive(
         await asyncio.gather(*tasks)
         phase.elapsed = time.perf_counter() - start
     return phase
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, in MB (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise SystemExit("no VmRSS in /proc: --abuse needs Linux")
+
+
+async def abuse(url: str, pid: int, console: Console, *, rejected: int, names: int) -> int:
+    """RSS before and after the two memory-abuse runs of issue 11; 0 when all went as
+    expected (rejected requests answered 400/413, long names answered)."""
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-abuse"}
+    figures: list[tuple[str, float, float, dict[int, int]]] = []
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
+
+        async def run(name: str, bodies: Any, concurrency: int = 4) -> None:
+            statuses: dict[int, int] = {}
+            slots = asyncio.Semaphore(concurrency)
+
+            async def one(body: bytes) -> None:
+                async with slots:
+                    r = await client.post(url, content=body, headers=headers)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+            before = rss_mb(pid)
+            await asyncio.gather(*(one(b) for b in bodies))
+            await asyncio.sleep(1)
+            figures.append((name, before, rss_mb(pid), statuses))
+
+        def rejected_bodies() -> Any:
+            for i in range(rejected):  # 35 unique 100 kB messages: 3.5 MB over gpt-4's window
+                msgs = [
+                    {"role": "user", "content": f"{i}.{j} " + f"w{i}x{j} " * 14_000}
+                    for j in range(35)
+                ]
+                yield json.dumps({"model": "gpt-4", "messages": msgs}).encode()
+
+        def name_bodies() -> Any:
+            for i in range(names):
+                model = f"model-{i}-" + "n" * 100_000
+                yield json.dumps(
+                    {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+                ).encode()
+
+        await run(f"{rejected} rejected 3.5 MB requests", rejected_bodies())
+        await run(f"{names} requests with 100 kB unique model names", name_bodies())
+    table = Table(title="tokenflex proxy memory under abuse (RSS of the proxy process)")
+    for col in ("run", "RSS before MB", "RSS after MB", "statuses"):
+        table.add_column(col, justify="left" if col in ("run", "statuses") else "right")
+    for name, before, after, statuses in figures:
+        table.add_row(name, f"{before:.0f}", f"{after:.0f}", str(statuses))
+    console.print(table)
+    print(json.dumps({n: {"rss_before_mb": b, "rss_after_mb": a} for n, b, a, _ in figures}))
+    return 0
 
 
 def report(console: Console, phases: list[Phase], rate: float) -> None:
@@ -231,6 +307,12 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per phase (2)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument("--max-inflight", type=int, help="the proxy's max_inflight (default 64)")
+    ap.add_argument("--max-queue", type=int, help="the proxy's max_queue (default 64)")
+    ap.add_argument("--abuse", action="store_true", help="measure RSS under memory abuse")
+    ap.add_argument("--keep-log", action="store_true", help="keep the proxy's log file")
+    ap.add_argument("--rejected", type=int, default=150, help="--abuse: rejected requests")
+    ap.add_argument("--names", type=int, default=550, help="--abuse: long-name requests")
     ap.add_argument(
         "--plain",
         action="store_true",
@@ -258,6 +340,10 @@ def main() -> int:
     up_port, proxy_port = _free_port(), _free_port()
     up_url, proxy_url = f"http://{HOST}:{up_port}", f"http://{HOST}:{proxy_port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
+    if args.max_inflight:
+        env["TOKENFLEX_SERVE_MAX_INFLIGHT"] = str(args.max_inflight)
+    if args.max_queue is not None:
+        env["TOKENFLEX_SERVE_MAX_QUEUE"] = str(args.max_queue)
     log_fd, log_path = tempfile.mkstemp(prefix="tokenflex-proxy-", suffix=".log")
     log = os.fdopen(log_fd, "wb")
     procs = [
@@ -281,6 +367,16 @@ def main() -> int:
     try:
         _wait_up(f"{up_url}/v1/models", procs[0], "fake upstream")
         _wait_up(f"{proxy_url}/tokenflex/health", procs[1], "proxy")
+        if args.abuse:
+            return asyncio.run(
+                abuse(
+                    f"{proxy_url}/v1/chat/completions",
+                    procs[1].pid,
+                    console,
+                    rejected=args.rejected,
+                    names=args.names,
+                )
+            )
         body = json.dumps(
             {
                 "model": args.model,
@@ -330,7 +426,10 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
-        os.unlink(log_path)
+        if args.keep_log:
+            console.print(f"proxy log: {log_path}")
+        else:
+            os.unlink(log_path)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def _isolate_env(
         if key.startswith("TOKENFLEX_"):
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    # discovered models are cached on disk: each test its own cache, never the user's
+    monkeypatch.setenv("TOKENFLEX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     yield
     models.reset_registry()
 

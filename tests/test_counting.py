@@ -251,7 +251,10 @@ def test_image_size_unknown(url: str) -> None:
         pytest.param("gpt-4.1-mini", (1024, 1024), "high", 1659, id="4.1-mini-patches"),
         pytest.param("gpt-4.1-mini", None, "low", 2489, id="4.1-mini-worst"),
         pytest.param("claude-3-5-sonnet", (1000, 1000), "auto", 1334, id="claude"),
-        pytest.param("claude-3-5-sonnet", None, "auto", 1600, id="claude-worst"),
+        # the API scales to 1568 px and 1.15 MP first: 1,150,000 / 750 at most
+        pytest.param("claude-3-5-sonnet", None, "auto", 1534, id="claude-worst"),
+        pytest.param("claude-3-5-sonnet", (4000, 3000), "auto", 1532, id="claude-scaled"),
+        pytest.param("claude-3-5-sonnet", (2000, 400), "auto", 655, id="claude-long-edge"),
         pytest.param("gemini-2.5-flash", (300, 300), "auto", 258, id="gemini-small"),
         pytest.param("gemini-2.5-flash", (1000, 800), "auto", 258 * 4, id="gemini-tiles"),
         pytest.param("llama3.2:3b", None, "auto", 16384, id="generic-worst"),
@@ -547,3 +550,69 @@ def test_template_from_a_registered_model(tokenizer_file: str, tmp_path: Path) -
     assert count_messages(CONVERSATION, model="my-chatml") == get_counter(
         "my-chatml"
     ).count_rendered(CONVERSATION)
+
+
+# ---------------------------------------------------------------- fast backend, long runs
+
+SPECIAL_TEXT = st.lists(
+    st.one_of(
+        st.text(max_size=20),
+        st.sampled_from([" ", "\n", "\t", "<|endoftext|>", "<|im_start|>", "😀", "1", "─"]),
+    ),
+    max_size=30,
+).map("".join)
+
+
+@pytest.fixture(scope="module")
+def fast_encodings() -> dict[str, Any]:
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    return {name: FastTokenizer(name) for name in ("o200k_base", "cl100k_base")}
+
+
+@settings(max_examples=150, deadline=None)
+@given(SPECIAL_TEXT, st.integers(0, 3), st.integers(1, 5000))
+def test_fastokens_ids_equal_tiktoken(
+    fast_encodings: dict[str, Any], text: str, repeat_at: int, run: int
+) -> None:
+    # random text incl. special-token strings (ordinary text, as tiktoken counts them) and
+    # long runs of one character spliced in
+    if text:
+        ch = text[repeat_at % len(text)]
+        text = text[:repeat_at] + ch * run + text[repeat_at:]
+    for name, fast in fast_encodings.items():
+        assert fast.encode(text) == TiktokenTokenizer(name).encode(text), name
+
+
+def test_prefer_fast_backend_switches_existing_and_new_tokenizers() -> None:
+    import tokenflex.tokenizers as toks
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    cache = toks.get_tokenizer("o200k_base")
+    before = cache.count("Prefer the fast backend.")
+    saved = (dict(toks._factories), dict(toks._factory_sources), cache.tokenizer)
+    try:
+        assert toks.prefer_fast_backend() == ["o200k_base", "cl100k_base"]
+        assert isinstance(cache.tokenizer, FastTokenizer)
+        assert cache.count("Prefer the fast backend.") == before
+        assert toks.get_tokenizer("o200k_base") is cache
+    finally:
+        toks._factories.clear()
+        toks._factories.update(saved[0])
+        toks._factory_sources.clear()
+        toks._factory_sources.update(saved[1])
+        cache.tokenizer = saved[2]
+    assert isinstance(cache.tokenizer, TiktokenTokenizer)  # one-shot default
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_a_million_spaces_never_panics_and_stays_an_upper_bound(name: str) -> None:
+    # tiktoken 0.14 raises pyo3's PanicException (a BaseException) on ~1M spaces.
+    tok = TiktokenTokenizer(name)
+    enc = load_encoding(name)
+    n = tok.count("Hi" + " " * 1_000_000 + "there")
+    # the exact count of the same text, built from pieces tiktoken can take: a run of
+    # 2^k spaces is a run of 128-space tokens (exact, checked on 64,000 spaces below)
+    assert len(enc.encode_ordinary(" " * 64_000)) == 500
+    assert 2 + 1_000_000 // 128 <= n <= 2 + 1_000_000 // 128 + 20
+    assert tok.count(" " * 400_000) >= len(enc.encode_ordinary(" " * 400_000))

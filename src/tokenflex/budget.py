@@ -18,7 +18,10 @@ How it negotiates (like CSS flexbox, with the floor made room for, never overflo
 3. Optional items fill the room left for input: ``window - margin - request`` with the
    ``reserve`` policy (trim input, keep the requested output), or
    ``window - margin - floor`` with the ``flex`` policy (keep input, let output shrink
-   to the floor). Sections fill in priority order; inside a section, items
+   to the floor). Without a request (``output_given=False``: the caller named no
+   ``max_tokens``), the input fills the room as under ``flex`` and the output takes
+   what is left, up to ``requested_output`` (the model's max output). Sections fill in
+   priority order; inside a section, items
    come in the section's keep order (newest first for history, best rank first for
    documents). A section's soft ``share`` (history: 0.8 of the room) yields to
    ``min_items``, and both yield to the hard window.
@@ -118,11 +121,27 @@ class BudgetSpec:
     input_cap: int | None = None
     """Most input tokens for optional items to reach (``max_input_tokens``); required
     items may exceed it (the window stays the hard limit)."""
+    max_input_tokens: int | None = None
+    """The model's own input cap (:attr:`Model.max_input_tokens`, gpt-5: 272,000 of a
+    400,000 window): a hard limit like the window; required input above it raises."""
+    output_given: bool = True
+    """False when the caller named no output (no ``max_tokens``): ``requested_output``
+    is then only the most the model may emit, the input is kept down to the floor
+    whatever the policy, the output takes what is left, and no "reduced" note is
+    written (nothing the caller asked for was reduced)."""
 
     @property
     def floor(self) -> int:
         """The output floor: the minimum, never above the request."""
         return max(0, min(self.min_output_tokens, self.requested_output))
+
+    @property
+    def reserved_output(self) -> int:
+        """The output optional input must leave room for: the request under ``reserve``
+        with a request the caller gave, else the floor."""
+        if self.policy == "reserve" and self.output_given:
+            return max(0, self.requested_output)
+        return self.floor
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,14 +216,19 @@ def _output(spec: BudgetSpec, input_tokens: int) -> tuple[int, str | None]:
     window, margin = spec.context_window, spec.safety_margin
     request = max(0, spec.requested_output)
     max_tokens = min(request, window - margin - input_tokens)
+    cap = spec.max_input_tokens
     # The promise, checked on every return; a violation is a bug, never a plan.
-    if not (input_tokens + max_tokens + margin <= window and max_tokens >= spec.floor):
+    if not (
+        input_tokens + max_tokens + margin <= window
+        and max_tokens >= spec.floor
+        and (cap is None or input_tokens <= cap)
+    ):
         raise AssertionError(
             f"tokenflex solver bug: input={input_tokens} max_tokens={max_tokens} "
-            f"margin={margin} window={window} floor={spec.floor}"
+            f"margin={margin} window={window} floor={spec.floor} input cap={cap}"
         )
     note = None
-    if max_tokens < request:
+    if max_tokens < request and spec.output_given:
         note = (
             f"{_OUTPUT_NOTE}{request:,} to {max_tokens:,} to fit {input_tokens:,} input "
             f"tokens in the {window:,}-token window."
@@ -222,6 +246,21 @@ def _overflow(spec: BudgetSpec, required: int, model: str) -> ContextOverflowErr
         f"{spec.safety_margin:,}-token margin ({over:,} over). Shorten the required "
         "messages, lower min_output_tokens, mark a section optional, or pass "
         "fallback_models=[...] with a larger window.",
+        model=model,
+        context_window=spec.context_window,
+        required_tokens=required,
+        max_tokens=spec.floor,
+        safety_margin=spec.safety_margin,
+    )
+
+
+def _over_input_cap(spec: BudgetSpec, required: int, cap: int, model: str) -> ContextOverflowError:
+    name = f"{model} " if model else "the model "
+    return ContextOverflowError(
+        f"Required input needs {required:,} tokens but {name}accepts at most {cap:,} input "
+        f"tokens (max_input_tokens, an API limit below its {spec.context_window:,}-token "
+        f"window; {required - cap:,} over). Shorten the required messages, mark a section "
+        "optional, or pass fallback_models=[...] with a larger input limit.",
         model=model,
         context_window=spec.context_window,
         required_tokens=required,
@@ -308,7 +347,6 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
     ((0, 1), 1000)
     """
     window, margin = spec.context_window, spec.safety_margin
-    request = max(0, spec.requested_output)
     floor = spec.floor
     if window <= 0:
         raise ValueError(f"context_window must be positive, got {window!r}")
@@ -333,14 +371,17 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
     used = spec.base_tokens + sum(sum(v) for v in required_tokens.values())
     if used + floor + margin > window:
         raise _overflow(spec, used, model)
+    if spec.max_input_tokens is not None and used > spec.max_input_tokens:
+        raise _over_input_cap(spec, used, spec.max_input_tokens, model)
 
     # Room for optional items: the reserve policy keeps the whole request for the output,
     # flex lets the output shrink to the floor. Soft shares are shares of that room.
-    hard_total = window - margin - (request if spec.policy == "reserve" else floor)
+    hard_total = window - margin - spec.reserved_output
     soft_total = hard_total
-    if spec.input_cap is not None:
-        hard_total = min(hard_total, spec.input_cap)
-        soft_total = min(soft_total, spec.input_cap)
+    for cap in (spec.input_cap, spec.max_input_tokens):
+        if cap is not None:
+            hard_total = min(hard_total, cap)
+            soft_total = min(soft_total, cap)
 
     reserved = {s.name: max(0, s.min_tokens - sum(required_tokens[s.name])) for s in sections}
     order = sorted(range(len(sections)), key=lambda i: -sections[i].priority)

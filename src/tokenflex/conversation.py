@@ -18,13 +18,14 @@ documents, summaries, fallback models — works here too.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._types import Message, Tool
 from .counting import get_counter
+from .counting.checks import BadMessage
+from .counting.shape import check_one, shape_checker
 from .engine import GroupIndex, afit_layout, fit_layout
-from .errors import InvalidMessagesError
 from .fit import PINNED_ROLES, FitLayout
 from .models import Model, get_model
 from .options import FitOptions
@@ -66,6 +67,7 @@ class Conversation:
         self.tools = tools
         self.options = dict(options)
         self._counter = get_counter(self.model)
+        self._checker = shape_checker(self.model)
         self._msgs: list[Message] = []
         self._tokens: list[int] = []  # per message
         self._sys_end = 0
@@ -78,14 +80,11 @@ class Conversation:
     # -- growing ---------------------------------------------------------------------
     def append(self, message: Message) -> None:
         """Add one message: counted once, here."""
-        if not isinstance(message, Mapping):
-            raise InvalidMessagesError(
-                f"Conversation.append() takes a message dict, got {type(message).__name__}."
-            )
         try:
-            tokens = self._counter.message(message)
-        except InvalidMessagesError as exc:
-            raise InvalidMessagesError(f"messages[{len(self._msgs)}]: {exc}") from None
+            check_one(self._checker, message)  # what counting would reject, and JSON errors
+        except BadMessage as exc:
+            raise exc.at(len(self._msgs)) from None
+        tokens = self._counter.message(message)
         role = message.get("role")
         i = len(self._msgs)
         self._msgs.append(message)

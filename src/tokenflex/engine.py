@@ -36,8 +36,8 @@ from .counting.checks import BadMessage
 from .errors import ContextOverflowError, InvalidMessagesError
 from .fallback import Candidate, fallback_chain, no_model_fits
 from .history import cleared_tool_result, iter_groups, shrink_candidates, without_reasoning
-from .models import Model, get_model
-from .options import DEFAULT_MAX_TOKENS, FitOptions
+from .models import Model, get_model, unknown_model_warning
+from .options import FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
 from .session import HistoryCut, SessionMemory
 from .summarize import summary_message
@@ -53,6 +53,7 @@ __all__ = [
     "afit_layout",
     "build_plan",
     "cut_note",
+    "dropped_messages_warnings",
     "fit_layout",
     "history_section",
     "opens_history",
@@ -92,11 +93,16 @@ def opens_history(message: Any) -> bool:
 def output_request(
     model: Model, max_tokens: int | None, counter: MessageCounter, warnings: list[str]
 ) -> int:
-    """The output request clamped to the model's max output (None: that max, else
-    :data:`~tokenflex.options.DEFAULT_MAX_TOKENS`); appends the warnings a plan for
-    ``model`` carries from the start."""
+    """The output request clamped to the model's max output; appends the warnings a plan
+    for ``model`` carries from the start.
+
+    ``max_tokens=None`` (the caller named no output) gives the most the model may emit:
+    its max output, else its window. The solver then keeps the input down to the floor
+    and lets the output take what is left (``BudgetSpec.output_given=False``), so a
+    request without ``max_tokens`` keeps its history instead of reserving the model's
+    whole max output for a reply that may be short."""
     request = (
-        max_tokens if max_tokens is not None else (model.max_output_tokens or DEFAULT_MAX_TOKENS)
+        max_tokens if max_tokens is not None else (model.max_output_tokens or model.context_window)
     )
     if model.max_output_tokens is not None and request > model.max_output_tokens:
         warnings.append(
@@ -104,6 +110,8 @@ def output_request(
             f"{model.max_output_tokens:,}; requested {model.max_output_tokens:,}."
         )
         request = model.max_output_tokens
+    if not model.known:  # the log said it once; the plan says it to its reader
+        warnings.append(unknown_model_warning(model.name))
     if not counter.exact:
         warnings.append(
             f"{model.name}: counts are conservative estimates (no exact tokenizer or chat "
@@ -513,6 +521,8 @@ def run_pass(
         base_tokens=base,
         policy=opts.policy,
         input_cap=opts.max_input_tokens,
+        max_input_tokens=model.max_input_tokens,
+        output_given=opts.max_tokens is not None,
     )
     specs: dict[str, SectionSpec] = {}
     for s in sections:
@@ -521,9 +531,10 @@ def run_pass(
     required = base + sum(_required(sp) for sp in specs.values())
     if any(s.needs_room for s in sections):
         room = model.context_window - opts.safety_margin
-        room -= request if opts.policy == "reserve" else budget.floor
-        if opts.max_input_tokens is not None:
-            room = min(room, opts.max_input_tokens)
+        room -= budget.reserved_output
+        for cap in (opts.max_input_tokens, model.max_input_tokens):
+            if cap is not None:
+                room = min(room, cap)
         room -= required
         for s in sections:
             if s.needs_room:
@@ -748,6 +759,51 @@ def _candidates(hist: MessageSection, opts: FitOptions) -> tuple[list[int], list
     return (clear if opts.clear_tool_results else []), (think if opts.drop_reasoning else [])
 
 
+_TO_KEEP_MORE = {
+    "share": "raise history_share",
+    "max_items": "raise max_messages",
+    "cap": "raise max_input_tokens",
+}
+
+
+def dropped_messages_warnings(p: Pass, runs: Sequence[DropRun], opts: FitOptions) -> list[str]:
+    """One warning per message section that dropped messages: how many, why, what was
+    kept, and how to keep more. Nothing is dropped silently, and "max_tokens reduced"
+    alone does not say that history went.
+
+    The dropped messages' own tokens are not summed here: fit() counts history newest
+    first only as far as the budget needs, and counting the rest for one number would
+    make every fit O(history). ``plan.dropped`` counts each one when it is read.
+    """
+    out: list[str] = []
+    for s in p.sections:
+        if not isinstance(s, MessageSection) or s.mode == "all" or s in p.left_out:
+            continue
+        reasons: dict[str, int] = {}
+        for r in runs:
+            if r.section == s.name and r.reason != "summarized":
+                reasons[r.reason] = reasons.get(r.reason, 0) + r.stop - r.start
+        dropped = sum(reasons.values())
+        if not dropped:
+            continue
+        kept = len(p.rendered.get(s.name, ()))
+        why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.items())
+        which = "the newest " if s.mode == "newest" else ""
+        text = (
+            f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
+            f"{which}{kept:,} in the {p.model.context_window:,}-token window "
+            f"({p.section_tokens.get(s.name, 0):,} tokens). plan.dropped lists each one."
+        )
+        if not s.label:  # fit()'s own history: name the options that keep more
+            main = max(reasons, key=lambda k: (k != "orphan", reasons[k]))
+            fix = _TO_KEEP_MORE.get(main) or (
+                "lower max_tokens" if opts.max_tokens is not None else "lower min_output_tokens"
+            )
+            text += f" To keep more: {fix}, add fallback_models=[...], or pass summarizer=."
+        out.append(text)
+    return out
+
+
 def build_plan(
     p: Pass,
     *,
@@ -775,6 +831,7 @@ def build_plan(
         extras |= s.extras()
     all_runs.sort(key=lambda r: (order[r.section], r.start))
     warnings += p.alloc.notes
+    warnings += dropped_messages_warnings(p, all_runs, opts)
     counter = p.counter
 
     def item(section: str, i: int) -> Any:

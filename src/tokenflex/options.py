@@ -21,7 +21,9 @@ from .errors import InvalidInputError
 __all__ = ["DEFAULT_MAX_TOKENS", "FitOptions"]
 
 DEFAULT_MAX_TOKENS = 4000
-"""The output request when neither the caller nor the model names one."""
+"""The output :class:`~tokenflex.settings.Settings` requests by default
+(``MAX_OUTPUT_TOKENS``); fit() without ``max_tokens`` does not use it (see
+:attr:`FitOptions.max_tokens`)."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class FitOptions:
     """Every knob of :func:`tokenflex.fit`, with defaults that keep a chat usable."""
 
     max_tokens: int | None = None
-    """Output request; None: the model's max output, else :data:`DEFAULT_MAX_TOKENS`."""
+    """Output request. None: keep the input (down to the output floor) and let the
+    output take what is left, up to the model's max output."""
     policy: Policy = "reserve"
     """``reserve``: keep the requested output, trim input. ``flex``: keep input, let the
     output shrink to the floor."""
@@ -38,7 +41,9 @@ class FitOptions:
     safety_margin: int = SAFETY_MARGIN
     """Tokens kept free in the window for counting error and formatting."""
     history_share: float = 0.8
-    """Soft target share of the room history may fill; 1.0 fills it all."""
+    """Soft target share of the room history may fill; 1.0 fills it all. It applies
+    with ``max_tokens``; without one, history may fill the room down to the output
+    floor (cap it with ``max_input_tokens`` or ``max_messages``)."""
     min_messages: int = 0
     """Keep at least this many history groups if the window allows (a tool call with its
     results is one group)."""

@@ -40,17 +40,20 @@ the messages returned (joined text is counted as joined, not as the sum of its p
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter
+from .counting.checks import BadMessage
+from .counting.shape import check_shapes
 from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
-from .errors import InvalidInputError
+from .errors import InvalidInputError, InvalidMessagesError
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan
@@ -400,6 +403,10 @@ class Prompt:
                 )
         elif isinstance(content, Sequence) and all(isinstance(x, dict) for x in content):
             msgs = list(content)  # type: ignore[arg-type]
+            try:  # every message, kept or not, once here (counting is lazy)
+                check_shapes(msgs, self.model)
+            except BadMessage as exc:
+                raise InvalidMessagesError(f"Section {name!r}: {exc}") from None
             if shrink == "truncate":
                 raise InvalidInputError(
                     f"Section {name!r}: shrink='truncate' cuts a string, not messages."
@@ -415,11 +422,16 @@ class Prompt:
             )
         n = len(msgs) if msgs is not None else len(texts or [])
         if scores is not None:
-            bad = [x for x in scores if isinstance(x, bool) or not isinstance(x, int | float)]
+            if isinstance(scores, str | bytes | Mapping) or not isinstance(scores, Sequence):
+                raise InvalidInputError(
+                    f"Section {name!r}: scores must be a list of {n} numbers, one per item; "
+                    f"got {type(scores).__name__}."
+                )
+            bad = [x for x in scores if not _finite(x)]
             if len(scores) != n or bad:
                 raise InvalidInputError(
-                    f"Section {name!r}: scores must be {n} numbers, one per item; got "
-                    f"{len(scores)}" + (f" with {bad[0]!r}" if bad else "") + "."
+                    f"Section {name!r}: scores must be {n} finite numbers, one per item; got "
+                    f"{len(scores)}" + (f" with {bad[0]!r:.40}" if bad else "") + "."
                 )
         default: Shrink = "drop_oldest" if msgs is not None else "drop_lowest"
         self._sections.append(
@@ -508,6 +520,16 @@ class Prompt:
 
 
 _SHRINKS = ("drop_oldest", "drop_lowest", "truncate", "summarize")
+
+
+def _finite(x: Any) -> bool:
+    """A real number that converts to a finite float (not a bool, NaN, inf or 10**400)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def _check_section(

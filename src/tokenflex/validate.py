@@ -139,6 +139,11 @@ def validate_budget(
     >>> v.status, round(v.usage_percent), v.message
     ('OK', 37, 'Token usage at 36.7% (44,000/120,000). Within budget.')
     """
+    if not isinstance(components, Mapping):
+        raise InvalidInputError(
+            f"components must be a mapping of name to token count or text, got "
+            f"{type(components).__name__}. Pass {{'base': 5_000, 'rag': '...'}}."
+        )
     if isinstance(total_budget, bool) or not isinstance(total_budget, int) or total_budget <= 0:
         raise InvalidInputError(f"total_budget must be a positive int, got {total_budget!r}.")
     output = _count(expected_output, "expected_output", tokenizer)

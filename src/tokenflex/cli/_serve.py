@@ -53,6 +53,7 @@ def serve(
         import uvicorn
 
         from ..server import ServerConfig, create_app
+        from ..server.limits import uvicorn_options
     except ImportError as exc:
         raise ConfigError(
             f"tokenflex serve needs the server extra ({exc.name} is missing): "
@@ -65,6 +66,7 @@ def serve(
     logging.getLogger("tokenflex").setLevel(level)
     # httpx logs every upstream request at INFO: one line per request is ours alone
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    proxy = create_app(settings)  # a config it cannot serve stops here, with one line
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else ""),
@@ -72,12 +74,12 @@ def serve(
         soft_wrap=True,
     )
     uvicorn.run(
-        create_app(settings),
+        proxy,
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
         access_log=access_log,
-        server_header=False,
-        ws="none",
         lifespan="on",
+        # header deadline (slowloris), short keep-alive, no server header, no websockets
+        **uvicorn_options(settings),
     )

@@ -8,7 +8,9 @@
   (``api_key``, ``temperature``, ``timeout``, ``context_window``, ``system_prompt``).
 
 fit() only calls the summarizer when history does not fit; when it fails, fit() drops
-instead and says so in the plan's warnings.
+instead and says so in the plan's warnings. A summarizer's ``timeout`` is a deadline for
+the whole call, not per read (a trickling server cannot hold a request longer), and its
+answer is read up to :data:`SUMMARY_MAX_BYTES`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from typing import Any
 
 from ..models import Model
 from .config import ServerConfig
+from .limits import bounded_transports
 
-__all__ = ["build_summarizer"]
+__all__ = ["SUMMARY_MAX_BYTES", "build_summarizer"]
 
 UPSTREAM_SUMMARY_TIMEOUT = 60.0
+SUMMARY_MAX_BYTES = 1024 * 1024
+"""Largest summarizer answer read (a summary is a few KB; more is a broken server)."""
+CHAT_SUMMARIZER_TIMEOUT = 30.0  # ChatSummarizer's own default
 
 
 def build_summarizer(
@@ -45,14 +51,28 @@ def build_summarizer(
         return ExtractiveSummarizer()
     if spec is None or spec == "upstream":
         key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else api_key
+        timeout = min(config.read_timeout, UPSTREAM_SUMMARY_TIMEOUT)
+        transport, async_transport = bounded_transports(
+            timeout, SUMMARY_MAX_BYTES, what="upstream summarizer"
+        )
         return ChatSummarizer(
             f"{config.upstream}/v1",
             request_model,
             key,
-            timeout=min(config.read_timeout, UPSTREAM_SUMMARY_TIMEOUT),
+            timeout=timeout,
             context_window=model.context_window,
+            transport=transport,
+            async_transport=async_transport,
         )
     table = dict(spec)
+    transport, async_transport = bounded_transports(
+        float(table.get("timeout", CHAT_SUMMARIZER_TIMEOUT)), SUMMARY_MAX_BYTES, what="summarizer"
+    )
     return ChatSummarizer(
-        table.pop("base_url"), table.pop("model"), table.pop("api_key", None), **table
+        table.pop("base_url"),
+        table.pop("model"),
+        table.pop("api_key", None),
+        transport=transport,
+        async_transport=async_transport,
+        **table,
     )

@@ -2,7 +2,13 @@
 
 Bytes pass through unchanged (``aiter_raw``: no decompression, no re-encoding); only
 hop-by-hop headers are dropped. Transport failures become OpenAI-shaped 502 / 504 errors,
-and a stream that breaks after its headers were sent ends with an OpenAI error event.
+and a stream that breaks after its headers were sent ends with an OpenAI error event
+(SSE) or an aborted connection (anything else: never a complete-looking answer).
+
+Bounds: one exchange (headers, body or stream) takes at most ``upstream_timeout`` in all,
+whatever the upstream trickles; a buffered body is read up to ``max_response_bytes``. A
+connection whose response was malformed (bytes past its end, bad framing, truncated) is
+closed, never reused: stray bytes would become the next client's answer.
 """
 
 from __future__ import annotations
@@ -12,15 +18,19 @@ import http.cookiejar
 import logging
 from collections.abc import AsyncIterator, Mapping
 
+import anyio
+import h11
 import httpx
 from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Send
 
 from .config import ServerConfig
 from .errors import ProxyError, error_body
+from .redact import redact
 
-__all__ = ["Upstream", "check_proxy_key"]
+__all__ = ["Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
 
 log = logging.getLogger("tokenflex")
 
@@ -42,6 +52,47 @@ _HOP = frozenset(
 )
 _REQUEST_DROP = _HOP | {"x-tokenflex-key"}
 _RESPONSE_DROP = _HOP | {"date", "server"}  # the proxy's own server sets both
+_DEADLINE = "tokenflex.deadline"  # response extension: when the exchange must be over
+
+
+def trailing_bytes(response: httpx.Response) -> bool | None:
+    """Whether the upstream sent bytes past the end of ``response`` (read to its end) on
+    its connection; None when that cannot be told.
+
+    httpcore keeps what h11 read past a response's end and parses it as the next
+    response on that connection; neither offers a public way to see it, so this reads
+    h11's public ``trailing_data`` through httpx's and httpcore's private attributes.
+    tests/test_server_faults.py checks the path still works for the installed versions.
+    """
+    # httpx's BoundAsyncStream -> AsyncResponseStream -> httpcore's PoolByteStream ->
+    # HTTP11ConnectionByteStream, whose connection holds the h11 state
+    stream: object = response.stream
+    for _ in range(8):
+        state = getattr(getattr(stream, "_connection", None), "_h11_state", None)
+        if isinstance(state, h11.Connection):
+            return bool(state.trailing_data[0])
+        stream = getattr(stream, "_stream", None) or getattr(stream, "_httpcore_stream", None)
+        if stream is None:
+            break
+    return None
+
+
+class UpstreamStream(StreamingResponse):
+    """A streamed upstream answer that can be cut off: when the upstream breaks and no
+    error event can be sent, the body ends without its last chunk and the server closes
+    the connection, so the client sees a truncated answer instead of a complete one."""
+
+    aborted = False
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        async for chunk in self.body_iterator:
+            data = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        if not self.aborted:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def check_proxy_key(config: ServerConfig, headers: Headers) -> bool:
@@ -69,6 +120,7 @@ class Upstream:
         self.base = config.upstream
         self._client: httpx.AsyncClient | None = None
         self._urls: dict[str, httpx.URL] = {}
+        self._base_url = httpx.URL(config.upstream)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -127,39 +179,142 @@ class Upstream:
         return out
 
     def url(self, path: str, query: bytes = b"") -> httpx.URL:
-        """The upstream URL for a raw request path (route prefix already stripped) and raw
-        query string. URLs without a query are parsed once and kept (a few fixed paths)."""
-        if query:
-            return httpx.URL(f"{self.base}{path}?{query.decode('latin-1')}")
-        url = self._urls.get(path)
-        if url is None:
-            url = httpx.URL(self.base + path)
-            if len(self._urls) < 64:
-                self._urls[path] = url
+        """The upstream URL for a path below the base (``/v1/...``, from a fixed route or
+        :func:`tokenflex.server.paths.upstream_path`) and a raw query string.
+
+        The path is appended to the base path as a path, never parsed as a URL, and the
+        result is checked: the scheme, host and port are the configured ones and the path
+        stays under the base path; anything else is a 400 ``invalid_path``. URLs without
+        a query are built once and kept (a few fixed paths).
+        """
+        url = self._urls.get(path) if not query else None
+        if url is not None:
+            return url
+        if not path.startswith("/"):
+            path = "/" + path
+        base = self._base_url
+        prefix = base.raw_path.decode("ascii").split("?")[0].rstrip("/")
+        try:
+            url = base.copy_with(path=prefix + path, query=query or None)
+        except httpx.InvalidURL:
+            raise ProxyError(
+                400,
+                "The request's path or query string cannot be forwarded as a URL (it "
+                "holds characters such as '#' or spaces unescaped). Percent-encode them.",
+                param="path",
+                code="invalid_path",
+            ) from None
+        if (
+            (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port)
+            or url.userinfo != base.userinfo
+            or not url.raw_path.startswith(prefix.encode() + b"/")
+        ):
+            raise ProxyError(
+                400,
+                "The request path would leave the configured upstream; it was not sent.",
+                param="path",
+                code="invalid_path",
+            )
+        if not query and len(self._urls) < 64:
+            self._urls[path] = url
         return url
 
     async def send(
         self, method: str, url: httpx.URL, headers: Mapping[str, str], content: bytes | None
     ) -> httpx.Response:
-        """Send and return once the response headers are in (body not read yet)."""
+        """Send and return once the response headers are in (body not read yet).
+
+        The whole exchange, this and reading the body, must end within
+        ``upstream_timeout``: a 504 otherwise.
+        """
         request = self.client.build_request(method, url, headers=headers, content=content)
-        try:
-            return await self.client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise self._timeout_error(exc) from None
-        except httpx.TransportError as exc:
-            raise self._transport_error(exc) from None
+        deadline = anyio.current_time() + self.config.upstream_timeout
+        response: httpx.Response | None = None
+        with anyio.CancelScope(deadline=deadline):
+            try:
+                response = await self.client.send(request, stream=True)
+            except httpx.TimeoutException as exc:
+                raise self._timeout_error(exc) from None
+            except httpx.TransportError as exc:
+                raise self._transport_error(exc) from None
+        if response is None:
+            raise self._deadline_error()
+        response.extensions[_DEADLINE] = deadline
+        return response
 
     async def read(self, response: httpx.Response) -> bytes:
-        """The raw (still encoded) body of a response from :meth:`send`, then close it."""
+        """The raw (still encoded) body of a response from :meth:`send`, then close it.
+
+        Raises:
+            ProxyError: 502 over ``max_response_bytes`` or on a broken connection, 504
+                past ``upstream_timeout``.
+        """
+        cap = self.config.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        chunks: list[bytes] = []
+        size, complete = 0, False
         try:
-            return b"".join([chunk async for chunk in response.aiter_raw()])
+            if declared.isdigit() and int(declared) > cap:
+                raise self._too_large(int(declared))
+            with anyio.CancelScope(deadline=self._deadline(response)):
+                async for chunk in response.aiter_raw():
+                    size += len(chunk)
+                    if size > cap:
+                        raise self._too_large(size)
+                    chunks.append(chunk)
+                complete = True
+            if not complete:
+                raise self._deadline_error()
+            await self._close_if_desynced(response)
+            return b"".join(chunks)
         except httpx.TimeoutException as exc:
             raise self._timeout_error(exc) from None
         except httpx.TransportError as exc:
             raise self._transport_error(exc) from None
         finally:
-            await response.aclose()
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    @staticmethod
+    def _deadline(response: httpx.Response) -> float:
+        deadline = response.extensions.get(_DEADLINE)
+        return float(deadline) if deadline is not None else float("inf")
+
+    async def _close_if_desynced(self, response: httpx.Response) -> None:
+        """Close the connection of a fully read response when bytes trail it (or when
+        that cannot be told): the pool then opens a fresh one instead of reusing it."""
+        trailing = trailing_bytes(response)
+        if trailing is False:
+            return
+        if trailing:
+            log.warning(
+                "The upstream %s sent bytes past the end of a response (Content-Length or "
+                "chunked framing); its connection is closed, not reused.",
+                self.base,
+            )
+        stream = response.extensions.get("network_stream")
+        if stream is not None:
+            await stream.aclose()
+
+    def _deadline_error(self) -> ProxyError:
+        return ProxyError(
+            504,
+            f"The upstream {self.base} did not finish its answer within "
+            f"{self.config.upstream_timeout:g} s (upstream_timeout). Check that it is not "
+            "overloaded or trickling, or raise upstream_timeout.",
+            type="upstream_error",
+            code="upstream_timeout",
+        )
+
+    def _too_large(self, size: int) -> ProxyError:
+        return ProxyError(
+            502,
+            f"The upstream {self.base} sent a body of {size:,}+ bytes; this proxy buffers at "
+            f"most {self.config.max_response_bytes:,} (max_response_bytes). Ask for less "
+            "output, stream the answer, or raise max_response_bytes.",
+            type="upstream_error",
+            code="upstream_response_too_large",
+        )
 
     def _timeout_error(self, exc: httpx.TimeoutException) -> ProxyError:
         c = self.config
@@ -170,7 +325,8 @@ class Upstream:
         }.get(type(exc), ("read", c.read_timeout, "read_timeout"))
         return ProxyError(
             504,
-            f"The upstream {self.base} did not answer in time ({kind} timeout of {limit:g} s). "
+            f"The upstream {redact(self.base)} did not answer in time ({kind} timeout of "
+            f"{limit:g} s). "
             f"Check that it is up and not overloaded, or raise {setting}.",
             type="upstream_error",
             code="upstream_timeout",
@@ -188,12 +344,18 @@ class Upstream:
                 f"The connection to the upstream {self.base} failed: {type(exc).__name__}: {exc}."
             )
             code = "upstream_error"
-        return ProxyError(502, message, type="upstream_error", code=code)
+        return ProxyError(502, redact(message), type="upstream_error", code=code)
 
     @staticmethod
     def response_headers(response: httpx.Response) -> dict[str, str]:
-        """The upstream's response headers minus hop-by-hop ones."""
-        return {k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_DROP}
+        """The upstream's response headers minus hop-by-hop ones and its CORS headers
+        (``Access-Control-*``): a browser page must not be let in by the upstream's
+        policy; the proxy answers CORS itself when ``cors_origins`` is set."""
+        return {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() not in _RESPONSE_DROP and not k.lower().startswith("access-control-")
+        }
 
     async def buffered(
         self, response: httpx.Response, extra_headers: Mapping[str, str] | None = None
@@ -211,15 +373,33 @@ class Upstream:
         *,
         request_id: str = "",
     ) -> StreamingResponse:
-        """The upstream response streamed through chunk by chunk, unchanged."""
+        """The upstream response streamed through chunk by chunk, unchanged.
+
+        When the upstream breaks or passes ``upstream_timeout`` mid-stream, an SSE stream
+        ends with an OpenAI error event; any other body is cut off (connection aborted).
+        """
         headers = self.response_headers(response)
         headers.update(extra_headers or {})
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         plain = "content-encoding" not in response.headers
+        deadline = self._deadline(response)
 
         async def body() -> AsyncIterator[bytes]:
+            raw = response.aiter_raw()
+            err: ProxyError | None = None
+            complete = False
             try:
-                async for chunk in response.aiter_raw():
+                while True:
+                    chunk: bytes | None = None
+                    with anyio.CancelScope(deadline=deadline) as scope:
+                        try:
+                            chunk = await anext(raw)
+                        except StopAsyncIteration:
+                            complete = True
+                            break
+                    if scope.cancelled_caught or chunk is None:
+                        err = self._deadline_error()
+                        break
                     yield chunk
             except httpx.TransportError as exc:
                 err = (
@@ -227,17 +407,25 @@ class Upstream:
                     if isinstance(exc, httpx.TimeoutException)
                     else self._transport_error(exc)
                 )
+            finally:
+                if complete:
+                    with anyio.CancelScope(shield=True):
+                        await self._close_if_desynced(response)
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            if err is not None:
                 log.warning("request %s: upstream stream broke: %s", request_id, err.message)
                 if is_sse and plain:
                     # OpenAI SDKs raise an APIError on an error event inside a stream.
                     payload = error_body(err.message, type=err.type, code=err.code)
                     yield b"data: " + payload + b"\n\n"
-            finally:
-                await response.aclose()
+                else:
+                    streamed.aborted = True
 
-        return StreamingResponse(
+        streamed = UpstreamStream(
             body(),
             status_code=response.status_code,
             headers=headers,
             background=BackgroundTask(response.aclose),
         )
+        return streamed

@@ -8,14 +8,19 @@ tool calls) are left to the counter, whose ``InvalidMessagesError`` also becomes
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..counting.checks import IMAGE_PARTS, TEXT_PARTS, BadMessage, bad_part, validated_role
 from .errors import ProxyError
 
 __all__ = ["KNOWN_ROLES", "ChatRequest", "parse_chat", "parse_count", "parse_json"]
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +57,55 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _constant(name: str) -> Any:
+    raise _NotFinite(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"{text[:40]} is out of the range of a JSON number")
+    return value
+
+
+def _surrogate_at(value: Any, where: str = "body") -> str | None:
+    """Where the first string holding a lone UTF-16 surrogate is (None: nowhere)."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return at
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if _SURROGATE.search(k):
+                    return f"{at} (a key)"
+                stack.append((v, f"{at}.{k}" if at != "body" else k))
+        elif isinstance(item, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(item))
+    return None
+
+
 def parse_json(raw: bytes) -> Any:
-    """The JSON document in ``raw``; a 400 ``invalid_json`` error when it is not one."""
+    """The JSON document in ``raw``; a 400 ``invalid_json`` error when it is not one.
+
+    Stricter than :func:`json.loads`: ``NaN``, ``Infinity`` and numbers too large for a
+    float, and strings holding a lone UTF-16 surrogate (``"\\ud800"``, which no UTF-8
+    encoder can send on), are refused.
+    """
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_constant=_constant, parse_float=_finite)
+    except _NotFinite as exc:
+        raise _bad(
+            f"The request body is not valid JSON: {exc} (NaN and Infinity are not JSON). "
+            "Send finite numbers.",
+            None,
+            "invalid_json",
+        ) from None
     except (ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError and undecodable bytes; RecursionError deep nesting.
         detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
@@ -65,6 +115,16 @@ def parse_json(raw: bytes) -> Any:
             None,
             "invalid_json",
         ) from None
+    if b"\\u" in raw or b"\\U" in raw:  # only an escape can make a lone surrogate
+        at = _surrogate_at(value)
+        if at is not None:
+            raise _bad(
+                f"{at} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape), "
+                "which is not text. Send valid Unicode: pair the surrogate or remove it.",
+                None if at == "body" else at,
+                "invalid_json",
+            )
+    return value
 
 
 def _positive_int(body: dict[str, Any], key: str) -> int | None:
@@ -124,7 +184,49 @@ def _check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]
                 f"{param}.content",
                 "invalid_type",
             )
+        try:
+            _check_message(msg)
+        except BadMessage as exc:
+            raise _bad(f"{exc.at(i)}", param) from None
     return value
+
+
+def _check_message(msg: dict[str, Any]) -> None:
+    """What the counters would find wrong with ``msg``, found before fitting: a message
+    that fit() drops is never counted, yet it is stored with the plan and must be valid."""
+    validated_role(msg)
+    content = msg.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            ptype = part.get("type") if isinstance(part, Mapping) else None
+            if ptype in TEXT_PARTS:
+                ok = isinstance(part.get(TEXT_PARTS[ptype]), str)
+            elif ptype in IMAGE_PARTS:
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                ok = isinstance(url, str)
+            else:
+                ok = False
+            if not ok:
+                raise bad_part(j, part)
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise BadMessage(
+                f"has tool_calls of type {type(calls).__name__}", "tool_calls must be a list"
+            )
+        for call in calls:
+            if not isinstance(call, Mapping):
+                raise BadMessage(
+                    f"has a tool call of type {type(call).__name__}",
+                    "Each tool call is {'id': ..., 'type': 'function', 'function': "
+                    "{'name': ..., 'arguments': '{...}'}}",
+                )
+    for key in ("name", "tool_call_id"):
+        if msg.get(key) is not None and not isinstance(msg[key], str):
+            raise BadMessage(
+                f"has {key} of type {type(msg[key]).__name__}", f"{key} must be a string"
+            )
 
 
 def _check_model(body: dict[str, Any]) -> str:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import sys
 import threading
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CountCache", "Tokenizer"]
+__all__ = ["CountCache", "CountScope", "Tokenizer", "count_scope", "entry_bytes"]
+
+ENTRY_OVERHEAD = 100
+"""Bytes charged per cached entry besides the text itself: two dict slots and an int."""
+
+
+def entry_bytes(text: str) -> int:
+    """What caching ``text`` may cost: the string, the UTF-8 copy CPython keeps beside a
+    non-ASCII string once it was encoded (charged whether made yet or not), the entry."""
+    return sys.getsizeof(text) + (0 if text.isascii() else 4 * len(text)) + ENTRY_OVERHEAD
 
 
 @runtime_checkable
@@ -27,19 +40,62 @@ class Tokenizer(Protocol):
 class CountCache:
     """Memoizes ``count(text)`` per tokenizer so a kept message is never re-tokenized.
 
-    Two generations of dicts give O(1) lookups with bounded memory: when the young
-    generation reaches ``max_entries`` it becomes the old one and the previous old one is
-    discarded; a hit in the old generation is promoted. Python caches ``str`` hashes on
-    the object, so a repeated lookup of the same message text does not even rehash it.
+    Memory is bounded by bytes, not entries: a text costs :func:`entry_bytes`, the cache
+    holds at most ``max_bytes`` in all, and a text over ``max_entry_bytes`` is counted but
+    never kept (one huge document must not push out every conversation). Two generations
+    of dicts give O(1) lookups: when the young generation would pass half of
+    ``max_bytes`` it becomes the old one and the previous old one is discarded; a hit in
+    the old generation is promoted. Python caches ``str`` hashes on the object, so a
+    repeated lookup of the same message text does not even rehash it.
+
+    Inside :func:`count_scope`, new counts are held by the scope and reach the cache only
+    when the scope commits (the proxy discards the counts of a rejected request).
+
+    >>> from tokenflex.tokenizers import get_tokenizer
+    >>> cache = CountCache(get_tokenizer("o200k_base").tokenizer, max_bytes=1_000_000)
+    >>> cache.count("Hello, world!"), cache.count("Hello, world!"), cache.hits
+    (4, 4, 1)
+    >>> cache.bytes <= cache.max_bytes
+    True
     """
 
-    __slots__ = ("_lock", "_new", "_old", "hits", "max_entries", "misses", "tokenizer")
+    __slots__ = (
+        "_lock",
+        "_new",
+        "_new_bytes",
+        "_old",
+        "_old_bytes",
+        "hits",
+        "max_bytes",
+        "max_entry_bytes",
+        "misses",
+        "tokenizer",
+    )
 
-    def __init__(self, tokenizer: Tokenizer, max_entries: int = 200_000) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_entry_bytes: int = 1024 * 1024,
+    ) -> None:
+        """Args:
+        tokenizer: The backend that counts a miss.
+        max_bytes: Most bytes the cache holds (texts plus per-entry overhead).
+        max_entry_bytes: Texts larger than this are never cached (at most half of
+            ``max_bytes``).
+        """
+        if max_bytes < 0 or max_entry_bytes < 0:
+            raise ValueError(
+                f"max_bytes and max_entry_bytes must be >= 0, got {max_bytes} and {max_entry_bytes}"
+            )
         self.tokenizer = tokenizer
-        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = min(max_entry_bytes, max_bytes // 2)
         self._new: dict[str, int] = {}
         self._old: dict[str, int] = {}
+        self._new_bytes = 0
+        self._old_bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -52,24 +108,139 @@ class CountCache:
     def exact(self) -> bool:
         return self.tokenizer.exact
 
+    @property
+    def bytes(self) -> int:
+        """Bytes charged for what the cache holds now (never above ``max_bytes``)."""
+        return self._new_bytes + self._old_bytes
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def __contains__(self, text: object) -> bool:
+        return text in self._new or text in self._old
+
     def count(self, text: str) -> int:
         n = self._new.get(text)
         if n is not None:
             self.hits += 1
             return n
         n = self._old.get(text)
-        if n is None:
-            self.misses += 1
-            n = self.tokenizer.count(text)
-        else:
+        if n is not None:
             self.hits += 1
-        with self._lock:
-            if len(self._new) >= self.max_entries:
-                self._old, self._new = self._new, {}
-            self._new[text] = n
+            self._store(text, n)
+            return n
+        scope = _scope.get()
+        if scope is not None:
+            n = scope.get(self, text)
+            if n is not None:
+                self.hits += 1
+                return n
+        self.misses += 1
+        n = self.tokenizer.count(text)
+        if scope is not None:
+            scope.put(self, text, n)
+        else:
+            self._store(text, n)
         return n
+
+    def _store(self, text: str, n: int) -> None:
+        size = entry_bytes(text)
+        if size > self.max_entry_bytes:
+            return
+        with self._lock:
+            if text in self._new:
+                return
+            if self._new_bytes + size > self.max_bytes // 2:
+                self._old, self._new = self._new, {}
+                self._old_bytes, self._new_bytes = self._new_bytes, 0
+            self._new[text] = n
+            self._new_bytes += size
 
     def clear(self) -> None:
         with self._lock:
             self._new, self._old = {}, {}
+            self._new_bytes = self._old_bytes = 0
             self.hits = self.misses = 0
+
+
+class CountScope:
+    """Counts made while the scope is active, held back from the caches until
+    :meth:`commit` (see :func:`count_scope`)."""
+
+    __slots__ = ("_pending", "parent", "settled")
+
+    def __init__(self, parent: CountScope | None = None) -> None:
+        self.parent = parent
+        self.settled = False
+        self._pending: dict[CountCache, dict[str, int]] = {}
+
+    def get(self, cache: CountCache, text: str) -> int | None:
+        scope: CountScope | None = self
+        while scope is not None:
+            pending = scope._pending.get(cache)
+            n = None if pending is None else pending.get(text)
+            if n is not None:
+                return n
+            scope = scope.parent
+        return None
+
+    def put(self, cache: CountCache, text: str, n: int) -> None:
+        if entry_bytes(text) <= cache.max_entry_bytes:
+            self._pending.setdefault(cache, {})[text] = n
+
+    def commit(self) -> None:
+        """Hand the held counts to the enclosing scope, or to the caches."""
+        if self.settled:
+            return
+        self.settled = True
+        pending, self._pending = self._pending, {}
+        for cache, counts in pending.items():
+            for text, n in counts.items():
+                if self.parent is not None and not self.parent.settled:
+                    self.parent.put(cache, text, n)
+                else:
+                    cache._store(text, n)
+
+    def discard(self) -> None:
+        """Forget the held counts: nothing reaches the caches."""
+        self.settled = True
+        self._pending = {}
+
+
+_scope: contextvars.ContextVar[CountScope | None] = contextvars.ContextVar(
+    "tokenflex_count_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def count_scope() -> Iterator[CountScope]:
+    """Hold new counts back from the count caches until the work that made them is
+    accepted.
+
+    Counts made inside (in this context, and in worker threads started from it with a
+    copy of it, as ``anyio.to_thread`` and ``asyncio.to_thread`` do) are kept by the
+    scope. On a normal exit they are committed, on an exception discarded; call
+    :meth:`CountScope.discard` or :meth:`CountScope.commit` first to decide yourself.
+    The proxy discards the counts of every request it rejects, so a client cannot fill
+    the caches with texts it never gets answered.
+
+    >>> from tokenflex.tokenizers import get_tokenizer
+    >>> cache = CountCache(get_tokenizer("o200k_base").tokenizer)
+    >>> with count_scope() as scope:
+    ...     cache.count("rejected text")
+    ...     scope.discard()
+    3
+    >>> len(cache)
+    0
+    """
+    scope = CountScope(_scope.get())
+    token = _scope.set(scope)
+    try:
+        yield scope
+    except BaseException:
+        scope.discard()
+        raise
+    else:
+        scope.commit()
+    finally:
+        _scope.reset(token)

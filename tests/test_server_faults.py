@@ -1,0 +1,356 @@
+"""The proxy against a faulty upstream and abusive clients: every fault gets its status in
+bounded time, and the next request is answered correctly.
+
+The upstream is ``tests/fault_upstream.py``, a raw asyncio server on loopback (these faults
+cannot be provoked from a real server); the proxy is the real app under uvicorn with the
+settings ``tokenflex serve`` uses (``limits.uvicorn_options``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fault_upstream import FaultUpstream
+
+from tokenflex.server import ServerConfig, create_app
+from tokenflex.server.limits import bounded_transports, uvicorn_options
+from tokenflex.tokenizers import get_tokenizer
+
+
+class ProxyThread:
+    """The proxy under uvicorn, with ``tokenflex serve``'s settings, in a daemon thread."""
+
+    def __init__(self, upstream: str, http: str = "auto", **settings: Any) -> None:
+        settings.setdefault("discover", False)
+        settings.setdefault("read_timeout", 1.0)
+        self.config = ServerConfig.load(upstream=upstream, **settings)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            create_app(self.config),
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            **uvicorn_options(self.config, http=http),
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ProxyThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "proxy did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+@pytest.fixture
+def faulty() -> Iterator[FaultUpstream]:
+    with FaultUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=15, trust_env=False) as c:
+        yield c
+
+
+def chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert err["code"] == code, err
+    assert err["message"]
+    return dict(err)
+
+
+def assert_ok(client: httpx.Client, url: str) -> None:
+    t0 = time.monotonic()
+    r = client.post(f"{url}/v1/chat/completions", json=chat("gpt-4o"))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "ok"
+    assert time.monotonic() - t0 < 2
+
+
+# -- desync -------------------------------------------------------------------------------
+
+
+def test_bytes_past_a_response_never_answer_the_next_request(
+    faulty: FaultUpstream, client: httpx.Client
+) -> None:
+    with ProxyThread(faulty.url) as proxy:
+        for _ in range(3):
+            assert_ok(client, proxy.url)
+        assert faulty.connections == 1  # clean answers: the connection is reused
+        for _ in range(3):
+            r = client.post(f"{proxy.url}/v1/chat/completions", json=chat("fault-desync"))
+            assert r.status_code == 200 and r.json()["id"] == "chatcmpl-ok"
+            # the same pooled connection would answer with the stray POISON response
+            r = client.post(f"{proxy.url}/v1/chat/completions", json=chat("gpt-4o"))
+            assert r.status_code == 200 and r.json()["id"] == "chatcmpl-ok", r.text
+    assert faulty.connections >= 4  # each desynced connection was closed, not reused
+
+
+async def test_trailing_bytes_sees_through_the_installed_httpx(faulty: FaultUpstream) -> None:
+    """The check the proxy relies on reads httpx/httpcore internals: prove it still works
+    (clean answer: False; bytes past the end: True), so an upgrade cannot silently turn
+    it into 'unknown' (then every connection is closed after use: correct, but slow)."""
+    from tokenflex.server._upstream import trailing_bytes
+
+    async with httpx.AsyncClient(trust_env=False) as c:
+        for model, expected in (("gpt-4o", False), ("fault-desync", True)):
+            async with c.stream("POST", f"{faulty.url}/v1", json=chat(model)) as r:
+                await r.aread()
+                assert trailing_bytes(r) is expected
+
+
+# -- faults answered with a status --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "code"),
+    [
+        pytest.param("fault-slow", 504, "upstream_timeout", id="slow-headers"),
+        pytest.param("fault-never", 504, "upstream_timeout", id="never-answers"),
+        pytest.param("fault-trickle", 504, "upstream_timeout", id="trickle-total-deadline"),
+        pytest.param("fault-midclose", 502, "upstream_error", id="truncated-body"),
+        pytest.param("fault-badframe", 502, "upstream_error", id="not-http"),
+        pytest.param("fault-huge", 502, "upstream_response_too_large", id="huge-declared"),
+        pytest.param("fault-huge-chunked", 502, "upstream_response_too_large", id="huge-chunked"),
+    ],
+)
+def test_upstream_faults_get_a_json_status_in_bounded_time(
+    faulty: FaultUpstream, client: httpx.Client, model: str, status: int, code: str
+) -> None:
+    # per read 1 s (the trickle sends a byte every 0.2 s), 2 s for the whole exchange
+    with ProxyThread(faulty.url, upstream_timeout=2.0, max_response_bytes=8 * 1024 * 1024) as proxy:
+        t0 = time.monotonic()
+        r = client.post(f"{proxy.url}/v1/chat/completions", json=chat(model))
+        elapsed = time.monotonic() - t0
+        assert_error(r, status, code)
+        assert elapsed < 4, f"{model} took {elapsed:.1f} s"
+        assert_ok(client, proxy.url)
+
+
+def test_a_truncated_plain_stream_aborts_the_client_connection(
+    faulty: FaultUpstream, client: httpx.Client
+) -> None:
+    with ProxyThread(faulty.url) as proxy:
+        body = chat("fault-chunked-midclose", stream=True)
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            client.stream("POST", f"{proxy.url}/v1/chat/completions", json=body) as r,
+        ):
+            assert r.status_code == 200
+            r.read()  # never a complete-looking 200
+        assert_ok(client, proxy.url)
+
+
+def test_a_truncated_sse_stream_ends_with_an_error_event(
+    faulty: FaultUpstream, client: httpx.Client
+) -> None:
+    with ProxyThread(faulty.url) as proxy:
+        body = chat("fault-sse-midclose", stream=True)
+        with client.stream("POST", f"{proxy.url}/v1/chat/completions", json=body) as r:
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[:2] == ['data: {"n": 1}', 'data: {"n": 2}']
+        assert '"code": "upstream_error"' in events[-1]
+        assert_ok(client, proxy.url)
+
+
+def test_a_trickling_summarizer_is_cut_off_and_history_dropped_instead(
+    faulty: FaultUpstream, client: httpx.Client
+) -> None:
+    model = "fault-summary-trickle"
+    with ProxyThread(
+        faulty.url,
+        models={model: {"context_window": 1024}},
+        routes={"sum": {"summarize": True, "keep_recent": 2}},
+    ) as proxy:
+        words = " ".join(f"word{i}" for i in range(60))
+        turns = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i}: {words}"}
+            for i in range(41)
+        ]
+        t0 = time.monotonic()
+        r = client.post(
+            f"{proxy.url}/sum/v1/chat/completions", json={"model": model, "messages": turns}
+        )
+        elapsed = time.monotonic() - t0
+        assert r.status_code == 200, r.text
+        assert faulty.seen == ["trickle", "ok"]  # the summarizer was asked, and trickled
+        assert r.headers["x-tokenflex-summary"] == "no"
+        assert int(r.headers["x-tokenflex-dropped"]) > 0
+        assert elapsed < 4, f"the summarizer held the request {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bounded_transports_end_an_exchange_in_time_and_cap_its_body(
+    faulty: FaultUpstream, mode: str
+) -> None:
+    sync_transport, async_transport = bounded_transports(1.0, 1024 * 1024)
+    timeout = httpx.Timeout(1.0)  # per read: the trickle never trips it alone
+
+    def run(model: str) -> httpx.Response:
+        url = f"{faulty.url}/v1/chat/completions"
+        if mode == "sync":
+            with httpx.Client(transport=sync_transport, timeout=timeout) as c:
+                return c.post(url, json=chat(model))
+
+        async def go() -> httpx.Response:
+            async with httpx.AsyncClient(transport=async_transport, timeout=timeout) as c:
+                return await c.post(url, json=chat(model))
+
+        return asyncio.run(go())
+
+    t0 = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout, match="within 1 s"):
+        run("fault-trickle")
+    assert time.monotonic() - t0 < 2.6  # sync: the deadline plus at most one read
+    with pytest.raises(httpx.RemoteProtocolError, match="over 1,048,576 bytes"):
+        run("fault-huge-chunked")
+    assert run("gpt-4o").json()["id"] == "chatcmpl-ok"
+
+
+# -- clients that hold the proxy ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_slowloris_connections_are_closed_and_others_still_answered(
+    faulty: FaultUpstream, client: httpx.Client, http: str
+) -> None:
+    with ProxyThread(faulty.url, http=http, header_timeout=1.0) as proxy:
+        socks = []
+        for _ in range(50):
+            s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+            socks.append(s)
+        t0 = time.monotonic()
+        assert_ok(client, proxy.url)  # answered while the 50 hang
+        closed = 0
+        for s in socks:
+            try:
+                closed += s.recv(1024) == b""
+            except ConnectionResetError:
+                closed += 1
+            finally:
+                s.close()
+        assert closed == 50
+        assert time.monotonic() - t0 < 3  # all gone within the 1 s header timeout
+
+
+def test_a_body_that_never_arrives_gets_a_408(faulty: FaultUpstream) -> None:
+    with ProxyThread(faulty.url, body_timeout=1.0) as proxy:
+        s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model"'
+        )
+        t0 = time.monotonic()
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+        s.close()
+        assert time.monotonic() - t0 < 3
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408")
+        assert b"connection: close" in head.lower()
+        assert b'"code": "request_timeout"' in body
+
+
+@pytest.mark.parametrize("http", ["h11", "httptools"])
+def test_a_request_that_is_not_http_gets_a_json_400(faulty: FaultUpstream, http: str) -> None:
+    with ProxyThread(faulty.url, http=http) as proxy:
+        s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        s.sendall(b"NOT HTTP\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+        s.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert json.loads(body)["error"]["code"] == "invalid_http_request"
+
+
+async def test_overload_is_shed_with_503_and_retry_after(faulty: FaultUpstream) -> None:
+    with ProxyThread(
+        faulty.url, read_timeout=2.0, max_inflight=2, max_queue=1, queue_timeout=0.5
+    ) as proxy:
+        async with httpx.AsyncClient(timeout=10, trust_env=False) as c:
+            url = f"{proxy.url}/v1/chat/completions"
+            t0 = time.monotonic()
+            tasks = [asyncio.create_task(c.post(url, json=chat("fault-never"))) for _ in range(6)]
+            await asyncio.sleep(0.2)
+            health = await c.get(f"{proxy.url}/tokenflex/health")  # never shed
+            answers = await asyncio.gather(*tasks)
+            elapsed = time.monotonic() - t0
+        assert health.status_code == 200
+        statuses = sorted(r.status_code for r in answers)
+        assert statuses == [503, 503, 503, 503, 504, 504], statuses
+        for r in answers:
+            if r.status_code == 503:
+                assert_error(r, 503, "proxy_overloaded")
+                assert r.headers["retry-after"] == "1"
+        assert elapsed < 4
+
+
+def test_a_client_that_goes_away_cancels_the_upstream_call(faulty: FaultUpstream) -> None:
+    with ProxyThread(faulty.url, read_timeout=30.0) as proxy:
+        with (
+            httpx.Client(timeout=0.5, trust_env=False) as c,
+            pytest.raises(httpx.ReadTimeout),
+        ):
+            c.post(f"{proxy.url}/v1/chat/completions", json=chat("fault-never"))
+        deadline = time.monotonic() + 5
+        while faulty.abandoned == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert faulty.abandoned == 1  # not after read_timeout (30 s): at once
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+def test_texts_of_rejected_requests_are_not_cached(
+    faulty: FaultUpstream, client: httpx.Client
+) -> None:
+    cache = get_tokenizer("cl100k_base")  # gpt-4's
+    rejected = "rejected " + " ".join(f"r{i}" for i in range(20_000))
+    accepted = f"accepted text {time.time()}"
+    with ProxyThread(faulty.url) as proxy:
+        r = client.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "gpt-4", "messages": [{"role": "user", "content": rejected}]},
+        )
+        assert_error(r, 400, "context_length_exceeded")
+        r = client.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "gpt-4", "messages": [{"role": "user", "content": accepted}]},
+        )
+        assert r.status_code == 200, r.text
+    assert rejected not in cache
+    assert accepted in cache  # the same path caches what an answered request counted
