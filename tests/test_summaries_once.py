@@ -97,6 +97,7 @@ def test_one_summarizer_call_per_roll_and_the_same_bytes_between_rolls(
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
     summaries: list[str | None] = []
     calls_per_request: list[int] = []
+    prefixes: list[int] = []
     with (
         ServerThread(create_app(config, discover=fake_discover)) as proxy,
         httpx.Client(timeout=20, trust_env=False) as client,
@@ -110,12 +111,17 @@ def test_one_summarizer_call_per_roll_and_the_same_bytes_between_rolls(
             )
             assert r.status_code == 200, r.text
             calls_per_request.append(len(summarizer.calls) - before)
+            if i:  # the proxy remembers the previous plan: it reports the shared prefix
+                prefixes.append(int(r.headers["x-tokenflex-prefix-tokens"]))
+                assert prefixes[-1] <= int(r.headers["x-tokenflex-input-tokens"])
             sent = fake.last()["body"]["messages"]
             found = [m["content"] for m in sent if str(m.get("content")).startswith(PREFIX)]
             summaries.append(found[0] if found else None)
             if found:
                 assert r.headers["x-tokenflex-summary"] == "yes"
                 assert int(r.headers["x-tokenflex-input-tokens"]) <= 1024 - 100
+    # most requests appended to the previous one (a provider's cache could reuse it)
+    assert sum(1 for p in prefixes if p > 0) * 2 > len(prefixes), prefixes
     # the history outgrew the 1,024-token window many times over: summarized
     assert summaries[-1] is not None
     # no request waited for more than one summarizer call
