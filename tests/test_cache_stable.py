@@ -108,8 +108,19 @@ def check_plan(plan: tokenflex.Plan, m: tokenflex.Model, history: list[dict[str,
     answered = {x["tool_call_id"] for x in plan.messages if x.get("role") == "tool"}
     assert calls == answered
     sent = {id(x) for x in plan.messages}
-    listed = {d.index: d for d in plan.dropped}
+    sent_plain = [x for x in plan.messages if "reasoning_content" not in x]
+    listed = {d.index: d for d in plan.dropped if d.section != "reasoning"}
+    reasoning = {d.index: d for d in plan.dropped if d.section == "reasoning"}
     for i, x in enumerate(history):
+        if x.get("reasoning_content"):  # taken out as fit() takes it out, and listed
+            assert reasoning[i].item == x["reasoning_content"]
+            assert reasoning[i].tokens > 0
+            assert all(m.get("reasoning_content") != x["reasoning_content"] for m in plan.messages)
+            if i not in listed:  # the rest of it is sent
+                bare = {k: v for k, v in x.items() if k != "reasoning_content"}
+                assert any(m == bare for m in sent_plain), f"message {i} not sent"
+            continue
+        assert i not in reasoning
         if id(x) in sent:
             assert i not in listed
             continue
@@ -207,7 +218,7 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
         omitted = sum(n for r, n in reasons.items() if r not in ("cleared", "reasoning"))
         notes = [x for x in plan.messages if NOTE.fullmatch(str(x.get("content")))]
         if note and omitted:  # told, with the number, at the cut
-            assert len(notes) == 1
+            assert len(notes) == 1, (reasons, [x.get("role") for x in plan.messages])
             assert int(NOTE.fullmatch(notes[0]["content"])[1]) == omitted  # type: ignore[index]
             assert plan.messages.index(notes[0]) == 1
         else:

@@ -397,8 +397,9 @@ class MessageSection(Section):
         src = self.source
         if self.mode == "all":
             return list(src[self.lo : self.hi])
-        if not kept:
-            return []
+        if not kept:  # all of it cut: still told
+            told = self.note and self.mode == "newest" and self.hi > self.lo
+            return [cut_note(self.hi - self.lo)] if told else []
         if self.mode == "newest":
             first = self._start(len(kept) - 1)
             if self.note and first > self.lo:
