@@ -973,16 +973,16 @@ class _Outcome:
         # boundary moves back to a whole group so tool results keep their call.
         want = max(0, self.opts.keep_recent - target.tail)
         recent_start, taken = target.hi, 0
+        for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
+            if taken >= want:
+                break
+            taken += stop - start
+            recent_start = start
         if self.opts.cache_stable and self.cut is not None:
             # The summary covers what the stable cut left out, so it stays the same
-            # (byte for byte, from the store) until the cut moves.
-            recent_start = self.cut.start
-        else:
-            for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
-                if taken >= want:
-                    break
-                taken += stop - start
-                recent_start = start
+            # (byte for byte, from the store) until the cut moves; never more than
+            # keep_recent allows.
+            recent_start = min(recent_start, self.cut.start)
         if recent_start <= target.lo:
             self.first.warnings.append(
                 f"History does not fit but keep_recent={self.opts.keep_recent} leaves nothing "
