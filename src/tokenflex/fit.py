@@ -37,7 +37,9 @@ from .engine import (
     fit_layout,
 )
 from .errors import InvalidInputError, InvalidMessagesError
-from .formats.fitting import finish, prepare
+from .formats.fitting import Prepared, finish, prepare
+from .formats.native import NativeMessage
+from .formats.objects import plain_message
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
 from .options import FitOptions
@@ -228,11 +230,82 @@ class FitLayout:
         return replace(self, summary=summary, summary_idx=None, hist_start=recent_start)
 
 
-def _with_history(messages: Sequence[Message], newest_first: list[Message]) -> list[Message]:
+def _with_history(
+    messages: Sequence[Message], views: Sequence[Message], newest_first: list[Message]
+) -> list[Message]:
+    """The caller's messages with the history read put in after the pinned ones
+    (``views``: the same messages as chat dicts, see :func:`chat_views`)."""
     pinned = 0
-    while pinned < len(messages) and messages[pinned].get("role") in PINNED_ROLES:
+    while pinned < len(views) and views[pinned].get("role") in PINNED_ROLES:
         pinned += 1
     return [*messages[:pinned], *reversed(newest_first), *messages[pinned:]]
+
+
+def chat_views(messages: Sequence[Any], model: Model) -> list[Message]:
+    """The caller's chat messages as plain dicts (SDK, pydantic and LangChain objects
+    read as the formats package reads them), every one checked (``history=`` takes chat
+    requests only).
+
+    Raises:
+        BadMessage: the first malformed message, named by its index.
+    """
+    views: list[Message] = []
+    for i, m in enumerate(messages):
+        try:
+            views.append(plain_message(m))
+        except BadMessage as exc:
+            raise exc.at(i) from None
+    check_shapes(views, model)
+    return views
+
+
+def _prepare(
+    messages: Sequence[Any],
+    format: str | None,
+    system: Any,
+    tools: Any,
+    keep_reasoning: bool,
+    lazy_history: bool,
+) -> Prepared:
+    """:func:`~tokenflex.formats.fitting.prepare`, where data a converter cannot read
+    (a wrong type deep in a block) raises :class:`InvalidMessagesError`, never a
+    ``TypeError`` (issue 11 item 11)."""
+    try:
+        return prepare(
+            messages,
+            format=format,
+            system=system,
+            tools=tools,
+            keep_reasoning=keep_reasoning,
+            lazy_history=lazy_history,
+        )
+    except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
+        raise InvalidMessagesError(
+            f"messages (format={format or 'detected'}) could not be read: "
+            f"{type(exc).__name__}: {exc!s:.200}. Each message is a dict of the format "
+            "(chat, anthropic or responses) with str roles and the content shapes the API "
+            "documents; check types deep in content blocks and system=."
+        ) from None
+
+
+def check_request(req: Prepared, model: Model) -> None:
+    """Every message of a prepared request, kept or not, read up front in its internal
+    chat form (issue 11 item 10), so a malformed message raises whether or not the
+    budget would keep it. Errors name the caller's index.
+
+    Raises:
+        BadMessage: the first malformed message.
+    """
+    checker = shape_checker(model)
+    for k, m in enumerate(req.messages):
+        try:
+            check_one(checker, m)
+        except BadMessage as exc:
+            if not isinstance(m, NativeMessage):
+                raise exc.at(k) from None
+            if m.start < 0:  # the top-level system / instructions
+                raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
+            raise exc.at(m.start) from None
 
 
 def _history_message(source: Any, k: int) -> str:
@@ -261,11 +334,12 @@ def _history_bound(
 
     def enough(m: Message) -> bool:
         try:
-            check_one(checker, m)
+            view = plain_message(m)  # SDK, pydantic and LangChain messages too
+            check_one(checker, view)
         except BadMessage as exc:
             where = _history_message(source, state["n"])
             raise InvalidMessagesError(f"{where} {exc.problem}. {exc.fix}") from None
-        state["tokens"] += counter.message(m)
+        state["tokens"] += counter.message(view)
         state["n"] += 1
         return state["tokens"] > room or (limit is not None and state["n"] >= limit)
 
@@ -341,22 +415,17 @@ def fit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
-    check_shapes(messages, primary)
     if history is not None:
+        views = chat_views(messages, primary)
         read, _ = read_newest_first(
             history,
-            enough=_history_bound(messages, primary, opts, history),
+            enough=_history_bound(views, primary, opts, history),
             page_size=opts.page_size,
         )
-        messages = _with_history(messages, read)
-    req = prepare(
-        messages,
-        format=format,
-        system=system,
-        tools=tools,
-        keep_reasoning=keep_reasoning,
-        lazy_history=history is not None,
-    )
+        messages = _with_history(messages, views, read)
+    req = _prepare(messages, format, system, tools, keep_reasoning, history is not None)
+    if history is None:
+        check_request(req, primary)
     layout = FitLayout(req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = fit_layout(
@@ -408,19 +477,14 @@ async def afit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
-    await asyncio.to_thread(check_shapes, messages, primary)
     if history is not None:
-        bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
+        views = await asyncio.to_thread(chat_views, messages, primary)
+        bound = await asyncio.to_thread(_history_bound, views, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
-        messages = _with_history(messages, read)
-    req = prepare(
-        messages,
-        format=format,
-        system=system,
-        tools=tools,
-        keep_reasoning=keep_reasoning,
-        lazy_history=history is not None,
-    )
+        messages = _with_history(messages, views, read)
+    req = _prepare(messages, format, system, tools, keep_reasoning, history is not None)
+    if history is None:
+        await asyncio.to_thread(check_request, req, primary)
     layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = await afit_layout(
