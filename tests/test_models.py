@@ -114,7 +114,7 @@ def test_unknown_model_gets_conservative_default_and_a_warning(
     assert model.context_window == DEFAULT_CONTEXT_WINDOW == 8192
     assert model.known is False
     assert model.source == "default"
-    assert model.tokenizer == "estimate:1.3"  # an unknown tokenizer may need more tokens
+    assert model.tokenizer == "estimate:all"  # bounds every family measured
     assert any(
         "my-private-llm" in r.getMessage() and "8,192" in r.getMessage() for r in caplog.records
     )
@@ -423,3 +423,62 @@ def test_gpt5_optional_history_stops_at_the_input_cap() -> None:
     plan = tokenflex.fit(messages, model="gpt-5", max_tokens=1000)
     assert plan.input_tokens <= 272_000
     assert plan.dropped  # some history had to go although the window had room
+
+
+# registry family -> the estimate families whose bound covers its tokenizer (an
+# independent statement of which real tokenizer each family uses; "all" covers every one)
+BOUNDED_BY: dict[str, set[str]] = {
+    "qwen2.5": {"qwen2"},
+    "qwen3": {"qwen2"},  # Qwen3 keeps Qwen2's 151k vocabulary
+    "qwen3.5": {"qwen3.5"},
+    "llama3": {"llama3"},
+    "llama3.1": {"llama3"},
+    "llama3.2": {"llama3"},
+    "llama3.3": {"llama3"},
+    "gemma2": {"gemma"},
+    "gemma3": {"gemma"},
+    "gemma3n": {"gemma"},
+    "deepseek-v3": {"deepseek"},
+    "deepseek-v4": {"deepseek"},
+    "deepseek-coder": {"deepseek"},
+    "deepseek-r1": {"deepseek", "qwen2", "llama3"},  # distills use their base's tokenizer
+    "mistral": {"mistral-spm"},
+    "mixtral": {"mistral-spm"},
+    "mistral-nemo": {"tekken"},
+    "mistral-small": {"tekken"},
+    "phi4": {"openai"},
+    **{f"gemini-{v}": {"gemma"} for v in ("1.5", "2.0", "2.5", "3")},
+}
+
+
+def test_every_registry_model_is_exact_or_bounded_by_its_family() -> None:
+    from tokenflex.tokenizers import get_tokenizer
+    from tokenflex.tokenizers.estimate import FAMILY_BOUNDS
+
+    for model in list_models():
+        tok = model.tokenizer
+        if get_tokenizer(tok).exact:
+            continue
+        kind, _, family = tok.partition(":")
+        assert kind == "estimate", model.name
+        if model.family.startswith("claude"):
+            assert tok == "estimate:1.3", model.name  # Anthropic's published ratio
+            continue
+        assert family in FAMILY_BOUNDS, (model.name, tok)
+        allowed = BOUNDED_BY.get(model.family, set()) | {"all"}
+        assert family in allowed, (model.name, model.family, tok)
+        # a known family never falls back to the catch-all
+        if model.family in BOUNDED_BY and model.name != "deepseek-r1:8b":
+            assert family != "all", (model.name, tok)
+
+
+def test_the_issue_models_use_their_family_bound() -> None:
+    expected = {
+        "qwen2.5:7b": "estimate:qwen2",
+        "gemma3:12b": "estimate:gemma",
+        "deepseek-chat": "estimate:deepseek",
+        "llama3.1:8b": "estimate:llama3",
+        "mistral-nemo": "estimate:tekken",
+        "grok-4": "estimate:all",
+    }
+    assert {n: get_model(n).tokenizer for n in expected} == expected

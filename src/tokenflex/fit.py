@@ -37,8 +37,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import InvalidInputError, InvalidMessagesError
-from .formats.fitting import Prepared, finish, prepare
-from .formats.native import NativeMessage
+from .formats.fitting import check_prepared, finish, prepare
 from .formats.objects import plain_message
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
@@ -259,55 +258,6 @@ def chat_views(messages: Sequence[Any], model: Model) -> list[Message]:
     return views
 
 
-def _prepare(
-    messages: Sequence[Any],
-    format: str | None,
-    system: Any,
-    tools: Any,
-    keep_reasoning: bool,
-    lazy_history: bool,
-) -> Prepared:
-    """:func:`~tokenflex.formats.fitting.prepare`, where data a converter cannot read
-    (a wrong type deep in a block) raises :class:`InvalidMessagesError`, never a
-    ``TypeError`` (issue 11 item 11)."""
-    try:
-        return prepare(
-            messages,
-            format=format,
-            system=system,
-            tools=tools,
-            keep_reasoning=keep_reasoning,
-            lazy_history=lazy_history,
-        )
-    except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
-        raise InvalidMessagesError(
-            f"messages (format={format or 'detected'}) could not be read: "
-            f"{type(exc).__name__}: {exc!s:.200}. Each message is a dict of the format "
-            "(chat, anthropic or responses) with str roles and the content shapes the API "
-            "documents; check types deep in content blocks and system=."
-        ) from None
-
-
-def check_request(req: Prepared, model: Model) -> None:
-    """Every message of a prepared request, kept or not, read up front in its internal
-    chat form (issue 11 item 10), so a malformed message raises whether or not the
-    budget would keep it. Errors name the caller's index.
-
-    Raises:
-        BadMessage: the first malformed message.
-    """
-    checker = shape_checker(model)
-    for k, m in enumerate(req.messages):
-        try:
-            check_one(checker, m)
-        except BadMessage as exc:
-            if not isinstance(m, NativeMessage):
-                raise exc.at(k) from None
-            if m.start < 0:  # the top-level system / instructions
-                raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
-            raise exc.at(m.start) from None
-
-
 def _history_message(source: Any, k: int) -> str:
     """How the caller knows the ``k``-th history message read (newest first)."""
     if isinstance(source, Sequence) and not isinstance(source, str | bytes):
@@ -423,9 +373,16 @@ def fit(
             page_size=opts.page_size,
         )
         messages = _with_history(messages, views, read)
-    req = _prepare(messages, format, system, tools, keep_reasoning, history is not None)
+    req = prepare(
+        messages,
+        format=format,
+        system=system,
+        tools=tools,
+        keep_reasoning=keep_reasoning,
+        lazy_history=history is not None,
+    )
     if history is None:
-        check_request(req, primary)
+        check_prepared(req, primary)
     layout = FitLayout(req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = fit_layout(
@@ -482,9 +439,16 @@ async def afit(
         bound = await asyncio.to_thread(_history_bound, views, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, views, read)
-    req = _prepare(messages, format, system, tools, keep_reasoning, history is not None)
+    req = prepare(
+        messages,
+        format=format,
+        system=system,
+        tools=tools,
+        keep_reasoning=keep_reasoning,
+        lazy_history=history is not None,
+    )
     if history is None:
-        await asyncio.to_thread(check_request, req, primary)
+        await asyncio.to_thread(check_prepared, req, primary)
     layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = await afit_layout(

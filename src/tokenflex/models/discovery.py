@@ -147,8 +147,10 @@ def _model(
     elif exact_tokenizer:
         # exact text counts, conservative per-message overhead
         tokenizer, chat_format = f"server:{root}", "generic"
+    elif base is not None:  # the registry's family bound (estimate:qwen2, ...)
+        tokenizer, chat_format = base.tokenizer, "generic"
     else:
-        tokenizer, chat_format = "estimate:1.3", "generic"  # an unknown tokenizer
+        tokenizer, chat_format = "estimate:all", "generic"  # an unknown tokenizer
     output = base.max_output_tokens if base is not None else None
     if output is not None and output >= window:
         output = None

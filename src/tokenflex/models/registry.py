@@ -316,7 +316,7 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
     return Model(
         name=name,
         context_window=DEFAULT_CONTEXT_WINDOW,
-        tokenizer="estimate:1.3",
+        tokenizer="estimate:all",  # bounds every family measured
         chat_format="generic",
         source="default",
         known=False,

@@ -398,7 +398,7 @@ def _configured(name: str | None) -> Model:
     return Model(
         name=name or "(any model)",
         context_window=8192,
-        tokenizer="estimate:1.3",
+        tokenizer="estimate:all",
         chat_format="generic",
         source="proxy startup check",
         known=False,
