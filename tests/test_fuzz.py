@@ -478,3 +478,15 @@ def test_an_empty_tuple_field_costs_what_an_empty_list_does() -> None:
     assert count_messages([{**m, "name": ()}], model="gpt-4o") == count_messages(
         [{**m, "name": []}], model="gpt-4o"
     )
+
+
+def test_the_fast_backend_reads_lone_surrogates_as_tiktoken_does() -> None:
+    """Found by the fuzz in the full suite (where a test had turned prefer_fast_backend()
+    on): fastokens raised UnicodeEncodeError on '\\ud800'."""
+    pytest.importorskip("fastokens")
+    from tokenflex.tokenizers import get_tokenizer
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    fast, slow = FastTokenizer("o200k_base"), get_tokenizer("o200k_base").tokenizer
+    for s in ["\ud800", "a\ud800b", "x\udfff\ud800 y 東京"]:
+        assert fast.count(s) == slow.count(s) and fast.encode(s) == slow.encode(s)
