@@ -30,6 +30,7 @@ from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
 from .formats.fitting import Prepared, finish
 from .formats.native import Converted, NativeMessage
+from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
@@ -91,8 +92,10 @@ class Conversation:
 
     # -- growing ---------------------------------------------------------------------
     def append(self, message: Message) -> None:
-        """Add one message: counted once, here."""
+        """Add one message: counted once, here. SDK, pydantic and LangChain message
+        objects are kept as the chat dicts they stand for."""
         try:
+            message = plain_message(message)
             check_one(self._checker, message)  # what counting would reject, and JSON errors
         except BadMessage as exc:
             raise exc.at(len(self._msgs)) from None
