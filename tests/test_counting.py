@@ -251,10 +251,11 @@ def test_image_size_unknown(url: str) -> None:
         pytest.param("gpt-4.1-mini", (1024, 1024), "high", 1659, id="4.1-mini-patches"),
         pytest.param("gpt-4.1-mini", None, "low", 2489, id="4.1-mini-worst"),
         pytest.param("claude-3-5-sonnet", (1000, 1000), "auto", 1334, id="claude"),
-        # the API scales to 1568 px and 1.15 MP first: 1,150,000 / 750 at most
-        pytest.param("claude-3-5-sonnet", None, "auto", 1534, id="claude-worst"),
-        pytest.param("claude-3-5-sonnet", (4000, 3000), "auto", 1532, id="claude-scaled"),
-        pytest.param("claude-3-5-sonnet", (2000, 400), "auto", 655, id="claude-long-edge"),
+        # published unresized sizes go up to 784x1568: 1,640 tokens at most
+        pytest.param("claude-3-5-sonnet", (1092, 1092), "auto", 1590, id="claude-1092"),
+        pytest.param("claude-3-5-sonnet", None, "auto", 1640, id="claude-worst"),
+        pytest.param("claude-3-5-sonnet", (4000, 3000), "auto", 1640, id="claude-scaled"),
+        pytest.param("claude-3-5-sonnet", (2000, 400), "auto", 657, id="claude-long-edge"),
         pytest.param("gemini-2.5-flash", (300, 300), "auto", 258, id="gemini-small"),
         pytest.param("gemini-2.5-flash", (1000, 800), "auto", 258 * 4, id="gemini-tiles"),
         pytest.param("llama3.2:3b", None, "auto", 16384, id="generic-worst"),
@@ -557,7 +558,10 @@ def test_template_from_a_registered_model(tokenizer_file: str, tmp_path: Path) -
 SPECIAL_TEXT = st.lists(
     st.one_of(
         st.text(max_size=20),
-        st.sampled_from([" ", "\n", "\t", "<|endoftext|>", "<|im_start|>", "😀", "1", "─"]),
+        # lone surrogates too: both read them as U+FFFD, neither raises
+        st.sampled_from(
+            [" ", "\n", "\t", "<|endoftext|>", "<|im_start|>", "😀", "1", "─", "\ud800", "\udfff"]
+        ),
     ),
     max_size=30,
 ).map("".join)

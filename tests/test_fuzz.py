@@ -408,11 +408,10 @@ def test_bad_data_raises_only_tokenflex_errors(name: str) -> None:
     assert math.isfinite(elapsed)
 
 
-@pytest.mark.xfail(strict=True, reason="formats: a Responses item's unknown field is not checked")
 def test_responses_item_with_a_non_json_field_is_rejected() -> None:
     """Found by the fuzz (fit_formats seed 1050): the chat format rejects a field JSON
-    cannot write (item 10), the Responses format keeps it and plan.request() is then not
-    JSON. Left to the formats work; strict xfail so it flips when fixed."""
+    cannot write (item 10); the Responses format kept it and plan.request() was then not
+    JSON. fit() now checks every item it would send as given."""
     items = [
         {"type": "message", "role": "assistant", "content": "a"},
         {"role": "user", "content": "b", "extra": bytearray(b"x")},

@@ -37,7 +37,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import InvalidInputError, InvalidMessagesError
-from .formats.fitting import finish, prepare
+from .formats.fitting import check_prepared, finish, prepare
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
 from .options import FitOptions
@@ -341,8 +341,8 @@ def fit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
-    check_shapes(messages, primary)
     if history is not None:
+        check_shapes(messages, primary)  # chat only (prepare says so); indexes as given
         read, _ = read_newest_first(
             history,
             enough=_history_bound(messages, primary, opts, history),
@@ -357,6 +357,8 @@ def fit(
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
     )
+    if history is None:
+        check_prepared(req, primary)
     layout = FitLayout(req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = fit_layout(
@@ -408,8 +410,8 @@ async def afit(
     opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
-    await asyncio.to_thread(check_shapes, messages, primary)
     if history is not None:
+        await asyncio.to_thread(check_shapes, messages, primary)
         bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
@@ -421,6 +423,8 @@ async def afit(
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
     )
+    if history is None:
+        await asyncio.to_thread(check_prepared, req, primary)
     layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = await afit_layout(

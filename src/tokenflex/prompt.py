@@ -294,6 +294,7 @@ PROMPT_OPTIONS = (
     "keep_tool_results",
     "keep_tools",
     "drop_reasoning",
+    "cut_note",
 )
 """The :class:`~tokenflex.FitOptions` a :class:`Prompt` takes (the others describe
 fit()'s own sections; a Prompt sets them per section)."""

@@ -11,9 +11,12 @@ resizing. Formulas per provider:
   the API may pick ``low``, never more.) Images are only scaled down, never up.
 - OpenAI patch models (gpt-4.1-mini/nano, gpt-5-mini/nano, o4-mini): 32px patches, at most
   1,536 after scaling down, times a per-model multiplier; ``detail`` is ignored.
-- Anthropic: the API first scales the image down to fit 1568 px on the long edge and
-  1.15 megapixels, then it costs ``width * height / 750`` (at most ~1,534 tokens); a
-  remote URL costs that maximum.
+- Anthropic: an image costs ``width * height / 750`` after the API scales it down to
+  1568 px on the long edge and about 1,600 tokens. The published sizes it does not
+  resize go up to 784x1568 (1,640 tokens) and 1092x1092 (1.19 MP, 1,590 tokens), above
+  the "1.15 megapixels" the same page names, so only the long edge is applied exactly and
+  the cost is capped at the largest published size's (1,640): never below what the API
+  charges. A remote URL costs that maximum.
 - Google Gemini: 258 tokens for an image within 384x384, else 258 per 768x768 tile.
 - Anything else (local vision models): the largest of the gpt-4o tile formula and one
   token per 28x28 patch (Qwen2-VL style), capped at 16,384.
@@ -49,8 +52,7 @@ _PATCH = (
 )
 _PATCH_BUDGET = 1536
 _ANTHROPIC_EDGE = 1568
-_ANTHROPIC_PIXELS = 1_150_000
-_ANTHROPIC_MAX = math.ceil(_ANTHROPIC_PIXELS / 750)
+_ANTHROPIC_MAX = math.ceil(784 * 1568 / 750)  # the largest published unresized size
 _GENERIC_MAX = 16384
 
 
@@ -89,18 +91,18 @@ def anthropic_image_tokens(size: tuple[int, int] | None) -> int:
     """Tokens of one image in an Anthropic request (``None``: a remote image, the most
     any image can cost).
 
-    >>> anthropic_image_tokens((1000, 1000))
-    1334
-    >>> anthropic_image_tokens((4000, 3000))  # scaled to 1238x928 first
-    1532
+    >>> anthropic_image_tokens((1000, 1000)), anthropic_image_tokens((1092, 1092))
+    (1334, 1590)
+    >>> anthropic_image_tokens((4000, 3000))  # the API's ~1,600-token size, rounded up
+    1640
     """
     if size is None:
         return _ANTHROPIC_MAX
     width, height = size
-    scale = min(1.0, _ANTHROPIC_EDGE / max(width, height))
-    scale = min(scale, math.sqrt(_ANTHROPIC_PIXELS / (width * height)))
-    if scale < 1.0:
-        width, height = int(width * scale), int(height * scale)
+    longest = max(width, height)
+    if longest > _ANTHROPIC_EDGE:
+        scale = _ANTHROPIC_EDGE / longest
+        width, height = math.ceil(width * scale), math.ceil(height * scale)
     return min(_ANTHROPIC_MAX, math.ceil(width * height / 750))
 
 

@@ -155,7 +155,7 @@ def _mp3_seconds(head: bytes, total: int) -> float | None:
 def audio_seconds(data: str, audio_format: str | None) -> float:
     """Duration of base64 audio: exact for WAV, from the bitrate for MP3, else assumed
     8 kbit/s (longer than real: conservative)."""
-    total = len(data) * 3 // 4
+    total = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))  # less the padding
     head = _decode(data, 1 << 16) or b""
     seconds = _wav_seconds(head, total)
     if seconds is None:

@@ -242,6 +242,8 @@ def anthropic_to_chat(messages: Sequence[Any], system: Any = None) -> list[dict[
         parts: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         for block in content or []:
+            if isinstance(block, str):  # read as a text block, as it was counted
+                block = {"type": "text", "text": block}
             btype = block.get("type")
             if btype == "tool_use":
                 calls.append(_call(block))

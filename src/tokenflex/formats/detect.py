@@ -58,6 +58,8 @@ def _marks(m: Any, found: dict[str, int], i: int) -> None:
         return
     for part in content:
         ptype = getattr(part, "type", None) if not isinstance(part, Mapping) else part.get("type")
+        if not isinstance(ptype, str):
+            continue  # the format's own checks name what is wrong with it
         if ptype in _ANTHROPIC_BLOCKS:
             found.setdefault("anthropic", i)
         elif ptype in _RESPONSES_PARTS:

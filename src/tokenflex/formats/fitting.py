@@ -11,22 +11,27 @@ messages is listed as dropped, and the warnings say which counts are estimates.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..counting import get_counter
+from ..counting.checks import BadMessage
 from ..counting.media import estimate_notes
+from ..counting.shape import check_one, shape_checker
 from ..errors import InvalidInputError
+from ..models import Model
 from ..plan import DroppedItems, DropRun, Plan
 from .anthropic import anthropic_to_internal, with_system
 from .chat import chat_to_internal, is_plain_chat
 from .detect import FORMATS, detect_format
 from .native import Converted, NativeMessage
+from .objects import plain
 from .responses import responses_to_internal
 from .tools import tools_to_chat
 
-__all__ = ["Prepared", "finish", "prepare"]
+__all__ = ["Prepared", "check_prepared", "finish", "prepare"]
 
 _MESSAGE_SECTIONS = ("system", "summary", "history", "current")
 
@@ -90,6 +95,42 @@ def prepare(
     else:
         conv = responses_to_internal(messages, system)
     return Prepared(conv.messages, counted, tools, conv)
+
+
+def check_prepared(prepared: Prepared, model: Model) -> None:
+    """Check every internal message (kept or not) the way counting reads it, naming the
+    caller's index: the first of the items a unit stands for, or ``system=``.
+
+    Raises:
+        BadMessage: the first malformed message.
+    """
+    checker = shape_checker(model)
+    for k, m in enumerate(prepared.messages):
+        try:
+            check_one(checker, m)
+            if isinstance(m, NativeMessage):
+                for offset, item in enumerate(m.native):
+                    try:
+                        _json_ready(item)
+                    except BadMessage as exc:
+                        raise exc.at(m.start + offset) from None
+        except BadMessage as exc:
+            if not isinstance(m, NativeMessage):
+                raise exc.at(k) from None
+            if m.start < 0:
+                raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
+            raise exc.at(m.start) from None
+
+
+def _json_ready(item: Any) -> None:
+    """Raise BadMessage if ``item`` (sent as given by ``plan.request()``) is not JSON."""
+    try:
+        json.dumps(plain(item))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise BadMessage(
+            f"has a value that cannot be sent as JSON ({type(exc).__name__}: {exc})",
+            "Use str keys, JSON values and no circular references in message fields",
+        ) from None
 
 
 def _native_span(conv: Converted, k: int) -> tuple[int, int]:

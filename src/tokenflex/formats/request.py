@@ -13,7 +13,7 @@ has, such as thinking blocks or reasoning items, is not carried across).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -46,6 +46,20 @@ def _chat(fmt: str, messages: Sequence[Any], system: Any) -> list[dict[str, Any]
     return [plain_message(m) for m in messages]
 
 
+def _no_audio(api: str, messages: Sequence[Any]) -> None:
+    """Raise for audio parts: only chat takes them (as text they would cost far more
+    than the audio was counted at)."""
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, Mapping) else None
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(part, Mapping) and part.get("type") == "input_audio":
+                raise InvalidInputError(
+                    f"messages[{i}] content[{j}] is audio (input_audio), which the {api} API "
+                    "does not take as input. Build the request with api='chat', or leave the "
+                    "audio out of the messages."
+                )
+
+
 def request_body(
     api: str,
     *,
@@ -59,7 +73,8 @@ def request_body(
     """The body for ``api`` of a plan in format ``fmt``.
 
     Raises:
-        InvalidInputError: ``api`` is not one of :data:`~tokenflex.formats.detect.FORMATS`.
+        InvalidInputError: ``api`` is not one of :data:`~tokenflex.formats.detect.FORMATS`,
+            or the messages hold audio and ``api`` is not chat.
     """
     if api not in FORMATS:
         raise InvalidInputError(
@@ -71,10 +86,13 @@ def request_body(
         system = plain(system)
     elif api == "chat":
         items = _chat(fmt, messages, system)
-    elif api == "anthropic":
-        system, items = chat_to_anthropic(_chat(fmt, messages, system))
     else:
-        system, items = chat_to_responses(_chat(fmt, messages, system))
+        chat = _chat(fmt, messages, system)
+        _no_audio(api, chat)
+        if api == "anthropic":
+            system, items = chat_to_anthropic(chat)
+        else:
+            system, items = chat_to_responses(chat)
     if api == "chat":
         body["messages"] = items
         body[completion_limit_field(model)] = max_tokens

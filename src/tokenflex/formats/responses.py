@@ -263,7 +263,9 @@ def responses_to_chat(items: Sequence[Any], instructions: Any = None) -> list[di
 def _input_parts(content: Any, role: str) -> Any:
     if isinstance(content, str) or content is None:
         return content or ""
-    text = "output_text" if role == "assistant" else "input_text"
+    if role == "assistant":  # input parts are the user's; an earlier answer is its text
+        return _text(content)
+    text = "input_text"
     out: list[dict[str, Any]] = []
     for p in content:
         ptype = p.get("type")

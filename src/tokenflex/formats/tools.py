@@ -2,6 +2,8 @@
 
 - chat: ``{"type": "function", "function": {"name", "description", "parameters"}}``
 - responses: ``{"type": "function", "name", "description", "parameters", "strict"}``
+  (``strict`` is required there and defaults to true on the API, which rejects most
+  schemas written for chat: a converted tool says ``strict: false`` unless it was strict)
 - anthropic: ``{"name", "description", "input_schema"}`` (``cache_control`` kept)
 
 Built-in tools (Responses ``web_search``, Anthropic server tools such as
@@ -45,6 +47,8 @@ def _to_chat(tool: Mapping[str, Any]) -> dict[str, Any]:
     params = tool.get("input_schema" if api == "anthropic" else "parameters")
     if params is not None:
         fn["parameters"] = params
+    if tool.get("strict") is True:
+        fn["strict"] = True
     return {"type": "function", "function": fn}
 
 
@@ -69,7 +73,12 @@ def tools_for(api: str, tools: Sequence[Any]) -> list[Any]:
         if api == "chat":
             out.append(_to_chat(tool))
         elif api == "responses":
-            entry = {"type": "function", "name": fn["name"], "parameters": schema}
+            entry = {
+                "type": "function",
+                "name": fn["name"],
+                "parameters": schema,
+                "strict": fn.get("strict") is True,
+            }
             if fn.get("description"):
                 entry["description"] = fn["description"]
             out.append(entry)

@@ -17,7 +17,15 @@ from typing import Any
 from ..counting.checks import IMAGE_PARTS, TEXT_PARTS, BadMessage, bad_part, validated_role
 from .errors import ProxyError
 
-__all__ = ["KNOWN_ROLES", "ChatRequest", "parse_chat", "parse_count", "parse_json"]
+__all__ = [
+    "KNOWN_ROLES",
+    "ChatRequest",
+    "parse_anthropic",
+    "parse_chat",
+    "parse_count",
+    "parse_json",
+    "parse_responses",
+]
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -41,6 +49,11 @@ class ChatRequest:
     """Tool definitions, when given."""
     stream: bool
     """Whether the client asked for server-sent events."""
+    format: str = "chat"
+    """The wire format: ``chat``, ``anthropic`` (Messages) or ``responses``; ``messages``
+    holds that format's items (Anthropic ``messages``, Responses ``input``)."""
+    system: Any = None
+    """Anthropic's top-level ``system`` or the Responses ``instructions`` (None for chat)."""
 
     @property
     def requested_output(self) -> int | None:
@@ -279,6 +292,107 @@ def parse_chat(raw: bytes) -> ChatRequest:
         max_completion_tokens=max_completion_tokens,
         tools=tools or None,
         stream=stream,
+    )
+
+
+def _check_stream(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise _bad(f"'stream' must be true or false, got {stream!r}.", "stream", "invalid_type")
+    return stream
+
+
+def _check_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        raise _bad("'tools' must be a list of tool objects.", "tools", "invalid_type")
+    return tools or None
+
+
+def _check_system(body: dict[str, Any], key: str) -> Any:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str | list):
+        raise _bad(
+            f"'{key}' must be a string or a list of content blocks, got {_type_name(value)}.",
+            key,
+            "invalid_type",
+        )
+    return value
+
+
+def _check_items(value: Any, key: str, roles: tuple[str, ...] | None) -> list[Any]:
+    """A non-empty list of objects (with a ``role`` in ``roles`` and string or list
+    ``content`` when ``roles`` is given); the format's converter checks the rest."""
+    if value is None:
+        raise _bad(f"'{key}' is required: a list of messages.", key, "missing_required_parameter")
+    if not isinstance(value, list):
+        raise _bad(
+            f"'{key}' must be a list of messages, got {_type_name(value)}.", key, "invalid_type"
+        )
+    if not value:
+        raise _bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
+    for i, item in enumerate(value):
+        param = f"{key}[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(f"{param} must be an object, got {_type_name(item)}.", param, "invalid_type")
+        if roles is None:
+            continue
+        role = item.get("role")
+        if role not in roles:
+            raise _bad(
+                f"{param}.role must be one of {', '.join(roles)}; got {role!r}.",
+                f"{param}.role",
+                "invalid_type" if not isinstance(role, str) else "invalid_value",
+            )
+        if not isinstance(item.get("content"), str | list):
+            raise _bad(
+                f"{param}.content must be a string or a list of content blocks, got "
+                f"{_type_name(item.get('content'))}.",
+                f"{param}.content",
+                "invalid_type",
+            )
+    return value
+
+
+def parse_anthropic(raw: bytes) -> ChatRequest:
+    """Parse and check an Anthropic ``/v1/messages`` (or ``count_tokens``) body:
+    ``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``."""
+    body = _check_object(parse_json(raw))
+    return ChatRequest(
+        body=body,
+        model=_check_model(body),
+        messages=_check_items(body.get("messages"), "messages", ("user", "assistant")),
+        max_tokens=_positive_int(body, "max_tokens"),
+        max_completion_tokens=None,
+        tools=_check_tools(body),
+        stream=_check_stream(body),
+        format="anthropic",
+        system=_check_system(body, "system"),
+    )
+
+
+def parse_responses(raw: bytes) -> ChatRequest:
+    """Parse and check an OpenAI ``/v1/responses`` (or ``input_tokens``) body: ``model``,
+    ``input`` (a string is one user message), ``instructions``, ``max_output_tokens``,
+    ``tools``, ``stream``. Other fields (``previous_response_id``, ``store``) go through."""
+    body = _check_object(parse_json(raw))
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    return ChatRequest(
+        body=body,
+        model=_check_model(body),
+        messages=_check_items(items, "input", None),
+        max_tokens=_positive_int(body, "max_output_tokens"),
+        max_completion_tokens=None,
+        tools=_check_tools(body),
+        stream=_check_stream(body),
+        format="responses",
+        system=_check_system(body, "instructions"),
     )
 
 

@@ -5,13 +5,17 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``POST /v1/chat/completions``: parse, check, fit with :func:`tokenflex.afit`, forward
   the fitted body, stream or return the upstream's answer unchanged, plus ``x-tokenflex-*``
   headers with the plan summary;
+- ``POST /v1/messages`` (Anthropic) and ``POST /v1/responses``: the same, fitted in their
+  own format, and their count routes ``/v1/messages/count_tokens`` and
+  ``/v1/responses/input_tokens`` (see :mod:`tokenflex.server.protocols`);
 - ``GET /v1/models``: the upstream's list (or the config's models when it has none);
 - ``POST /tokenflex/count`` (alias ``/v1/tokenize``): ``{"model", "messages" | "text"}``
   -> ``{"tokens": n, ...}``;
 - ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/health``;
 - anything else: passed through to the upstream unchanged.
 
-Errors the proxy makes itself are OpenAI-shaped; upstream errors come back with their own
+Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
+routes); upstream errors come back with their own
 status and body; an unexpected exception becomes an OpenAI-shaped 500 carrying the
 request id (the log has the traceback), never a bare one.
 """
@@ -41,12 +45,13 @@ from ._calibration import calibration_figures, observe_response
 from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
-from ._validate import parse_chat, parse_count
+from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Limits
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
+from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
 from .redact import RedactingFilter, redact, request_secrets
 
 __all__ = ["Proxy", "create_app"]
@@ -189,10 +194,11 @@ class Proxy:
         auth: bool = True,
         methods: Sequence[str] | None = None,
         json_body: bool = False,
+        errors: Callable[[ProxyError], Response] = openai_error,
     ) -> Callable[[Request], Awaitable[Response]]:
         """Wrap a handler: request id, Host allowlist, CORS, proxy key, method (405) and
-        JSON body (415) checks, redaction of the request's keys in logs, OpenAI-shaped
-        errors, no bare 500."""
+        JSON body (415) checks, redaction of the request's keys in logs, errors shaped by
+        ``errors`` (OpenAI's by default), no bare 500."""
 
         async def run(request: Request) -> Response:
             rid = "req_" + secrets.token_hex(8)
@@ -204,15 +210,15 @@ class Proxy:
                         request, route, handler, auth, methods, json_body
                     )
                 except ProxyError as exc:
-                    response = exc.to_response()
+                    response = errors(exc)
                 except Exception:
                     log.exception("request %s: unexpected error in %s", rid, request.url.path)
-                    response = internal_error(rid)
+                    response = errors(internal_proxy_error(rid))
                 except BaseException as exc:  # a tokenizer's panic is one; it must not escape
                     panic = tokenizer_panic(exc)
                     if panic is None:
                         raise
-                    response = panic.to_response()
+                    response = errors(panic)
             response.headers["x-tokenflex-request-id"] = rid
             if origin is not None:
                 response.headers["access-control-allow-origin"] = origin
@@ -282,24 +288,25 @@ class Proxy:
         )
 
     # -- chat ------------------------------------------------------------------------
-    async def chat(self, request: Request, route: str | None) -> Response:
-        """``POST /v1/chat/completions``: fit, forward, pass the answer back."""
+    async def chat(self, request: Request, route: str | None, wire: Wire = CHAT) -> Response:
+        """``POST /v1/chat/completions`` (or ``wire``'s route): fit, forward, pass the
+        answer back."""
         started = time.perf_counter()
         rid: str = request.state.request_id
         status, note, plan, plan_id, fit_ms = 0, "", None, "", 0.0
         try:
             raw = await read_body(request, self.config.max_body_bytes)
-            req = parse_chat(raw)
+            req = wire.parse(raw)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers)
             plan = await self.fitter.fit(req, route, len(raw), bearer(forward_headers))
             fit_ms = (time.perf_counter() - started) * 1000
             plan_id = await self._keep(plan, credential_hash(request.headers), len(raw))
             headers = plan_headers(plan, plan_id)
-            body = self.fitter.fitted_body(req, plan, route)
+            body = fitted_body(self.fitter, req, plan, route)
             upstream = await self.upstream.send(
                 "POST",
-                self.upstream.url("/v1/chat/completions", request.scope["query_string"]),
+                self.upstream.url(wire.path, request.scope["query_string"]),
                 forward_headers,
                 body,
             )
@@ -317,8 +324,9 @@ class Proxy:
         finally:
             if plan is not None:
                 log.info(
-                    "chat %s %s status=%d window=%d input=%d max_tokens=%d (asked %d) "
+                    "%s %s %s status=%d window=%d input=%d max_tokens=%d (asked %d) "
                     "dropped=%d summary=%s plan=%s fit_ms=%.1f total_ms=%.1f",
+                    wire.name,
                     rid,
                     note,
                     status,
@@ -333,7 +341,7 @@ class Proxy:
                     (time.perf_counter() - started) * 1000,
                 )
             else:
-                log.info("chat %s %s status=%d (not fitted)", rid, note.strip(), status)
+                log.info("%s %s %s status=%d (not fitted)", wire.name, rid, note.strip(), status)
 
     async def _keep(self, plan: Any, owner: str, size: int) -> str:
         """Store the plan's JSON (warnings redacted) for its owner; its id, or '' when the
@@ -399,6 +407,16 @@ class Proxy:
                 "context_window": model.context_window,
             }
         )
+
+    async def count_input(self, request: Request, route: str | None, wire: Wire) -> Response:
+        """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
+        request's input tokens by the proxy's own count (in a worker thread)."""
+        req = wire.parse(await read_body(request, self.config.max_body_bytes))
+        api_key = bearer(self.upstream.request_headers(request.headers))
+        model, _, _ = await self.fitter.model_for(req.model, route, api_key)
+        if self.fitter.calibration is not None:  # as fitting counts: the learned factor
+            model = self.fitter.calibration.apply(model)
+        return await off_loop(self.fitter.limiter, functools.partial(count_input, req, model))
 
     async def plan(self, request: Request, route: str | None) -> Response:
         """``GET /tokenflex/plans/{id}``: a recent plan as ``plan.to_dict()``, only for the
@@ -470,9 +488,9 @@ def plan_json(plan: Any) -> bytes | None:
     return serialize(data)
 
 
-def internal_error(request_id: str) -> Response:
-    """The OpenAI-shaped 500 for an unexpected exception."""
-    return error_response(
+def internal_proxy_error(request_id: str) -> ProxyError:
+    """The 500 for an unexpected exception."""
+    return ProxyError(
         500,
         f"Internal error in the tokenflex proxy (request id {request_id}); the proxy log has "
         "the details.",
@@ -480,6 +498,11 @@ def internal_error(request_id: str) -> Response:
         code="internal_error",
         headers={"x-tokenflex-request-id": request_id},
     )
+
+
+def internal_error(request_id: str) -> Response:
+    """The OpenAI-shaped 500 for an unexpected exception."""
+    return internal_proxy_error(request_id).to_response()
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -558,6 +581,18 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
             ),
             Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"]),
         ]
+        for wire in (ANTHROPIC, RESPONSES):
+            shaped = functools.partial(fitted, route=name, errors=wire.error)
+            routes.append(
+                Route(
+                    prefix + wire.path,
+                    shaped(functools.partial(proxy.chat, wire=wire)),
+                    methods=_ALL_METHODS,
+                )
+            )
+            if wire.count_path is not None:
+                count = functools.partial(proxy.count_input, wire=wire)
+                routes.append(Route(prefix + wire.count_path, shaped(count), methods=_ALL_METHODS))
         if name is not None:
             routes.append(
                 Route(

@@ -68,14 +68,23 @@ class FastTokenizer:
 
     def count(self, text: str) -> int:
         if len(text) <= LONG_WHITESPACE:
-            return len(self._tok.encode_ordinary(text).ids)
-        return sum(len(self._tok.encode_ordinary(part).ids) for part in segments(text))
+            return len(self._ids(text))
+        return sum(len(self._ids(part)) for part in segments(text))
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
         for part in segments(text):
-            out.extend(self._tok.encode_ordinary(part).ids)
+            out.extend(self._ids(part))
         return out
+
+    def _ids(self, text: str) -> list[int]:
+        try:
+            ids: list[int] = self._tok.encode_ordinary(text).ids
+        except UnicodeEncodeError:
+            # A lone surrogate: what tiktoken does, so the ids stay equal (U+FFFD in its place)
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            ids = self._tok.encode_ordinary(text).ids
+        return ids
 
     def __repr__(self) -> str:
         return f"FastTokenizer({self.name!r})"
