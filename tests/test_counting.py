@@ -6,7 +6,9 @@ import base64
 import json
 import math
 import struct
+import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tokenflex.counting.messages import (
 from tokenflex.counting.tools import GENERIC_TOOLS_PREAMBLE
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
+from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding
 
 
@@ -607,6 +610,54 @@ def test_prefer_fast_backend_switches_existing_and_new_tokenizers() -> None:
         toks._factory_sources.update(saved[1])
         cache.tokenizer = saved[2]
     assert isinstance(cache.tokenizer, TiktokenTokenizer)  # one-shot default
+
+
+@pytest.fixture
+def restore_backends() -> Iterator[None]:
+    import tokenflex.tokenizers as toks
+
+    cache = toks.get_tokenizer("o200k_base")
+    saved = (dict(toks._factories), dict(toks._factory_sources), cache.tokenizer)
+    yield
+    toks._factories.clear()
+    toks._factories.update(saved[0])
+    toks._factory_sources.clear()
+    toks._factory_sources.update(saved[1])
+    cache.tokenizer = saved[2]
+
+
+def proxy_health(monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    from starlette.testclient import TestClient
+
+    import tokenflex.tokenizers as toks
+    from tokenflex.server import ServerConfig, create_app
+
+    monkeypatch.delenv("TOKENFLEX_CONFIG", raising=False)
+    app = create_app(ServerConfig.load(upstream="http://127.0.0.1:9"))
+    with TestClient(app) as client:  # runs the lifespan, as `tokenflex serve` does
+        status = client.get("/tokenflex/health").status_code
+    return status, toks._factory_sources["o200k_base"]
+
+
+def test_the_proxy_counts_with_fastokens_from_startup(
+    restore_backends: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    status, source = proxy_health(monkeypatch)
+    assert status == 200
+    assert source == "fastokens (prefer_fast_backend)"
+    assert isinstance(get_tokenizer("o200k_base").tokenizer, FastTokenizer)
+
+
+def test_the_proxy_serves_without_fastokens(
+    restore_backends: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # `import fastokens` fails
+    status, source = proxy_health(monkeypatch)
+    assert status == 200
+    assert "fastokens" not in source
+    assert isinstance(get_tokenizer("o200k_base").tokenizer, TiktokenTokenizer)
 
 
 @pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])

@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from ..calibration import Calibration
 from ..errors import TokenflexError
+from ..tokenizers import prefer_fast_backend
 from ._calibration import calibration_figures, observe_response
 from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
@@ -178,8 +179,12 @@ class Proxy:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """Open the shared upstream client before serving; close it at shutdown. (The
-        configured models' tokenizers were loaded and checked by :func:`create_app`.)"""
+        configured models' tokenizers were loaded and checked by :func:`create_app`.)
+        A long-running proxy counts OpenAI encodings with fastokens when it is installed
+        (same ids as tiktoken, faster); without it, tiktoken."""
         _ = self.upstream.client
+        fast = prefer_fast_backend()
+        log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")
         log.info("tokenflex proxy: forwarding to %s", redact(self.config.upstream))
         try:
             yield
