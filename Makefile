@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache load clean
+.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench-counting: $(VENV)/.dev
 # offline, a few minutes: cached-prefix share and cache-priced cost over long sessions
 bench-cache: $(VENV)/.dev
 	$(PY) scripts/bench_cache.py
+
+# loopback only, about ten minutes: what a real llama-server recomputes per turn through the proxy
+bench-cache-server: $(VENV)/.dev
+	$(PY) scripts/bench_cache_server.py
 
 # loopback only, bounded in time: proxy vs direct against a fast local upstream
 load: $(VENV)/.dev

