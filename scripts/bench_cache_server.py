@@ -83,6 +83,8 @@ class Turn:
 @dataclass
 class Result:
     turns: list[Turn] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+    """Requests the proxy refused (400): their required part alone does not fit."""
     seconds: float = 0.0
 
 
@@ -112,6 +114,11 @@ def drive(
                     "temperature": 0,
                 },
             )
+            if r.status_code == 400 and "context_length_exceeded" in r.text:
+                # the promise: a required part that cannot fit is refused with numbers,
+                # not cut (in the agent session, one tool result near the whole window)
+                result.refused.append(len(result.turns) + len(result.refused) + 1)
+                continue
             if r.status_code != 200:
                 raise RuntimeError(f"request {len(result.turns) + 1}: {r.status_code} {r.text}")
             body = r.json()
@@ -189,6 +196,9 @@ def main() -> None:
         )
     drop, stable = results["drop-to-fit"], results["cache-stable"]
     print()
+    for name, r in results.items():
+        if r.refused:
+            print(f"{name}: refused (required input over the window) requests {r.refused}")
     for label, a, b in (
         ("all requests", drop.turns, stable.turns),
         (f"from request {first_cut + 1}", drop.turns[first_cut:], stable.turns[first_cut:]),
