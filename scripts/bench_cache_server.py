@@ -89,11 +89,15 @@ class Result:
 
 
 def drive(
-    server: LlamaCppServer, steps: list[list[dict[str, Any]]], *, cache_stable: bool
+    server: LlamaCppServer,
+    steps: list[list[dict[str, Any]]],
+    *,
+    cache_stable: bool,
+    fit: dict[str, Any] | None = None,
 ) -> Result:
     """Send the growing session through a fresh proxy; the server's figures per request."""
     config = ServerConfig.load(
-        upstream=server.base_url, discovery_timeout=60, cache_stable=cache_stable
+        upstream=server.base_url, discovery_timeout=60, cache_stable=cache_stable, fit=fit or {}
     )
     history: list[dict[str, Any]] = [SYSTEM]
     result = Result()
@@ -163,17 +167,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kind", default="chat", choices=["chat", "agent"])
     parser.add_argument("--threads", type=int, default=1, help="llama-server threads")
+    parser.add_argument("--low-water", type=float, help="the proxy's [fit] low_water")
     args = parser.parse_args()
     steps = session_requests(args.kind, args.seed, args.turns)
+    fit = {} if args.low_water is None else {"low_water": args.low_water}
     print(
         f"# bench_cache_server: {args.kind} session, {args.turns} requests, seed {args.seed}, "
         f"llama-server --ctx-size 2048, SmolLM2-135M Q4_1, {args.threads} thread(s), "
+        f"fit {fit}, "
         f"Python {sys.version.split()[0]}, tokenflex {tokenflex.__version__}\n"
     )
     results: dict[str, Result] = {}
     with LlamaCppServer(n_threads=args.threads, startup_timeout=120) as server:
         for name, stable in (("drop-to-fit", False), ("cache-stable", True)):
-            results[name] = drive(server, steps, cache_stable=stable)
+            results[name] = drive(server, steps, cache_stable=stable, fit=fit)
             print(f"{name}: {results[name].seconds:,.0f} s", file=sys.stderr, flush=True)
     print(
         "| variant | requests | prompt tokens | cached_tokens | cache_n | prompt_n "
