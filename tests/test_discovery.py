@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from llama_server import MODEL_ALIAS, LlamaServer
+from llama_server import MODEL_ALIAS, LlamaServer, smollm2_path
 
+from tokenflex.cli import main
+from tokenflex.counting import get_counter
 from tokenflex.errors import TokenizerUnavailableError, UpstreamError
-from tokenflex.models.discovery import adiscover_model, discover_model
+from tokenflex.models import discovery, register_model
+from tokenflex.models.discovery import adiscover_model, compare, discover_model
+from tokenflex.models.served_files import local_server_process, parse_command_line
 from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.gguf import GGUFTokenizer
 from tokenflex.tokenizers.server import ServerTokenizer, server_root
@@ -111,7 +117,8 @@ def test_llama_cpp_newer_props_and_train_fallback() -> None:
     routes = {**LLAMA_CPP, ("GET", "/props"): {"n_ctx": 8192}}
     assert discover_model("http://box:8080", transport=fake(routes)).context_window == 8192
     routes = {**LLAMA_CPP, ("GET", "/props"): {"default_generation_settings": {}}}
-    assert discover_model("http://box:8080", transport=fake(routes)).context_window == 32768
+    found = discover_model("http://box:8080", transport=fake(routes), cache_ttl=0)
+    assert found.context_window == 32768
 
 
 @pytest.mark.parametrize(
@@ -282,14 +289,166 @@ async def test_discovers_the_real_window(llama_server: LlamaServer) -> None:
     m = discover_model(llama_server.base_url)
     assert m.context_window == llama_server.n_ctx == 2048
     assert (m.name, m.provider, m.source) == (MODEL_ALIAS, "llama-cpp-python", "server")
-    assert m.tokenizer == f"server:{llama_server.root_url}"
     assert await adiscover_model(llama_server.root_url) == m
 
 
 @pytest.mark.server
-def test_without_the_probe_the_window_is_unknown(llama_server: LlamaServer) -> None:
+def test_without_its_process_or_the_probe_the_window_is_unknown(
+    llama_server: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discovery, "local_server_process", lambda root: None)
     with pytest.raises(UpstreamError, match="exposes no context window"):
-        discover_model(llama_server.base_url, probe_tokens=0)
+        discover_model(llama_server.base_url, probe_tokens=0, cache_ttl=0)
+    # with the probe, the window comes from the server's refusal; counts from its endpoint
+    m = discover_model(llama_server.base_url, cache_ttl=0)
+    assert m.context_window == 2048
+    assert (m.tokenizer, m.chat_format) == (f"server:{llama_server.root_url}", "generic")
+
+
+@pytest.mark.server
+def test_discovery_yields_the_servers_template_and_its_model_file(
+    llama_server: LlamaServer,
+) -> None:
+    m = discover_model(llama_server.base_url)
+    gguf = GGUFTokenizer(llama_server.model_path)
+    assert m.tokenizer == f"gguf:{llama_server.model_path}"
+    assert m.chat_format == "template"
+    assert m.chat_template == gguf.chat_template and m.chat_template
+    assert (m.bos_token, m.eos_token) == (gguf.bos_token, gguf.eos_token)
+    gguf.close()
+    counter = get_counter(m)
+    for messages in CONVERSATIONS:
+        r = httpx.post(
+            f"{llama_server.base_url}/chat/completions",
+            json={"messages": messages, "max_tokens": 1, "temperature": 0},
+            timeout=120,
+        )
+        assert counter.count_rendered(messages) == r.json()["usage"]["prompt_tokens"]
+        assert counter.count(messages) >= r.json()["usage"]["prompt_tokens"]
+
+
+CONVERSATIONS: list[list[dict[str, Any]]] = [
+    [{"role": "user", "content": "Hello!"}],
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "héllo 日本語 🎉 " * 20},
+        {"role": "assistant", "content": "Yes."},
+        {"role": "user", "content": "And <|im_start|> then?"},
+    ],
+]
+
+
+@pytest.mark.server
+def test_counting_and_discovery_do_not_wait_on_a_busy_server(llama_server: LlamaServer) -> None:
+    m = discover_model(llama_server.base_url)  # cached on disk from here on
+    counter = get_counter(m)
+    messages = CONVERSATIONS[1]
+    expected = counter.count(messages)
+
+    def generate() -> None:
+        # EOS suppressed: the server stays busy for the whole max_tokens
+        httpx.post(
+            f"{llama_server.base_url}/completions",
+            json={
+                "prompt": "Once upon a time",
+                "max_tokens": 400,
+                "logit_bias": {"0": -100, "1": -100, "2": -100},
+            },
+            timeout=120,
+        )
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    try:
+        time.sleep(0.5)
+        # the server's own endpoints wait for the generation lock ...
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{llama_server.root_url}/extras/tokenize", json={"input": "x"}, timeout=1)
+        # ... counting and a second discovery do not
+        t0 = time.monotonic()
+        assert get_counter(discover_model(llama_server.base_url)).count(messages) == expected
+        assert time.monotonic() - t0 < 1.0
+        assert worker.is_alive()  # it was busy all along
+    finally:
+        worker.join(timeout=120)
+
+
+def test_the_disk_cache(tmp_path: Path) -> None:
+    calls: list[httpx.Request] = []
+    first = discover_model("http://gpu:8000/v1", transport=fake(VLLM, calls))
+    assert len(calls) == 1
+    files = list(discovery.discovery_cache_dir().glob("*.json"))
+    assert len(files) == 1
+    down = fake({("GET", "/v1/models"): httpx.Response(500, text="busy")})
+    assert discover_model("http://gpu:8000/v1", transport=down) == first  # from disk
+    # another model of that server, or no cache: the server is asked
+    with pytest.raises(UpstreamError, match="HTTP 500"):
+        discover_model("http://gpu:8000/v1", model="other", transport=down)
+    with pytest.raises(UpstreamError, match="HTTP 500"):
+        discover_model("http://gpu:8000/v1", transport=down, cache_ttl=0)
+    # an entry older than the TTL is asked again
+    entry = json.loads(files[0].read_text())
+    entry["saved"] -= 7200
+    files[0].write_text(json.dumps(entry))
+    with pytest.raises(UpstreamError, match="HTTP 500"):
+        discover_model("http://gpu:8000/v1", transport=down)
+    # an unreadable entry is ignored
+    files[0].write_text("{not json")
+    assert discover_model("http://gpu:8000/v1", transport=fake(VLLM)) == first
+
+
+def test_vllm_local_folder_counts_with_its_tokenizer(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}",
+                "bos_token": {"content": "<s>"},
+                "eos_token": "</s>",
+            }
+        )
+    )
+    routes: Routes = {
+        ("GET", "/v1/models"): {"data": [{"id": "m", "root": str(tmp_path), "max_model_len": 4096}]}
+    }
+    m = discover_model("http://gpu:8000/v1", transport=fake(routes))
+    assert (m.tokenizer, m.chat_format) == (f"hf:{tmp_path}", "template")
+    assert (m.bos_token, m.eos_token) == ("<s>", "</s>")
+    assert m.chat_template is not None and "m.content" in m.chat_template
+
+
+def test_llama_cpp_model_path_here_counts_offline() -> None:
+    path = smollm2_path()
+    routes = {
+        **LLAMA_CPP,
+        ("GET", "/props"): {**LLAMA_CPP[("GET", "/props")], "model_path": str(path)},
+    }
+    m = discover_model("http://box:8080/v1", transport=fake(routes))
+    assert (m.tokenizer, m.chat_format) == (f"gguf:{path}", "template")
+    assert m.chat_template == LLAMA_CPP[("GET", "/props")]["chat_template"]  # the server's own
+    routes[("GET", "/props")]["model_path"] = "/elsewhere/model.gguf"  # another machine's
+    m = discover_model("http://box:8080/v1", transport=fake(routes), cache_ttl=0)
+    assert m.tokenizer == "server:http://box:8080"
+
+
+def test_ollama_blob_here_gives_tokenizer_and_template() -> None:
+    path = smollm2_path()
+    routes = ollama("num_ctx 8192")
+    routes[("POST", "/api/show")]["modelfile"] = f"# Modelfile\nFROM {path}\nTEMPLATE x\n"
+    m = discover_model("http://localhost:11434/v1", transport=fake(routes))
+    assert (m.context_window, m.tokenizer, m.chat_format) == (8192, f"gguf:{path}", "template")
+    gguf = GGUFTokenizer(path)
+    assert m.chat_template == gguf.chat_template
+    gguf.close()
+
+
+def test_command_line_of_a_llama_cpp_python_server() -> None:
+    path = smollm2_path()
+    p = parse_command_line(1, ["python", "-c", "...", "--model", str(path), "--n_ctx", "4096"])
+    assert (p.model_path, p.n_ctx, p.chat_format) == (path, 4096, None)
+    p = parse_command_line(1, ["python", "-m", "llama_cpp.server", "--model=/no.gguf", "--n_ctx=x"])
+    assert (p.model_path, p.n_ctx) == (None, None)
+    assert local_server_process("https://api.openai.com") is None  # never a remote one
 
 
 @pytest.mark.server
@@ -303,3 +462,57 @@ def test_server_tokenizer_equals_the_gguf_vocabulary(llama_server: LlamaServer) 
     tok = server.tokenizer
     assert isinstance(tok, ServerTokenizer) and tok.kind == "llama-cpp-python"
     gguf.close()
+
+
+# -- the registry against a running server ------------------------------------------------------
+
+
+def test_compare_names_each_difference() -> None:
+    c = compare("http://gpu:8000/v1", "mistral-small-24b", transport=fake(VLLM))
+    assert c.served.name == "mistralai/Mistral-Small-24B"  # unlisted name: the served model
+    assert c.registry is not None and c.registry.name == "mistral-small-24b"
+    fields = {d.field: d for d in c.differences}
+    assert (fields["context_window"].registry, fields["context_window"].server) == (32768, 16384)
+    assert "smaller window" in fields["context_window"].note
+    assert not c.matches
+    unknown = compare("http://gpu:8000/v1", "other", transport=fake(VLLM))
+    assert (unknown.served.context_window, unknown.registry) == (4096, None)
+    assert [d.field for d in unknown.differences] == ["name"]
+
+
+def test_compare_matches_when_the_registry_says_what_the_server_does() -> None:
+    register_model(
+        name="mistralai/mistral-small-24b",
+        context_window=16384,
+        tokenizer="server:http://gpu:8000",
+        chat_format="generic",
+    )
+    c = compare("http://gpu:8000/v1", "mistralai/Mistral-Small-24B", transport=fake(VLLM))
+    assert c.matches, c.differences
+
+
+@pytest.mark.server
+def test_compare_and_the_cli_check_against_the_real_server(
+    llama_server: LlamaServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    register_model(name="smollm2-check", context_window=8192, max_output_tokens=4096)
+    c = compare(llama_server.base_url, "smollm2-check")
+    assert c.served.context_window == 2048
+    fields = {d.field: (d.registry, d.server) for d in c.differences}
+    assert fields["context_window"] == (8192, 2048)
+    assert fields["max_output_tokens"] == (4096, None)  # above the server's window
+    assert fields["tokenizer"] == (
+        "estimate (generic)",
+        f"gguf:{llama_server.model_path} (template)",
+    )
+    assert main(["models", "--check", llama_server.base_url, "smollm2-check", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["matches"] is False and data["context_window"] == 2048
+    assert {d["field"] for d in data["differences"]} == set(fields)
+    assert main(["models", "--check", llama_server.base_url, "smollm2-check"]) == 1
+    out = capsys.readouterr().out
+    assert "8,192" in out and "2,048" in out and "smaller window" in out
+    # once the registry says what the server runs, the check passes
+    register_model(c.served.replace(name="smollm2-check"))
+    assert main(["models", "--check", llama_server.base_url, "smollm2-check"]) == 0
+    assert "matches" in capsys.readouterr().out

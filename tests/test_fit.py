@@ -196,8 +196,9 @@ def test_bad_messages(bad: Any) -> None:
 
 
 def test_bad_options() -> None:
-    with pytest.raises(tokenflex.InvalidInputError, match="max_tokens"):
-        fit(_chat(1), model="gpt-4o", max_tokens=-5)
+    for bad in (-5, 0, 1.5, 100.0, True, "100"):
+        with pytest.raises(tokenflex.InvalidInputError, match="max_tokens"):
+            fit(_chat(1), model="gpt-4o", max_tokens=bad)
     with pytest.raises(tokenflex.InvalidInputError, match="history_shar"):
         fit(_chat(1), model="gpt-4o", history_shar=0.5)
 
@@ -213,7 +214,7 @@ def test_plan_to_dict_and_determinism() -> None:
 
 def test_conversation_incremental_matches_fit_every_turn() -> None:
     msgs = _chat(600, words=30)
-    conv = Conversation(msgs[:1], model="gpt-4")
+    conv = Conversation(msgs[:1], model="gpt-4", cache_stable=False)
     for i, m in enumerate(msgs[1:], start=2):
         conv.append(m)
         if m["role"] == "user" and i % 25 == 0:
@@ -221,3 +222,82 @@ def test_conversation_incremental_matches_fit_every_turn() -> None:
             b = fit(msgs[:i], model="gpt-4", max_tokens=1000)
             assert [id(x) for x in a.messages] == [id(x) for x in b.messages]
             assert (a.input_tokens, a.max_tokens) == (b.input_tokens, b.max_tokens)
+
+
+def test_unknown_model_is_in_the_plans_warnings_with_close_names() -> None:
+    plan = fit(_chat(1), model="gtp-4", max_tokens=100)
+    (w,) = [w for w in plan.warnings if w.startswith("Unknown model")]
+    assert "'gtp-4'" in w and "8,192-token window" in w and "Did you mean gpt-4," in w
+    assert "strict=True" in w
+    assert tokenflex.models.close_names("gtp-4")[0] == "gpt-4"
+    assert tokenflex.models.close_names("GPT-4O-MINI")[0] == "gpt-4o-mini"
+    assert tokenflex.models.close_names("zzzzzzzz") == []
+    known = fit(_chat(1), model="gpt-4", max_tokens=100)
+    assert not any(w.startswith("Unknown model") for w in known.warnings)
+
+
+BAD_MESSAGES = [
+    pytest.param({"role": "assistant", "content": 5}, "content of type int", id="int-content"),
+    pytest.param({"role": "wizard", "content": "x"}, "role 'wizard'", id="unknown-role"),
+    pytest.param({"content": "x"}, "no 'role'", id="no-role"),
+    pytest.param({"role": "user", "content": [{"type": "text"}]}, "'text'", id="bad-part"),
+    pytest.param({"role": "user", "content": "x", "meta": {(1, 2): 3}}, "JSON", id="tuple-key"),
+    pytest.param("not a dict", "not a dict", id="str-message"),
+]
+
+
+@pytest.mark.parametrize(("bad", "match"), BAD_MESSAGES)
+@pytest.mark.parametrize("model", ["gpt-4", "gpt-4o"])
+def test_a_bad_message_raises_whether_it_would_be_kept_or_dropped(
+    bad: Any, match: str, model: str
+) -> None:
+    """gpt-4 drops messages[1] (old, and the history is long), gpt-4o keeps it: both raise
+    before fitting, naming the index (it used to pass on gpt-4 and break to_dict())."""
+    msgs = _chat(400)
+    msgs[1] = bad
+    with pytest.raises(InvalidMessagesError, match=rf"messages\[1\] .*{match}"):
+        fit(msgs, model=model, max_tokens=1000)
+    with pytest.raises(InvalidMessagesError, match=rf"messages\[1\] .*{match}"):
+        Conversation(msgs, model=model)
+    conv = Conversation(msgs[:1], model=model)
+    with pytest.raises(InvalidMessagesError, match=rf"messages\[1\] .*{match}"):
+        conv.append(bad)
+    assert len(conv) == 1  # the bad message was not added
+
+
+@pytest.mark.parametrize(("bad", "match"), BAD_MESSAGES)
+def test_a_bad_history_message_is_named_as_the_caller_knows_it(bad: Any, match: str) -> None:
+    history = _chat(6)[1:]  # oldest first
+    history[-2] = bad
+    current = [{"role": "user", "content": "and now?"}]
+    with pytest.raises(InvalidMessagesError, match=rf"history\[{len(history) - 2}\] .*{match}"):
+        fit(current, model="gpt-4o", max_tokens=100, history=history)
+    newest_first = iter(list(reversed(history)))
+    with pytest.raises(InvalidMessagesError, match=rf"history message 2 .*{match}"):
+        fit(current, model="gpt-4o", max_tokens=100, history=newest_first)
+
+
+async def test_afit_checks_every_message_too() -> None:
+    msgs = _chat(400)
+    msgs[1] = {"role": "assistant", "content": 5}
+    with pytest.raises(InvalidMessagesError, match=r"messages\[1\]"):
+        await tokenflex.afit(msgs, model="gpt-4", max_tokens=1000)
+
+
+def test_without_max_tokens_history_is_kept_and_the_output_takes_what_is_left() -> None:
+    """Issue 11 item 13: no max_tokens used to reserve gpt-4's whole max output and keep
+    2 of 402 messages; now history fills the room down to the 500-token floor."""
+    msgs = _chat(401, words=60)
+    default = fit(msgs, model="gpt-4")
+    explicit = fit(msgs, model="gpt-4", max_tokens=512)
+    assert len(default.messages) > len(explicit.messages) > 10
+    assert default.max_tokens >= 500
+    assert default.input_tokens + default.max_tokens + 100 == 8192  # output takes the rest
+    assert not any(w.startswith("max_tokens reduced") for w in default.warnings)
+    for plan in (default, explicit):
+        (w,) = [w for w in plan.warnings if w.startswith("history: dropped ")]
+        kept = len(plan.messages) - 2  # system and current turn
+        assert f"dropped {len(plan.dropped):,} of {len(plan.dropped) + kept:,} messages" in w
+        _check_promise(plan, msgs)
+    short = fit(msgs[:6], model="gpt-4o")
+    assert len(short.messages) == 6 and short.max_tokens == 16_384 and not short.warnings

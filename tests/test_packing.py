@@ -463,11 +463,28 @@ def test_bad_arguments(kwargs: dict[str, object], match: str) -> None:
         pytest.param(lambda: Chunk("x", score="high"), id="str-score"),  # type: ignore[arg-type]
         pytest.param(lambda: Chunk(3), id="non-str-text"),  # type: ignore[arg-type]
         pytest.param(lambda: Chunk("x", extras=[1]), id="list-extras"),  # type: ignore[arg-type]
+        pytest.param(lambda: Chunk("x", source=5), id="int-source"),  # type: ignore[arg-type]
+        pytest.param(lambda: Chunk("x", identifier=b"u"), id="bytes-id"),  # type: ignore[arg-type]
+        pytest.param(lambda: Chunk("x", id=["a"]), id="list-id"),  # type: ignore[arg-type]
+        pytest.param(lambda: Chunk("x", extras={1: 2, "a": 3}), id="mixed-extras-keys"),
+        pytest.param(lambda: Chunk("x", extras={"a": {1: 2, "b": 3}}), id="nested-mixed-keys"),
     ],
 )
 def test_bad_chunks(make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidInputError):
         make()
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_optimal_with_scores_near_the_float_limit(n: int) -> None:
+    """Scores near 1e308 used to overflow the knapsack's sum (OverflowError in fsum)."""
+    chunks = [Chunk(f"x{i} " * 20, score=1.7e308) for i in range(n)]
+    chunks.append(Chunk("big " * 300, score=1e308))
+    for budget in (200, 400):
+        r = pack_chunks(chunks, budget=budget, safety_buffer=0, policy="optimal")
+        skip = pack_chunks(chunks, budget=budget, safety_buffer=0, policy="skip")
+        assert r.tokens <= budget
+        assert len(r.admitted) >= len(skip.admitted)  # never worse than skip: equal scores
 
 
 def test_non_chunk_items_rejected() -> None:

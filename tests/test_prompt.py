@@ -217,6 +217,10 @@ def test_deterministic() -> None:
             id="truncate-messages",
         ),
         pytest.param(lambda p: p.add("x", ["a"], scores=[1, 2]), "one per item", id="scores"),
+        pytest.param(lambda p: p.add("x", ["a", "b"], scores=[None, 1]), "None", id="none"),
+        pytest.param(lambda p: p.add("x", ["a"], scores=[float("nan")]), "finite", id="nan"),
+        pytest.param(lambda p: p.add("x", ["a"], scores=[10**400]), "finite", id="huge-int"),
+        pytest.param(lambda p: p.add("x", ["a"], scores=5), "list of 1", id="scores-int"),
         pytest.param(lambda p: p.add("x", "a b", shrink="truncate", boundary="page"), "boundary"),
         pytest.param(lambda p: p.add("x", 42), "content must be", id="content-type"),
         pytest.param(lambda p: p.add("x", ["a", {"role": "user"}]), "content must be", id="mix"),
@@ -228,15 +232,19 @@ def test_bad_input(call: Any, match: str) -> None:
 
 
 def test_bad_messages_name_the_section_and_index() -> None:
+    """Checked when added, kept or not (counting is lazy and would miss a dropped one)."""
     p = Prompt("gpt-4o")
-    p.add("history", [{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}])
     with pytest.raises(InvalidMessagesError, match=r"Section 'history': .*messages\[1\].*wizard"):
-        p.fit()
+        p.add("history", [{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}])
+    assert p.sections == []
 
 
 def test_bad_options_are_fits_errors() -> None:
     with pytest.raises(InvalidInputError, match=r"policy"):
         Prompt("gpt-4o", policy="greedy")  # type: ignore[arg-type]
+    for bad in ("100", 1.5, True, 0):
+        with pytest.raises(InvalidInputError, match=r"max_tokens"):
+            Prompt("gpt-4o", max_tokens=bad)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ the promise, as a property

@@ -108,9 +108,11 @@ def groups_of(msgs: Sequence[dict[str, Any]], lo: int, hi: int) -> list[tuple[in
 
 
 def requested_output(max_tokens: int | None, model: tokenflex.Model) -> int:
-    """The output request: the caller's, else the model's max output, else 4,000; clamped
-    to the model's max output."""
-    request = max_tokens if max_tokens is not None else (model.max_output_tokens or 4000)
+    """The output request: the caller's, else the most the model may emit (its max output,
+    else its window); clamped to the model's max output."""
+    request = (
+        max_tokens if max_tokens is not None else (model.max_output_tokens or model.context_window)
+    )
     if model.max_output_tokens is not None:
         request = min(request, model.max_output_tokens)
     return request
@@ -153,11 +155,20 @@ def expected_history_groups(
 
 
 def room_for_optional(
-    window: int, margin: int, request: int, floor: int, policy: str, cap: int | None, required: int
+    window: int,
+    margin: int,
+    request: int,
+    floor: int,
+    policy: str,
+    cap: int | None,
+    required: int,
+    *,
+    given: bool = True,
 ) -> int:
     """Tokens optional items may take: ``reserve`` keeps the request, ``flex`` only the
-    floor; ``max_input_tokens`` caps the input."""
-    total = window - margin - (request if policy == "reserve" else floor)
+    floor; without a max_tokens from the caller (``given`` False) only the floor too;
+    ``max_input_tokens`` caps the input."""
+    total = window - margin - (request if policy == "reserve" and given else floor)
     if cap is not None:
         total = min(total, cap)
     return total - required
@@ -193,6 +204,10 @@ _REDUCED = re.compile(
 )
 _ABOVE = re.compile(rf"max_tokens={_NUM} is above (.+)'s max output {_NUM}; requested {_NUM}\.")
 _MIN_YIELDS = re.compile(rf"(\w+): min_items={_NUM} yields to the window; kept {_NUM}\.")
+_DROPPED = re.compile(
+    rf"\w+: dropped {_NUM} of {_NUM} messages \(([^)]*)\); kept (?:the newest )?{_NUM} in the "
+    rf"{_NUM}-token window \({_NUM} tokens\)\. "
+)
 _BEYOND_SHARE = re.compile(
     rf"(\w+): kept {_NUM} items beyond its soft share \(([\d.]+)\) to honour min_items={_NUM}\."
 )
@@ -211,10 +226,30 @@ def check_warning_numbers(
     model: tokenflex.Model,
     kept_items: dict[str, int],
     min_items: dict[str, int],
+    kept_messages: dict[str, int] | None = None,
 ) -> None:
-    """Every number a warning states is the plan's own."""
+    """Every number a warning states is the plan's own. ``kept_messages``: messages kept
+    per message section, whose "dropped" warning is checked against the plan."""
+    kept_messages = kept_messages or {}
     reduced = [w for w in plan.warnings if w.startswith("max_tokens reduced")]
-    assert len(reduced) == (1 if plan.max_tokens < plan.requested_max_tokens else 0), plan.warnings
+    # Without max_tokens the output takes what is left: nothing asked for was reduced.
+    was_reduced = caller_max_tokens is not None and plan.max_tokens < plan.requested_max_tokens
+    assert len(reduced) == (1 if was_reduced else 0), plan.warnings
+    for section in {d.section for d in plan.dropped if d.reason != "summarized"}:
+        if section not in kept_messages:
+            continue
+        (w,) = [w for w in plan.warnings if w.startswith(f"{section}: dropped ")]
+        m = _DROPPED.match(w)
+        assert m, w
+        n, total, _why, n_kept, window, tokens = m.groups()
+        dropped = [d for d in plan.dropped if d.section == section and d.reason != "summarized"]
+        assert _int(n) == len(dropped) and _int(n_kept) == kept_messages[section], w
+        assert _int(total) == len(dropped) + kept_messages[section], w
+        assert _int(window) == plan.context_window, w
+        assert _int(tokens) == plan.sections.get(section, 0), w
+        reasons = {r: sum(1 for d in dropped if d.reason == r) for r in {d.reason for d in dropped}}
+        stated = {r: _int(k) for r, k in re.findall(r"(\w+): (\d{1,3}(?:,\d{3})*)", _why)}
+        assert stated == reasons, w
     for w in plan.warnings:
         if m := _REDUCED.fullmatch(w):
             x, y, z, win = (_int(g) for g in m.groups())
@@ -234,6 +269,8 @@ def check_warning_numbers(
             assert _int(n_min) == min_items[section], w
             assert _int(n_kept) == kept_items[section], w
             assert kept_items[section] < min_items[section], w
+        elif _DROPPED.match(w):
+            continue  # checked above
         elif m := _BEYOND_SHARE.fullmatch(w):
             section, n_kept, _share, n_min = m.groups()
             assert _int(n_min) == min_items[section], w
@@ -432,7 +469,8 @@ def tight(
     a token: an off-by-one in the solver's room keeps the wrong number of groups here."""
     k = draw(st.integers(0, len(costs)))
     delta = draw(st.sampled_from([-1, 0, 0, 1]))
-    out = ref.request if o.get("policy", "reserve") == "reserve" else ref.floor
+    reserve = o.get("policy", "reserve") == "reserve" and ref.given
+    out = ref.request if reserve else ref.floor
     out = draw(st.sampled_from([out, ref.floor]))  # or at the overflow boundary
     window = required + sum(costs[len(costs) - k :]) + delta + o.get("safety_margin", 100) + out
     window = max(1, window)
@@ -450,6 +488,8 @@ class Reference:
     group_bounds: list[tuple[int, int]]
     group_costs: list[int]
     opens: list[bool]
+    given: bool = True
+    """The caller gave max_tokens (without, the output takes what the input leaves)."""
 
 
 def reference(case: FitCase) -> Reference:
@@ -466,11 +506,13 @@ def reference(case: FitCase) -> Reference:
         case.opt("policy", "reserve"),
         case.opt("max_input_tokens", None),
         required,
+        given=case.max_tokens is not None,
     )
     bounds = groups_of(msgs, case.sys_end, case.cur)
     costs = [sum(msg_cost(msgs[i], m) for i in range(a, b)) for a, b in bounds]
     opens = [not is_answer(msgs[a]) for a, _b in bounds]
-    return Reference(required, request, floor, room, bounds, costs, opens)
+    given = case.max_tokens is not None
+    return Reference(required, request, floor, room, bounds, costs, opens, given)
 
 
 def required_fits(case: FitCase, ref: Reference) -> bool:
@@ -594,7 +636,8 @@ def test_fit_history_follows_share_min_and_max_messages(case: FitCase) -> None:
         ref.group_costs,
         ref.opens,
         ref.room,
-        case.opt("history_share", 0.8),
+        # the share applies to the room a requested output leaves; none without one
+        case.opt("history_share", 0.8) if case.max_tokens is not None else None,
         case.opt("min_messages", 0),
         case.opt("max_messages", None),
     )
@@ -610,13 +653,14 @@ def test_fit_warnings_state_the_plans_numbers(case: FitCase) -> None:
     plan = fit_or_overflow(case, ref, numbers=True)
     if plan is None:
         return
-    _, n_groups = kept_history(case, plan)
+    start, n_groups = kept_history(case, plan)
     check_warning_numbers(
         plan,
         caller_max_tokens=case.max_tokens,
         model=case.model,
         kept_items={"history": n_groups},
         min_items={"history": case.opt("min_messages", 0)},
+        kept_messages={"history": case.cur - start},
     )
 
 
@@ -653,7 +697,7 @@ def test_conversation_gives_the_same_plan_as_fit(case: FitCase, split: set[str])
     (options given at construction or per fit)."""
     ctor = {k: v for k, v in case.options.items() if k in split}
     per_fit = {k: v for k, v in case.options.items() if k not in split}
-    conv = Conversation(model=case.model, tools=case.tools, **ctor)
+    conv = Conversation(model=case.model, tools=case.tools, cache_stable=False, **ctor)
     for m in case.messages:
         conv.append(m)
     try:
@@ -673,7 +717,7 @@ def test_conversation_gives_the_same_plan_as_fit(case: FitCase, split: set[str])
 @given(case=fit_cases())
 def test_conversation_plan_says_what_fits_plan_says(case: FitCase) -> None:
     """8, the whole plan: warnings, sections and accounting as fit() gives them."""
-    conv = Conversation(case.messages, model=case.model, tools=case.tools)
+    conv = Conversation(case.messages, model=case.model, tools=case.tools, cache_stable=False)
     try:
         want = tokenflex.fit(case.messages, model=case.model, **case.kwargs())
     except ContextOverflowError:
@@ -840,7 +884,11 @@ def prompt_cases(draw: st.DrawFn, *, only_history: bool = False) -> PromptCase:
         window = max(1, window + draw(st.sampled_from([-1, 0])))
         case.model = case.model.replace(name=f"{case.model.name}-r{window}", context_window=window)
     elif draw(st.booleans()):
-        ref = SimpleNamespace(request=request, floor=min(case.min_output_tokens, request))
+        ref = SimpleNamespace(
+            request=request,
+            floor=min(case.min_output_tokens, request),
+            given=case.max_tokens is not None,
+        )
         costs, _opens, _room = prompt_history_reference(case)
         o = {"policy": case.policy, "safety_margin": case.safety_margin}
         case.model = draw(tight(case.model, case.required(), costs, ref, o))
@@ -924,6 +972,7 @@ def prompt_history_reference(case: PromptCase) -> tuple[list[int], list[bool], i
         case.policy,
         case.max_input_tokens,
         case.required(),
+        given=case.max_tokens is not None,
     )
     h = case.history
     bounds = groups_of(h, 0, len(h))
@@ -987,6 +1036,7 @@ def test_prompt_warnings_state_the_plans_numbers(case: PromptCase) -> None:
             "manual": lay.manual_kept,
         },
         min_items={"history": case.history_min, "memories": case.memory_min_items, "manual": 0},
+        kept_messages={"history": len(case.history) - lay.history_start},
     )
 
 
@@ -1029,3 +1079,34 @@ def test_warning_parser_reads_separators() -> None:
     assert _int("1,011") == 1011 and _int("800") == 800
     with pytest.raises(AssertionError):
         _int("1011,0")
+
+
+# ------------------------------------------------------------------------ no max_tokens
+
+
+@SETTINGS
+@given(case=fit_cases())
+def test_without_max_tokens_history_is_kept_and_the_output_takes_what_is_left(
+    case: FitCase,
+) -> None:
+    """Issue 11 item 13: with no max_tokens (and no cap on history), every message is kept
+    when the history and the floor fit, and max_tokens = min(model's max output, what the
+    input leaves); history is cut only when it must be, and then a warning says so."""
+    case.max_tokens = None
+    case.options = {k: case.options[k] for k in ("policy", "min_output_tokens", "safety_margin")}
+    ref = reference(case)
+    plan = fit_or_overflow(case, ref)
+    if plan is None:
+        return
+    check_promise(plan, case.model, case.tools)
+    margin, window = case.opt("safety_margin", 100), case.model.context_window
+    left = window - margin - plan.input_tokens
+    top = case.model.max_output_tokens
+    assert plan.max_tokens == (left if top is None else min(top, left))
+    everything = ref.required + sum(ref.group_costs)
+    if everything + ref.floor + margin <= window:
+        assert len(plan.messages) == len(case.messages) and not plan.dropped
+        assert not any("dropped" in w or "reduced" in w for w in plan.warnings)
+    else:
+        assert plan.dropped
+        assert any(w.startswith("history: dropped ") for w in plan.warnings), plan.warnings

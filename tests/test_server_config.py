@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ from tokenflex.models import Model
 from tokenflex.server import PlanStore, ProxyError, ServerConfig, create_app
 from tokenflex.server._models import ModelResolver
 from tokenflex.server.config import patch_model, split_options
+from tokenflex.server.plans import credential_hash
 
 CONFIG = """
 upstream = "http://127.0.0.1:8080/v1/"
@@ -108,6 +111,24 @@ def test_options_merge_fit_then_model_then_route(config_file: Path) -> None:
             id="bad-default",
         ),
         pytest.param({"upstream": "http://x", "nonsense": 1}, "nonsense", id="unknown-key"),
+        pytest.param(
+            {"upstream": "http://x", "passthrough_paths": ["v1/files/*"]},
+            "passthrough_paths",
+            id="path-without-slash",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "allowed_hosts": ["http://proxy.local"]},
+            "allowed_hosts",
+            id="host-with-scheme",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "cors_origins": ["https://app.example/"]},
+            "cors_origins",
+            id="origin-with-slash",
+        ),
+        pytest.param(
+            {"upstream": "http://x", "worker_threads": 0}, "worker_threads", id="no-threads"
+        ),
     ],
 )
 def test_bad_settings_are_config_errors(settings: dict[str, object], needle: str) -> None:
@@ -160,17 +181,86 @@ class _Plan:
 def test_plan_store_is_bounded_by_count_and_bytes() -> None:
     store = PlanStore(max_plans=3, max_bytes=1000)
     for i in range(5):
-        store.put(f"p{i}", _Plan(i), size=10)
-    assert len(store) == 3
+        assert store.put(f"p{i}", b"x" * 10)
+    assert len(store) == 3 and store.size == 30
     assert store.get("p0") is None and store.get("p1") is None
-    assert store.get("p4") is not None and store.get("p4").to_dict() == {"n": 4}  # type: ignore[union-attr]
-    store.put("big", _Plan(9), size=990)
+    assert store.get("p4") == b"x" * 10
+    store.put("big", b"y" * 990)
     assert store.get("big") is not None and len(store) == 2  # 990 + 10 bytes: p2, p3 made room
     assert store.get("p3") is None and store.get("p4") is not None
-    store.put("too-big", _Plan(10), size=1001)
+    assert not store.put("too-big", b"z" * 1001)
     assert store.get("too-big") is None  # never kept, nothing evicted for it
     assert store.get("big") is not None
-    assert len(PlanStore(max_plans=0)) == 0
+    assert store.put("plan", _Plan(4)) and store.get("plan") == b'{"n":4}'  # serialized
+    assert not PlanStore(max_plans=0).put("p", b"{}")
+
+
+def test_plans_belong_to_the_credentials_that_made_them() -> None:
+    store = PlanStore()
+    mine = credential_hash({"authorization": "Bearer sk-mine"})
+    store.put("p", b"{}", owner=mine)
+    assert store.get("p", owner=mine) == b"{}"
+    for other in ({}, {"authorization": "Bearer sk-other"}, {"x-api-key": "sk-mine"}):
+        assert store.get("p", owner=credential_hash(other)) is None
+
+
+def test_plan_store_memory_stays_near_its_cap() -> None:
+    """Real plans of ~100 kB conversations through a 2 MiB store: the memory it holds
+    (tracemalloc) stays within 1.5x the cap, where live plan objects cost ~10x."""
+    from tokenflex import fit
+
+    cap = 2 * 1024 * 1024
+    msgs = [{"role": "system", "content": "Be terse."}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i} " + "lorem ipsum " * 40}
+        for i in range(200)
+    ]
+    plan = fit(msgs, model="gpt-4o", max_tokens=100)
+    store = PlanStore(max_plans=10_000, max_bytes=cap)
+    assert store.put("warm", plan)
+    one = store.size
+    assert one > 50_000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(3 * cap // one):
+            store.put(f"p{i}", plan)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert store.size <= cap and len(store) == cap // one
+    assert held < 1.5 * cap, f"{held:,} bytes held for a {cap:,}-byte cap"
+
+
+CONFIG_MODEL_ERRORS = [
+    ({"tiny": {"tokenizer": "o200k_base", "chat_format": "template"}}, {}, "chat_template"),
+    ({"tiny": {"tokenizer": "gguf:/no/such/model.gguf"}}, {}, "does not exist"),
+    ({"tiny": {"tokenizer": "bogus:x"}}, {}, "Unknown tokenizer"),
+    ({}, {"r": {"tokenizer": "o200k_base", "chat_format": "template"}}, "chat_template"),
+]
+
+
+@pytest.mark.parametrize(("models", "routes", "needle"), CONFIG_MODEL_ERRORS)
+def test_models_that_cannot_be_counted_stop_startup(
+    models: dict[str, dict[str, object]], routes: dict[str, dict[str, object]], needle: str
+) -> None:
+    config = ServerConfig.load(upstream="http://127.0.0.1:9", models=models, routes=routes)
+    with pytest.raises(ConfigError, match=needle):
+        create_app(config)
+
+
+def test_serve_stops_on_a_model_it_cannot_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "proxy.toml"
+    path.write_text(
+        'upstream = "http://127.0.0.1:9"\n[models.local]\ntokenizer = "gguf:/no/such.gguf"\n'
+        'chat_format = "template"\n'
+    )
+    assert main(["serve", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "local" in err and "gguf" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_serve_rejects_bad_config_with_one_line(

@@ -128,6 +128,12 @@ def test_bad_component() -> None:
         validate_budget({"rag": -1}, expected_output=0, total_budget=100)
 
 
+@pytest.mark.parametrize("components", [[1, 2], "base", 5, None], ids=repr)
+def test_components_must_be_a_mapping(components: object) -> None:
+    with pytest.raises(InvalidInputError, match="components must be a mapping"):
+        validate_budget(components, expected_output=0, total_budget=100)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("used", "expected"),
     [

@@ -18,7 +18,10 @@ How it negotiates (like CSS flexbox, with the floor made room for, never overflo
 3. Optional items fill the room left for input: ``window - margin - request`` with the
    ``reserve`` policy (trim input, keep the requested output), or
    ``window - margin - floor`` with the ``flex`` policy (keep input, let output shrink
-   to the floor). Sections fill in priority order; inside a section, items
+   to the floor). Without a request (``output_given=False``: the caller named no
+   ``max_tokens``), the input fills the room as under ``flex`` and the output takes
+   what is left, up to ``requested_output`` (the model's max output). Sections fill in
+   priority order; inside a section, items
    come in the section's keep order (newest first for history, best rank first for
    documents). A section's soft ``share`` (history: 0.8 of the room) yields to
    ``min_items``, and both yield to the hard window.
@@ -35,6 +38,7 @@ from typing import Literal
 from .errors import ContextOverflowError
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "MIN_OUTPUT_TOKENS",
     "SAFETY_MARGIN",
     "Allocation",
@@ -51,6 +55,8 @@ MIN_OUTPUT_TOKENS = 500
 """The default output floor: ``max_tokens`` never goes below it."""
 SAFETY_MARGIN = 100
 """The default tokens kept free in the window for counting error and formatting."""
+MAX_TOKEN_COUNT = 2**53
+"""The largest token count accepted as input anywhere (a float holds every int up to it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,15 @@ class SectionSpec:
     oldest one kept. When the section is cut and its oldest kept item may not open it
     (history may not start with an answer whose question was dropped), that item is
     dropped too, with the reason ``orphan``, and the next one is tried."""
+    low_water: float | None = None
+    """Cache-stable cutting (contiguous sections without required items): when the
+    section must be cut, keep only the newest items within this share of its room, so
+    the next turns append to an unchanged prefix until the room is full again. Items
+    kept out below the mark have the reason ``low_water``."""
+    hold: int | None = None
+    """With ``low_water``: the previous plan's cut, as the number of newest items it kept.
+    While those items fit, exactly they are kept (older ones stay out, reason ``held``),
+    so the prefix sent does not change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +124,27 @@ class BudgetSpec:
     input_cap: int | None = None
     """Most input tokens for optional items to reach (``max_input_tokens``); required
     items may exceed it (the window stays the hard limit)."""
+    max_input_tokens: int | None = None
+    """The model's own input cap (:attr:`Model.max_input_tokens`, gpt-5: 272,000 of a
+    400,000 window): a hard limit like the window; required input above it raises."""
+    output_given: bool = True
+    """False when the caller named no output (no ``max_tokens``): ``requested_output``
+    is then only the most the model may emit, the input is kept down to the floor
+    whatever the policy, the output takes what is left, and no "reduced" note is
+    written (nothing the caller asked for was reduced)."""
 
     @property
     def floor(self) -> int:
         """The output floor: the minimum, never above the request."""
         return max(0, min(self.min_output_tokens, self.requested_output))
+
+    @property
+    def reserved_output(self) -> int:
+        """The output optional input must leave room for: the request under ``reserve``
+        with a request the caller gave, else the floor."""
+        if self.policy == "reserve" and self.output_given:
+            return max(0, self.requested_output)
+        return self.floor
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +159,8 @@ class DropRecord:
     whose lazy items were not consumed further)."""
     reason: str
     """``budget`` (hard window), ``share`` (soft target), ``cap``, ``max_items``,
-    ``orphan`` (see :attr:`SectionSpec.opens`)."""
+    ``orphan`` (see :attr:`SectionSpec.opens`), ``low_water`` and ``held`` (see
+    :attr:`SectionSpec.low_water`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +219,19 @@ def _output(spec: BudgetSpec, input_tokens: int) -> tuple[int, str | None]:
     window, margin = spec.context_window, spec.safety_margin
     request = max(0, spec.requested_output)
     max_tokens = min(request, window - margin - input_tokens)
+    cap = spec.max_input_tokens
     # The promise, checked on every return; a violation is a bug, never a plan.
-    if not (input_tokens + max_tokens + margin <= window and max_tokens >= spec.floor):
+    if not (
+        input_tokens + max_tokens + margin <= window
+        and max_tokens >= spec.floor
+        and (cap is None or input_tokens <= cap)
+    ):
         raise AssertionError(
             f"tokenflex solver bug: input={input_tokens} max_tokens={max_tokens} "
-            f"margin={margin} window={window} floor={spec.floor}"
+            f"margin={margin} window={window} floor={spec.floor} input cap={cap}"
         )
     note = None
-    if max_tokens < request:
+    if max_tokens < request and spec.output_given:
         note = (
             f"{_OUTPUT_NOTE}{request:,} to {max_tokens:,} to fit {input_tokens:,} input "
             f"tokens in the {window:,}-token window."
@@ -212,6 +249,21 @@ def _overflow(spec: BudgetSpec, required: int, model: str) -> ContextOverflowErr
         f"{spec.safety_margin:,}-token margin ({over:,} over). Shorten the required "
         "messages, lower min_output_tokens, mark a section optional, or pass "
         "fallback_models=[...] with a larger window.",
+        model=model,
+        context_window=spec.context_window,
+        required_tokens=required,
+        max_tokens=spec.floor,
+        safety_margin=spec.safety_margin,
+    )
+
+
+def _over_input_cap(spec: BudgetSpec, required: int, cap: int, model: str) -> ContextOverflowError:
+    name = f"{model} " if model else "the model "
+    return ContextOverflowError(
+        f"Required input needs {required:,} tokens but {name}accepts at most {cap:,} input "
+        f"tokens (max_input_tokens, an API limit below its {spec.context_window:,}-token "
+        f"window; {required - cap:,} over). Shorten the required messages, mark a section "
+        "optional, or pass fallback_models=[...] with a larger input limit.",
         model=model,
         context_window=spec.context_window,
         required_tokens=required,
@@ -258,6 +310,25 @@ def _unorphan(
     return freed
 
 
+def _stable_count(s: SectionSpec, cum: Sequence[int], k: int, cut: bool, soft_room: int) -> int:
+    """How many of the ``k`` newest items that fit a cache-stable section keeps: the
+    previous cut while it fits, else (when the section must be cut) the newest items
+    within the low-water mark; never fewer than ``min_items`` allows."""
+    if s.hold is not None and s.hold <= k and (cut or s.hold < k):
+        return s.hold
+    if not cut or s.low_water is None:
+        return k
+    low = _soft_prefix(cum, int(s.low_water * max(0, soft_room)))
+    return max(min(low, k), min(s.min_items, k))
+
+
+def _prefix_sums(tokens: Sequence[int]) -> list[int]:
+    out = [0]
+    for t in tokens:
+        out.append(out[-1] + t)
+    return out
+
+
 def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "") -> Allocation:
     """Allocate the window between sections and the output.
 
@@ -279,7 +350,6 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
     ((0, 1), 1000)
     """
     window, margin = spec.context_window, spec.safety_margin
-    request = max(0, spec.requested_output)
     floor = spec.floor
     if window <= 0:
         raise ValueError(f"context_window must be positive, got {window!r}")
@@ -304,14 +374,17 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
     used = spec.base_tokens + sum(sum(v) for v in required_tokens.values())
     if used + floor + margin > window:
         raise _overflow(spec, used, model)
+    if spec.max_input_tokens is not None and used > spec.max_input_tokens:
+        raise _over_input_cap(spec, used, spec.max_input_tokens, model)
 
     # Room for optional items: the reserve policy keeps the whole request for the output,
     # flex lets the output shrink to the floor. Soft shares are shares of that room.
-    hard_total = window - margin - (request if spec.policy == "reserve" else floor)
+    hard_total = window - margin - spec.reserved_output
     soft_total = hard_total
-    if spec.input_cap is not None:
-        hard_total = min(hard_total, spec.input_cap)
-        soft_total = min(soft_total, spec.input_cap)
+    for cap in (spec.input_cap, spec.max_input_tokens):
+        if cap is not None:
+            hard_total = min(hard_total, cap)
+            soft_total = min(soft_total, cap)
 
     reserved = {s.name: max(0, s.min_tokens - sum(required_tokens[s.name])) for s in sections}
     order = sorted(range(len(sections)), key=lambda i: -sections[i].priority)
@@ -339,13 +412,26 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
         if s.cumulative is not None and s.contiguous and not req:
             k, reason = _bisect_section(s, s.cumulative, soft_room, hard_room, window_room)
             yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
+            if s.low_water is not None:
+                fit_k = k
+                k = _stable_count(s, s.cumulative, k, reason is not None, soft_room)
+                if k < fit_k:
+                    stable = "held" if k == s.hold else "low_water"
+                    if reason is None:
+                        reason = stable
+                    else:
+                        dropped.append(DropRecord(s.name, k, fit_k - k, stable))
+                        dropped.append(DropRecord(s.name, fit_k, None, reason))
+                        reason = "moved"
+                yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
             if reason is not None:
                 cut = k
                 while k > 0 and s.opens is not None and not s.opens(k - 1):
                     k -= 1
                 if k < cut:
                     dropped.append(DropRecord(s.name, k, cut - k, "orphan"))
-                dropped.append(DropRecord(s.name, cut, None, reason))
+                if reason != "moved":
+                    dropped.append(DropRecord(s.name, cut, None, reason))
             if s.min_items and k < s.min_items and reason is not None:
                 notes.append(f"{s.name}: min_items={s.min_items} yields to the window; kept {k}.")
             elif yielded_soft:  # the same notes as the item-by-item path below
@@ -396,6 +482,20 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                     break
                 dropped.append(DropRecord(s.name, pos, 1, reason))
             pos += 1
+        if s.low_water is not None and s.contiguous and not req:
+            fit_k = len(positions)
+            cut = any(d.section == s.name for d in dropped)
+            sums = _prefix_sums(taken_items)
+            k = _stable_count(s, sums, fit_k, cut, soft_room)
+            if k < fit_k:
+                yielded_soft = yielded_soft and k > _soft_prefix(sums, soft_room)
+                stable = "held" if k == s.hold else "low_water"
+                at = next((i for i, d in enumerate(dropped) if d.section == s.name), len(dropped))
+                dropped.insert(at, DropRecord(s.name, k, fit_k - k, stable))
+                del positions[k:]
+                taken -= sum(taken_items[k:])
+                del taken_items[k:]
+                taken -= _unorphan(s, positions, taken_items, dropped)
         if (
             s.min_items
             and len(positions) < s.min_items

@@ -18,17 +18,20 @@ documents, summaries, fallback models — works here too.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._types import Message, Tool
 from .counting import get_counter
+from .counting.checks import BadMessage
+from .counting.shape import check_one, shape_checker
 from .engine import GroupIndex, afit_layout, fit_layout
-from .errors import InvalidMessagesError
 from .fit import PINNED_ROLES, FitLayout
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
+from .session import ObjectMemory
+from .state import MemoryStore
 from .summarize import is_summary_message
 
 __all__ = ["Conversation"]
@@ -39,6 +42,12 @@ class Conversation:
 
     The caller's dicts are kept by reference, never modified. Options given here are
     defaults for every :meth:`fit`; keyword arguments to :meth:`fit` override them.
+
+    Plans are cache-stable by default (``cache_stable=True``): when history must be cut,
+    it is cut down to ``low_water`` of its room and that cut is held while it fits, so
+    consecutive requests share a prefix a provider's prompt cache can reuse; each plan
+    reports it in ``prefix_tokens``. Pass ``cache_stable=False`` to keep as much history
+    as fits on every fit.
     """
 
     def __init__(
@@ -49,12 +58,16 @@ class Conversation:
         tools: Sequence[Tool] | None = None,
         **options: Any,
     ) -> None:
+        options = {"cache_stable": True, **options}
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
+        self._memory = ObjectMemory()  # the previous plan: cache-stable cuts, prefix_tokens
+        self._summaries = MemoryStore(max_bytes=4 * 1024 * 1024)
         self._by_max_tokens: dict[int, FitOptions] = {}
         self.model = get_model(model, strict=self._opts.strict)
         self.tools = tools
         self.options = dict(options)
         self._counter = get_counter(self.model)
+        self._checker = shape_checker(self.model)
         self._msgs: list[Message] = []
         self._tokens: list[int] = []  # per message
         self._sys_end = 0
@@ -67,14 +80,11 @@ class Conversation:
     # -- growing ---------------------------------------------------------------------
     def append(self, message: Message) -> None:
         """Add one message: counted once, here."""
-        if not isinstance(message, Mapping):
-            raise InvalidMessagesError(
-                f"Conversation.append() takes a message dict, got {type(message).__name__}."
-            )
         try:
-            tokens = self._counter.message(message)
-        except InvalidMessagesError as exc:
-            raise InvalidMessagesError(f"messages[{len(self._msgs)}]: {exc}") from None
+            check_one(self._checker, message)  # what counting would reject, and JSON errors
+        except BadMessage as exc:
+            raise exc.at(len(self._msgs)) from None
+        tokens = self._counter.message(message)
         role = message.get("role")
         i = len(self._msgs)
         self._msgs.append(message)
@@ -149,7 +159,14 @@ class Conversation:
         """
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
-        return fit_layout(layout, opts, summarizer=summarizer, started=started)
+        return fit_layout(
+            layout,
+            opts,
+            summarizer=summarizer,
+            started=started,
+            memory=self._memory,
+            summaries=self._summaries,
+        )
 
     async def afit(
         self,
@@ -163,4 +180,11 @@ class Conversation:
         summarizer is awaited."""
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
-        return await afit_layout(layout, opts, summarizer=summarizer, started=started)
+        return await afit_layout(
+            layout,
+            opts,
+            summarizer=summarizer,
+            started=started,
+            memory=self._memory,
+            summaries=self._summaries,
+        )

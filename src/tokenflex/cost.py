@@ -9,10 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import MAX_TOKEN_COUNT
 from .errors import InvalidInputError
 from .models import Model, get_model
 
-__all__ = ["Cost", "Savings", "estimate_cost", "savings"]
+__all__ = [
+    "CacheCost",
+    "Cost",
+    "Savings",
+    "cache_cost",
+    "cached_tokens",
+    "estimate_cost",
+    "savings",
+]
 
 _PER = 1_000_000
 
@@ -85,8 +94,10 @@ def _usd(x: float | None) -> str:
 
 
 def _tokens(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise InvalidInputError(
+            f"{name} must be a non-negative int up to {MAX_TOKEN_COUNT:,}, got {value!r:.80}."
+        )
     return value
 
 
@@ -138,4 +149,74 @@ def savings(model: str | Model, sent_input_tokens: int, full_input_tokens: int) 
         full_usd=full_usd,
         sent_usd=sent_usd,
         saved_usd=_price(full - sent, m.input_price),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCost:
+    """Predicted input cost of one request whose leading tokens a provider has cached."""
+
+    model: str
+    input_tokens: int
+    cached_tokens: int
+    """Leading input tokens predicted to be read from the prompt cache."""
+    cached_usd: float | None
+    """Those tokens at the cache read price (None: no price known)."""
+    written_usd: float | None
+    """The other input tokens, at the cache write price where the provider charges one
+    (they become the next request's cached prefix), else at the input price."""
+    input_usd: float | None
+    """``cached_usd + written_usd``."""
+    uncached_usd: float | None
+    """The same input with no cache at all, at the input price."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return {
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cached_usd": self.cached_usd,
+            "written_usd": self.written_usd,
+            "input_usd": self.input_usd,
+            "uncached_usd": self.uncached_usd,
+        }
+
+
+def cached_tokens(model: str | Model, prefix_tokens: int) -> int:
+    """Of a prefix shared with the previous request, the tokens a provider would read
+    from its cache: all of them, or none below the model's ``cache_min_tokens``.
+
+    >>> from tokenflex import Model
+    >>> cached_tokens(Model("m", 8192, cache_min_tokens=1024), 900)
+    0
+    """
+    m = get_model(model)
+    prefix = _tokens("prefix_tokens", prefix_tokens)
+    if m.cache_min_tokens is not None and prefix < m.cache_min_tokens:
+        return 0
+    return prefix
+
+
+def cache_cost(model: str | Model, input_tokens: int, cached: int) -> CacheCost:
+    """Predicted input cost when the first ``cached`` of ``input_tokens`` are read from
+    the provider's prompt cache.
+
+    A model without a cache read price is priced as if reads cost the input price.
+
+    >>> from tokenflex import Model
+    >>> m = Model("m", 8192, input_price=3.0, cache_read_price=0.3, cache_write_price=3.75)
+    >>> c = cache_cost(m, 10_000, 8_000)
+    >>> round(c.input_usd, 6), round(c.uncached_usd, 6)
+    (0.0099, 0.03)
+    """
+    m = get_model(model)
+    total = _tokens("input_tokens", input_tokens)
+    hit = min(_tokens("cached", cached), total)
+    read = m.cache_read_price if m.cache_read_price is not None else m.input_price
+    write = m.cache_write_price if m.cache_write_price is not None else m.input_price
+    cached_usd, written_usd = _price(hit, read), _price(total - hit, write)
+    both = None if cached_usd is None or written_usd is None else cached_usd + written_usd
+    return CacheCost(
+        m.name, total, hit, cached_usd, written_usd, both, _price(total, m.input_price)
     )

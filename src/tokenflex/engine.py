@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,10 +35,11 @@ from .counting import MessageCounter, get_counter
 from .counting.checks import BadMessage
 from .errors import ContextOverflowError, InvalidMessagesError
 from .fallback import Candidate, fallback_chain, no_model_fits
-from .history import iter_groups
-from .models import Model, get_model
-from .options import DEFAULT_MAX_TOKENS, FitOptions
+from .history import cleared_tool_result, iter_groups, shrink_candidates, without_reasoning
+from .models import Model, get_model, unknown_model_warning
+from .options import FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
+from .session import HistoryCut, SessionMemory
 from .summarize import summary_message
 
 __all__ = [
@@ -50,10 +52,15 @@ __all__ = [
     "SummaryTarget",
     "afit_layout",
     "build_plan",
+    "dropped_messages_warnings",
     "fit_layout",
+    "history_section",
     "opens_history",
     "output_request",
     "run_pass",
+    "solve_history",
+    "stable_target",
+    "summary_key",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -72,11 +79,16 @@ def opens_history(message: Any) -> bool:
 def output_request(
     model: Model, max_tokens: int | None, counter: MessageCounter, warnings: list[str]
 ) -> int:
-    """The output request clamped to the model's max output (None: that max, else
-    :data:`~tokenflex.options.DEFAULT_MAX_TOKENS`); appends the warnings a plan for
-    ``model`` carries from the start."""
+    """The output request clamped to the model's max output; appends the warnings a plan
+    for ``model`` carries from the start.
+
+    ``max_tokens=None`` (the caller named no output) gives the most the model may emit:
+    its max output, else its window. The solver then keeps the input down to the floor
+    and lets the output take what is left (``BudgetSpec.output_given=False``), so a
+    request without ``max_tokens`` keeps its history instead of reserving the model's
+    whole max output for a reply that may be short."""
     request = (
-        max_tokens if max_tokens is not None else (model.max_output_tokens or DEFAULT_MAX_TOKENS)
+        max_tokens if max_tokens is not None else (model.max_output_tokens or model.context_window)
     )
     if model.max_output_tokens is not None and request > model.max_output_tokens:
         warnings.append(
@@ -84,6 +96,8 @@ def output_request(
             f"{model.max_output_tokens:,}; requested {model.max_output_tokens:,}."
         )
         request = model.max_output_tokens
+    if not model.known:  # the log said it once; the plan says it to its reader
+        warnings.append(unknown_model_warning(model.name))
     if not counter.exact:
         warnings.append(
             f"{model.name}: counts are conservative estimates (no exact tokenizer or chat "
@@ -224,6 +238,13 @@ class MessageSection(Section):
         self.min_items, self.max_items = min_items, max_items
         self.scores = scores
         self.index = index
+        self.low_water: float | None = None
+        """Cache-stable cutting (see :attr:`SectionSpec.low_water`)."""
+        self.hold_from: int | None = None
+        """The previous plan's first kept message index, held while it fits."""
+        self.changed: dict[int, tuple[Message, str]] = {}
+        """Messages of ``source`` that are shrunk copies: index -> (original, reason)."""
+        self._first_kept: int | None = None
         self._span: tuple[int, int] | None = None  # the index's groups [g_lo, g_hi)
         self._groups: list[tuple[int, int, int]] = []  # (start, stop, tokens) in keep order
 
@@ -268,6 +289,8 @@ class MessageSection(Section):
                 order.sort(key=lambda g: -best[g])
             self._groups = [chrono[g] for g in order]
             return SectionSpec(self.name, [t for _, _, t in self._groups], **common)
+        if self.low_water is not None:
+            common["low_water"] = self.low_water
         index = self.index
         if index is not None and index.model is counter.model:
             self._span = index.groups(lo, hi)
@@ -280,9 +303,11 @@ class MessageSection(Section):
                 contiguous=True,
                 cumulative=_NewestFirst(index.cum, g_lo, g_hi),
                 opens=lambda p: opens_history(src[starts[g_hi - 1 - p]]),
+                hold=self._hold(),
                 **common,
             )
         groups = self._groups
+        common["hold"] = self._hold()
 
         def newest_first() -> Iterator[int]:
             for group in iter_groups(src, lo, hi, cost):
@@ -296,6 +321,30 @@ class MessageSection(Section):
             opens=lambda p: opens_history(src[groups[p][0]]),
             **common,
         )
+
+    def _hold(self) -> int | None:
+        """The previous cut as a count of the newest groups (None: no valid cut)."""
+        cut, lo, hi = self.hold_from, self.lo, self.hi
+        if self.low_water is None or cut is None or cut <= lo or cut > hi:
+            return None
+        if cut == hi:
+            return 0
+        if not opens_history(self.source[cut]):
+            return None
+        if self._span is not None and self.index is not None:
+            starts = self.index.starts
+            g = bisect.bisect_left(starts, cut)
+            if g >= len(starts) or starts[g] != cut:
+                return None
+            return self._span[1] - g
+        for n, (start, _, _) in enumerate(iter_groups(self.source, lo, hi, lambda _m: 0), 1):
+            if start <= cut:
+                return n if start == cut else None
+        return None  # pragma: no cover - cut > lo is always reached
+
+    def first_kept(self, kept: tuple[int, ...]) -> int:
+        """Index of the first message kept (``hi`` when none is), newest mode."""
+        return self._start(len(kept) - 1) if kept else self.hi
 
     # keep-order position -> message range (newest mode)
     def _start(self, p: int) -> int:
@@ -332,6 +381,16 @@ class MessageSection(Section):
                 else:
                     last = d.start + d.count - 1
                     out.append(DropRun(name, self._start(last), self._stop(d.start), d.reason))
+            if self.changed:  # shrunk copies that were sent: each with its reason
+                self._first_kept = first = self.first_kept(alloc.kept.get(name, ()))
+                for i in sorted(self.changed):
+                    if i < first:
+                        continue
+                    reason = self.changed[i][1]
+                    if out and out[-1].stop == i and out[-1].reason == reason:
+                        out[-1] = DropRun(name, out[-1].start, i + 1, reason)
+                    else:
+                        out.append(DropRun(name, i, i + 1, reason))
             return sorted(out, key=lambda r: r.start)
         reason_at: dict[int, str] = {}
         for d in records:
@@ -351,9 +410,16 @@ class MessageSection(Section):
         return out
 
     def item(self, index: int) -> Any:
-        return self.source[index]
+        changed = self.changed.get(index)
+        return changed[0] if changed is not None else self.source[index]
 
     def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
+        if index in self.changed:
+            full = counter.message(item)
+            first = self._first_kept
+            if first is not None and index >= first:  # sent shrunk: what shrinking saved
+                return full - counter.message(self.source[index])
+            return full
         if self.index is not None and self.index.model is counter.model:
             return self.index.tokens[index]
         return counter.message(item)
@@ -414,6 +480,8 @@ def run_pass(
         base_tokens=base,
         policy=opts.policy,
         input_cap=opts.max_input_tokens,
+        max_input_tokens=model.max_input_tokens,
+        output_given=opts.max_tokens is not None,
     )
     specs: dict[str, SectionSpec] = {}
     for s in sections:
@@ -422,9 +490,10 @@ def run_pass(
     required = base + sum(_required(sp) for sp in specs.values())
     if any(s.needs_room for s in sections):
         room = model.context_window - opts.safety_margin
-        room -= request if opts.policy == "reserve" else budget.floor
-        if opts.max_input_tokens is not None:
-            room = min(room, opts.max_input_tokens)
+        room -= budget.reserved_output
+        for cap in (opts.max_input_tokens, model.max_input_tokens):
+            if cap is not None:
+                room = min(room, cap)
         room -= required
         for s in sections:
             if s.needs_room:
@@ -485,6 +554,212 @@ def _priority(spec: SectionSpec) -> int:
     return spec.priority
 
 
+# -- cache-stable cuts and the shrink ladder -------------------------------------------
+
+_FORCED = frozenset({"budget", "share", "cap", "low_water"})
+"""Drop reasons that mean the room forced a cut (``held`` and ``orphan`` alone do not)."""
+
+
+def stable_target(layout: Layout, model: Model) -> SummaryTarget | None:
+    """The history a cache-stable fit holds the cut of: the one a summary may shorten,
+    else the layout's first newest-first message section (a Prompt's ``drop_oldest``)."""
+    target = layout.summary_target()
+    if target is not None:
+        return target
+    for s in layout.sections(model):
+        if isinstance(s, MessageSection) and s.mode == "newest":
+            return SummaryTarget(s.name, s.source, s.lo, s.hi)
+    return None
+
+
+def history_section(layout: Layout, sections: Sequence[Section]) -> MessageSection | None:
+    """The layout's history among ``sections`` (see :func:`stable_target`)."""
+    target = layout.summary_target()
+    for s in sections:
+        if (
+            isinstance(s, MessageSection)
+            and s.mode == "newest"
+            and (target is None or s.name == target.section)
+        ):
+            return s
+    return None
+
+
+def _forced(p: Pass, name: str) -> bool:
+    return any(d.section == name and d.reason in _FORCED for d in p.alloc.dropped)
+
+
+def _shrink(
+    hist: MessageSection, clear: Sequence[int], think: Sequence[int], made: dict[int, Message]
+) -> None:
+    """Send shrunk copies of the history's messages at ``clear`` (tool results) and
+    ``think`` (reasoning); the caller's messages are never modified."""
+    src = list(hist.source)
+    for indices, shrink, reason in (
+        (clear, cleared_tool_result, "cleared"),
+        (think, without_reasoning, "reasoning"),
+    ):
+        for i in indices:
+            original = hist.source[i]
+            copy = made.get(i)
+            if copy is None:
+                copy = made[i] = shrink(original)
+            src[i] = copy
+            hist.changed[i] = (original, reason)
+    hist.source = src
+    hist.index = None  # the running counts are the originals'
+
+
+def solve_history(
+    layout: Layout,
+    model: Model,
+    opts: FitOptions,
+    previous: HistoryCut | None,
+    warnings: Sequence[str] = (),
+) -> tuple[Pass, HistoryCut | None]:
+    """One pass of ``layout`` for ``model``, with the history's cache-stable cut and the
+    shrink ladder applied; and where this pass cut the history.
+
+    The ladder runs only when the room forces a cut, each step only as far as needed:
+    clear old tool results (the fewest oldest ones that let the history fit), then drop
+    old reasoning; what is still over is cut (the summary step and dropping follow).
+    A cache-stable fit keeps what the previous plan shrank shrunk, and when the room
+    forces more, takes each step whole, so the next turns append to an unchanged prefix.
+    Every pass is solved by :func:`tokenflex.budget.solve`: the solver sees the shrunk
+    costs, and the promise is checked on every plan.
+    """
+    stable, ladder = opts.cache_stable, opts.clear_tool_results or opts.drop_reasoning
+    made: dict[int, Message] = {}
+    clear: list[int] = []
+    think: list[int] = []
+
+    def attempt(n_clear: int, n_think: int) -> tuple[Pass, MessageSection | None]:
+        sections = layout.sections(model)
+        hist = history_section(layout, sections)
+        if hist is not None:
+            if stable:
+                hist.low_water = opts.low_water
+                hist.hold_from = previous.start if previous is not None else None
+            if n_clear or n_think:
+                _shrink(hist, clear[:n_clear], think[:n_think], made)
+        p = run_pass(model, sections, tools=layout.tools, opts=opts, warnings=warnings)
+        return p, hist
+
+    if not stable and not ladder:
+        return attempt(0, 0)[0], None
+    n_clear = n_think = 0
+    sticky = previous is not None and (previous.cleared_before or previous.reasoning_before)
+    if ladder and sticky and stable:
+        hist0 = history_section(layout, layout.sections(model))
+        if hist0 is not None:
+            clear, think = _candidates(hist0, opts)
+            assert previous is not None
+            n_clear = sum(1 for i in clear if i < previous.cleared_before)
+            n_think = sum(1 for i in think if i < previous.reasoning_before)
+    p, hist = attempt(n_clear, n_think)
+    if hist is None:
+        return p, None
+    if ladder and _forced(p, hist.name):
+        if not (clear or think):
+            clear, think = _candidates(hist, opts)
+        for step in ("clear", "think"):
+            n_max = len(clear) if step == "clear" else len(think)
+            n_now = n_clear if step == "clear" else n_think
+
+            def at(
+                n: int, step: str = step, c: int = n_clear, t: int = n_think
+            ) -> tuple[Pass, MessageSection | None]:
+                return attempt(n, t) if step == "clear" else attempt(c, n)
+
+            if n_max <= n_now:
+                continue
+            best = at(n_max)
+            n_best = n_max
+            if not stable and not _forced(best[0], hist.name):
+                lo_n, hi_n = n_now, n_max  # forced at lo_n, fits at hi_n: bisect
+                while hi_n - lo_n > 1:
+                    mid = (lo_n + hi_n) // 2
+                    trial = at(mid)
+                    if _forced(trial[0], hist.name):
+                        lo_n = mid
+                    else:
+                        hi_n, best = mid, trial
+                n_best = hi_n
+            if step == "clear":
+                n_clear = n_best
+            else:
+                n_think = n_best
+            p, h = best
+            assert h is not None
+            hist = h
+            if not _forced(p, hist.name):
+                break
+    kept = p.alloc.kept.get(hist.name, ())
+    before = previous if previous is not None else HistoryCut(0)
+    cut = HistoryCut(
+        hist.first_kept(kept) if hist not in p.left_out else hist.hi,
+        max(before.cleared_before, clear[n_clear - 1] + 1 if n_clear else 0),
+        max(before.reasoning_before, think[n_think - 1] + 1 if n_think else 0),
+    )
+    return p, cut
+
+
+def _candidates(hist: MessageSection, opts: FitOptions) -> tuple[list[int], list[int]]:
+    clear, think = shrink_candidates(
+        hist.source,
+        hist.lo,
+        hist.hi,
+        keep_results=opts.keep_tool_results,
+        keep_tools=opts.keep_tools,
+    )
+    return (clear if opts.clear_tool_results else []), (think if opts.drop_reasoning else [])
+
+
+_TO_KEEP_MORE = {
+    "share": "raise history_share",
+    "max_items": "raise max_messages",
+    "cap": "raise max_input_tokens",
+}
+
+
+def dropped_messages_warnings(p: Pass, runs: Sequence[DropRun], opts: FitOptions) -> list[str]:
+    """One warning per message section that dropped messages: how many, why, what was
+    kept, and how to keep more. Nothing is dropped silently, and "max_tokens reduced"
+    alone does not say that history went.
+
+    The dropped messages' own tokens are not summed here: fit() counts history newest
+    first only as far as the budget needs, and counting the rest for one number would
+    make every fit O(history). ``plan.dropped`` counts each one when it is read.
+    """
+    out: list[str] = []
+    for s in p.sections:
+        if not isinstance(s, MessageSection) or s.mode == "all" or s in p.left_out:
+            continue
+        reasons: dict[str, int] = {}
+        for r in runs:
+            if r.section == s.name and r.reason != "summarized":
+                reasons[r.reason] = reasons.get(r.reason, 0) + r.stop - r.start
+        dropped = sum(reasons.values())
+        if not dropped:
+            continue
+        kept = len(p.rendered.get(s.name, ()))
+        why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.items())
+        which = "the newest " if s.mode == "newest" else ""
+        text = (
+            f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
+            f"{which}{kept:,} in the {p.model.context_window:,}-token window "
+            f"({p.section_tokens.get(s.name, 0):,} tokens). plan.dropped lists each one."
+        )
+        if not s.label:  # fit()'s own history: name the options that keep more
+            main = max(reasons, key=lambda k: (k != "orphan", reasons[k]))
+            fix = _TO_KEEP_MORE.get(main) or (
+                "lower max_tokens" if opts.max_tokens is not None else "lower min_output_tokens"
+            )
+            text += f" To keep more: {fix}, add fallback_models=[...], or pass summarizer=."
+        out.append(text)
+    return out
+
+
 def build_plan(
     p: Pass,
     *,
@@ -512,6 +787,7 @@ def build_plan(
         extras |= s.extras()
     all_runs.sort(key=lambda r: (order[r.section], r.start))
     warnings += p.alloc.notes
+    warnings += dropped_messages_warnings(p, all_runs, opts)
     counter = p.counter
 
     def item(section: str, i: int) -> Any:
@@ -586,10 +862,13 @@ class Layout(Protocol):
 @dataclass
 class _SummaryRequest:
     span: list[Message]
+    """What the summarizer reads (after ``previous``)."""
     span_start: int
     recent_start: int
     previous: str | None
     max_tokens: int
+    key: str = ""
+    """The summary's key in the state store: what it covers and how it is made."""
 
 
 @dataclass
@@ -601,14 +880,44 @@ class _Outcome:
     opts: FitOptions
     started: float
     fallback_from: str | None = None
+    cut: HistoryCut | None = None
+    """Where the first pass cut the history (cache-stable or shrinking fits)."""
+    memory: SessionMemory | None = None
+    previous: HistoryCut | None = None
+    """Where the conversation's previous plan cut it."""
     request: _SummaryRequest | None = field(default=None, init=False)
 
     def plan(self) -> Plan:
-        return build_plan(
-            self.first, opts=self.opts, started=self.started, fallback_from=self.fallback_from
+        return self.remembered(
+            build_plan(
+                self.first, opts=self.opts, started=self.started, fallback_from=self.fallback_from
+            ),
+            self.cut,
         )
 
-    def summary_request(self, summarizer: Any) -> _SummaryRequest | None:
+    def remembered(self, plan: Plan, cut: HistoryCut | None) -> Plan:
+        """``plan`` with the prefix it shares with the conversation's previous plan, and
+        this plan recorded as the previous one."""
+        if self.memory is None:
+            return plan
+        target = stable_target(self.layout, self.first.model)
+        if target is None:
+            return plan
+        if cut is None:
+            hist = history_section(self.layout, self.first.sections)
+            kept = () if hist is None else self.first.alloc.kept.get(hist.name, ())
+            cut = HistoryCut(target.hi if hist is None else hist.first_kept(kept))
+        from .cost import cached_tokens
+
+        prefix = self.memory.remember(target.source, cut, plan.messages, self.first.counter)
+        if prefix is None:
+            return plan
+        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
+
+    def summary_request(self, summarizer: Any, summaries: Any = None) -> _SummaryRequest | None:
+        """What to summarize, or None. With a store of ``summaries``, a span summarized
+        before is found by its key; a cache-stable fit rolls the previous summary
+        forward over what the cut newly left out."""
         target = self.layout.summary_target()
         if summarizer is None or target is None or self.first.dropped_from(target.section) is None:
             return None
@@ -619,11 +928,16 @@ class _Outcome:
         # boundary moves back to a whole group so tool results keep their call.
         want = max(0, self.opts.keep_recent - target.tail)
         recent_start, taken = target.hi, 0
-        for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
-            if taken >= want:
-                break
-            taken += stop - start
-            recent_start = start
+        if self.opts.cache_stable and self.cut is not None:
+            # The summary covers what the stable cut left out, so it stays the same
+            # (byte for byte, from the store) until the cut moves.
+            recent_start = self.cut.start
+        else:
+            for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
+                if taken >= want:
+                    break
+                taken += stop - start
+                recent_start = start
         if recent_start <= target.lo:
             self.first.warnings.append(
                 f"History does not fit but keep_recent={self.opts.keep_recent} leaves nothing "
@@ -636,14 +950,22 @@ class _Outcome:
             previous = str(src[target.previous]["content"])[len(SUMMARY_PREFIX) :]
             span_start = target.previous
         window = self.first.model.context_window
-        self.request = _SummaryRequest(
+        max_tokens = min(self.opts.summary_max_tokens, max(1, window // 4))
+        covers = functools.partial(summary_key, summarizer, max_tokens, previous, src, target.lo)
+        r = self.request = _SummaryRequest(
             span=list(src[target.lo : recent_start]),
             span_start=span_start,
             recent_start=recent_start,
             previous=previous,
-            max_tokens=min(self.opts.summary_max_tokens, max(1, window // 4)),
+            max_tokens=max_tokens,
+            key=covers(recent_start) if summaries is not None else "",
         )
-        return self.request
+        before = self.previous.summarized_before if self.previous is not None else 0
+        if summaries is not None and self.opts.cache_stable and target.lo < before < recent_start:
+            rolled = summaries.get(covers(before))
+            if rolled is not None and summaries.get(r.key) is None:
+                r.previous, r.span = rolled.decode(), list(src[before:recent_start])
+        return r
 
     def failed(self, exc: BaseException) -> Plan:
         msg = (
@@ -654,18 +976,19 @@ class _Outcome:
         self.first.warnings.append(msg)
         return self.plan()
 
-    def with_summary(self, text: str, summarizer_name: str) -> Plan:
+    def with_summary(self, text: str, summarizer_name: str, *, reused: bool = False) -> Plan:
         r, target = self.request, self.layout.summary_target()
         assert r is not None and target is not None
         message = summary_message(text)
         layout = self.layout.with_summary(message, r.recent_start)
         model = self.first.model
+        before = self.cut
         try:
-            second = run_pass(
+            second, cut = solve_history(
+                layout,
                 model,
-                layout.sections(model),
-                tools=layout.tools,
-                opts=self.opts,
+                self.opts,
+                None if before is None else replace(before, start=r.recent_start),
                 warnings=[w for w in self.first.warnings],
             )
         except ContextOverflowError as exc:
@@ -681,7 +1004,7 @@ class _Outcome:
             summary_tokens,
             span_tokens - summary_tokens,
         )
-        return build_plan(
+        plan = build_plan(
             second,
             opts=self.opts,
             started=self.started,
@@ -693,34 +1016,49 @@ class _Outcome:
                 tokens=summary_tokens,
                 saved_tokens=span_tokens - summary_tokens,
                 summarizer=summarizer_name,
+                reused=reused,
             ),
         )
+        if cut is not None:
+            cut = replace(cut, summarized_before=r.recent_start)
+        return self.remembered(plan, cut)
 
 
-def _first(layout: Layout, opts: FitOptions, started: float) -> _Outcome:
+def _first(
+    layout: Layout, opts: FitOptions, started: float, memory: SessionMemory | None = None
+) -> _Outcome:
     """The first pass: the primary model, else the cheapest fallback that fits (one pass
     per model tried)."""
     primary = layout.model
+    previous = None
+    if memory is not None and opts.cache_stable:
+        target = stable_target(layout, primary)
+        if target is not None:
+            previous = memory.previous_cut(target.source)
     if not opts.fallback_models:
-        p = run_pass(primary, layout.sections(primary), tools=layout.tools, opts=opts)
-        return _Outcome(layout, p, opts, started)
+        p, cut = solve_history(layout, primary, opts, previous)
+        return _Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
     chain = fallback_chain(
         primary, [get_model(n, strict=opts.strict) for n in opts.fallback_models]
     )
     share = opts.fallback_input_share
     tried: list[Candidate] = []
     backup: Pass | None = None
+    backup_cut: HistoryCut | None = None
     for model in [primary, *chain]:
         try:
-            p = run_pass(model, layout.sections(model), tools=layout.tools, opts=opts)
+            p, cut = solve_history(layout, model, opts, previous)
         except ContextOverflowError as exc:
             tried.append(_candidate(model, exc.required_tokens or 0, fits=False))
             continue
         tried.append(_candidate(model, p.required, fits=True))
         if share is not None and p.required > share * model.context_window:
-            backup = backup or p  # over the share: a model under it is preferred
+            if backup is None:  # over the share: a model under it is preferred
+                backup, backup_cut = p, cut
             continue
-        return _switched(layout, p, opts, started, tried)
+        return replace(
+            _switched(layout, p, opts, started, tried), cut=cut, memory=memory, previous=previous
+        )
     if backup is not None:
         if backup.model is primary:
             backup.warnings.append(
@@ -728,7 +1066,12 @@ def _first(layout: Layout, opts: FitOptions, started: float) -> _Outcome:
                 "window but no fallback model stays under it; kept "
                 f"{primary.name}."
             )
-        return _switched(layout, backup, opts, started, tried)
+        return replace(
+            _switched(layout, backup, opts, started, tried),
+            cut=backup_cut,
+            memory=memory,
+            previous=previous,
+        )
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
     raise no_model_fits(tried, floor, opts.safety_margin, primary=primary.name)
 
@@ -764,15 +1107,32 @@ def _switched(
 
 
 def fit_layout(
-    layout: Layout, opts: FitOptions, *, summarizer: Any = None, started: float | None = None
+    layout: Layout,
+    opts: FitOptions,
+    *,
+    summarizer: Any = None,
+    started: float | None = None,
+    memory: SessionMemory | None = None,
+    summaries: Any = None,
 ) -> Plan:
-    """Fit a layout: the first pass (with fallback), then a summary if one is needed."""
+    """Fit a layout: the first pass (with fallback), then a summary if one is needed.
+
+    Args:
+        memory: The conversation's previous plan (cache-stable cuts, ``prefix_tokens``).
+        summaries: A :class:`~tokenflex.state.StateStore` of summaries by what they
+            cover: a span summarized before is not summarized again.
+    """
     from .summarize import summarize_span
 
-    outcome = _first(layout, opts, time.perf_counter() if started is None else started)
-    r = outcome.summary_request(summarizer)
+    begun = time.perf_counter() if started is None else started
+    outcome = _first(layout, opts, begun, memory)
+    r = outcome.summary_request(summarizer, summaries)
     if r is None:
         return outcome.plan()
+    key = r.key
+    stored = summaries.get(key) if summaries is not None else None
+    if stored is not None:
+        return outcome.with_summary(stored.decode(), _name(summarizer), reused=True)
     try:
         text = summarize_span(
             summarizer,
@@ -783,21 +1143,35 @@ def fit_layout(
         )
     except Exception as exc:  # any failure: fall back to dropping, and say so
         return outcome.failed(exc)
-    return outcome.with_summary(text, type(summarizer).__name__)
+    if summaries is not None:
+        summaries.set(key, text.encode(), ttl_s=SUMMARY_TTL_S)
+    return outcome.with_summary(text, _name(summarizer))
 
 
 async def afit_layout(
-    layout: Layout, opts: FitOptions, *, summarizer: Any = None, started: float | None = None
+    layout: Layout,
+    opts: FitOptions,
+    *,
+    summarizer: Any = None,
+    started: float | None = None,
+    memory: SessionMemory | None = None,
+    summaries: Any = None,
 ) -> Plan:
     """Async twin of :func:`fit_layout`: counting and solving run in a worker thread (a
     tokenizer may call a server), the summarizer is awaited."""
     from .summarize import asummarize_span
 
     begun = time.perf_counter() if started is None else started
-    outcome = await asyncio.to_thread(_first, layout, opts, begun)
-    r = outcome.summary_request(summarizer)
+    outcome = await asyncio.to_thread(_first, layout, opts, begun, memory)
+    r = outcome.summary_request(summarizer, summaries)
     if r is None:
         return await asyncio.to_thread(outcome.plan)
+    key = r.key
+    stored = summaries.get(key) if summaries is not None else None
+    if stored is not None:
+        return await asyncio.to_thread(
+            functools.partial(outcome.with_summary, stored.decode(), _name(summarizer), reused=True)
+        )
     try:
         text = await asummarize_span(
             summarizer,
@@ -808,4 +1182,44 @@ async def afit_layout(
         )
     except Exception as exc:  # any failure: fall back to dropping, and say so
         return await asyncio.to_thread(outcome.failed, exc)
-    return await asyncio.to_thread(outcome.with_summary, text, type(summarizer).__name__)
+    if summaries is not None:
+        summaries.set(key, text.encode(), ttl_s=SUMMARY_TTL_S)
+    return await asyncio.to_thread(outcome.with_summary, text, _name(summarizer))
+
+
+SUMMARY_TTL_S = 24 * 3600.0
+"""How long a stored summary lives without being used again."""
+
+
+def _name(summarizer: Any) -> str:
+    return type(summarizer).__name__
+
+
+def summary_key(
+    summarizer: Any,
+    max_tokens: int,
+    previous: str | None,
+    source: Sequence[Message],
+    lo: int,
+    hi: int,
+) -> str:
+    """A summary's key in a state store: what it covers (``source[lo:hi]`` after the
+    ``previous`` summary the caller sent, if any) and how it is made (the summarizer, its
+    plain settings, the length asked)."""
+    import hashlib
+    import json
+
+    from .session import fingerprint
+
+    fields = vars(summarizer) if hasattr(summarizer, "__dict__") else {}
+    settings = {
+        k: v
+        for k, v in sorted(fields.items())
+        if isinstance(v, str | int | float | bool)
+        and "key" not in k.lower()  # never an API key in a store key
+        and not k.startswith("_")  # state, not settings
+    }
+    what = [_name(summarizer), settings, max_tokens, previous]
+    what.append([fingerprint(m) for m in source[lo:hi]])
+    digest = hashlib.blake2b(json.dumps(what, default=str).encode(), digest_size=16)
+    return "summary:" + digest.hexdigest()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import MIN_OUTPUT_TOKENS, SAFETY_MARGIN
+from .budget import MAX_TOKEN_COUNT, MIN_OUTPUT_TOKENS, SAFETY_MARGIN
 from .errors import ContextOverflowError, InvalidInputError
 from .models import Model, get_model
 
@@ -82,8 +82,10 @@ class FallbackChoice:
 
 
 def _check_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise InvalidInputError(
+            f"{name} must be a non-negative int up to {MAX_TOKEN_COUNT:,}, got {value!r:.80}."
+        )
     return value
 
 
@@ -130,6 +132,11 @@ def choose_model(
     floor = _check_int("min_output_tokens", min_output_tokens)
     margin = _check_int("safety_margin", safety_margin)
     first = get_model(primary)
+    if isinstance(fallbacks, str | Model) or not isinstance(fallbacks, Sequence):
+        raise InvalidInputError(
+            f"fallbacks must be a list of model names or Models, got {type(fallbacks).__name__}"
+            f" {fallbacks!r:.80}. Pass e.g. ['gpt-4o']."
+        )
     chain = fallback_chain(first, [get_model(f) for f in fallbacks])
 
     def required(m: Model) -> int:
@@ -137,7 +144,11 @@ def choose_model(
             return _check_int(f"required input for {m.name!r}", required_input_tokens_by_model(m))
         return _check_int("required_input_tokens_by_model", required_input_tokens_by_model)
 
-    if max_input_share is not None and not 0 < max_input_share <= 1:
+    if max_input_share is not None and (
+        isinstance(max_input_share, bool)
+        or not isinstance(max_input_share, int | float)
+        or not 0 < max_input_share <= 1
+    ):
         raise InvalidInputError(f"max_input_share={max_input_share!r} must be in (0, 1], e.g. 0.9.")
     if max_input_share is not None:
         over = [m for m in [first, *chain] if required(m) > max_input_share * m.context_window]

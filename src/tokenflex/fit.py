@@ -25,6 +25,8 @@ from typing import Any
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter, get_counter
+from .counting.checks import BadMessage
+from .counting.shape import check_one, check_shapes, shape_checker
 from .engine import (
     GroupIndex,
     Layout,
@@ -34,7 +36,8 @@ from .engine import (
     afit_layout,
     fit_layout,
 )
-from .errors import InvalidMessagesError
+from .errors import InvalidInputError, InvalidMessagesError
+from .formats.fitting import check_prepared, finish, prepare
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
 from .options import FitOptions
@@ -200,7 +203,9 @@ class FitLayout:
                 self.cur_start,
                 mode="newest",
                 priority=10,
-                share=o.history_share,
+                # The share is of the room the requested output leaves; without a request
+                # history may take the room down to the output floor.
+                share=o.history_share if o.max_tokens is not None else None,
                 min_items=o.min_messages,
                 max_items=o.max_messages,
                 index=self.index,
@@ -230,12 +235,22 @@ def _with_history(messages: Sequence[Message], newest_first: list[Message]) -> l
     return [*messages[:pinned], *reversed(newest_first), *messages[pinned:]]
 
 
+def _history_message(source: Any, k: int) -> str:
+    """How the caller knows the ``k``-th history message read (newest first)."""
+    if isinstance(source, Sequence) and not isinstance(source, str | bytes):
+        return f"history[{len(source) - 1 - k}]"
+    return f"history message {k + 1} (counting from the newest)"
+
+
 def _history_bound(
-    messages: Sequence[Message], model: Model, opts: FitOptions
+    messages: Sequence[Message], model: Model, opts: FitOptions, source: Any = None
 ) -> Callable[[Message], bool]:
     """A stop rule for lazy history: read until the messages read exceed any room they
-    could possibly get, or max_messages (+ a group's worth) is reached."""
+    could possibly get, or max_messages (+ a group's worth) is reached. Each message is
+    checked as it arrives (an error names it as the caller knows it, see
+    :func:`_history_message`)."""
     counter = get_counter(model)
+    checker = shape_checker(model)
     fixed = counter.base(None) + sum(counter.message(m) for m in messages)
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
     room = model.context_window - opts.safety_margin - floor - fixed
@@ -245,6 +260,11 @@ def _history_bound(
     limit = None if opts.max_messages is None else opts.max_messages * 2 + 2
 
     def enough(m: Message) -> bool:
+        try:
+            check_one(checker, m)
+        except BadMessage as exc:
+            where = _history_message(source, state["n"])
+            raise InvalidMessagesError(f"{where} {exc.problem}. {exc.fix}") from None
         state["tokens"] += counter.message(m)
         state["n"] += 1
         return state["tokens"] > room or (limit is not None and state["n"] >= limit)
@@ -261,13 +281,19 @@ def fit(
     history: HistorySource | None = None,
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
+    state: Any = None,
+    format: str | None = None,
+    system: Any = None,
+    keep_reasoning: bool = False,
     **options: Any,
 ) -> Plan:
-    """Fit a chat request into the model's window.
+    """Fit a request into the model's window; the plan is in the format it was given.
 
     Args:
-        messages: OpenAI-style messages, oldest first. With ``history=``, only the system
-            messages and the current turn; older history comes from the source.
+        messages: Messages oldest first: OpenAI chat messages, Anthropic Messages
+            ``messages``, or OpenAI Responses ``input`` items (see :mod:`tokenflex.formats`);
+            dicts or SDK / pydantic / LangChain message objects. With ``history=``, only
+            the system messages and the current turn; older history comes from the source.
         model: A registry name (``gpt-4o``, ``llama3.2:3b``) or a :class:`Model`.
         max_tokens: The output you want; negotiated down (never below
             ``min_output_tokens``) when the input needs the room.
@@ -279,13 +305,24 @@ def fit(
         documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
             ``min(documents_cap, what is left)`` (default: half of what is left) and sent
             as a system message after the pinned ones; dropped chunks are in ``dropped``.
+        format: ``chat``, ``anthropic`` or ``responses``; detected from the messages when
+            not given (plain text messages read as chat, or Anthropic with ``system=``).
+        system: Anthropic's top-level ``system`` (string or blocks), or the Responses
+            ``instructions``; always kept.
+        keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
+            out and listed in ``dropped``; most APIs reject or ignore it on input).
+        state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
+            remembers where this conversation's last cut fell, keyed by its leading
+            messages, and its summaries (default: the process's in-memory store).
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
             ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
             an unknown name or an invalid value raises :class:`InvalidInputError`.
 
     Returns:
-        A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``.
+        A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``;
+        ``plan.messages`` (and ``plan.system``) in the format given, kept message objects
+        as the caller's own objects; ``plan.request(api=...)`` builds a request body.
 
     Raises:
         ContextOverflowError: the required messages plus the output floor cannot fit
@@ -305,12 +342,47 @@ def fit(
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
     if history is not None:
+        check_shapes(messages, primary)  # chat only (prepare says so); indexes as given
         read, _ = read_newest_first(
-            history, enough=_history_bound(messages, primary, opts), page_size=opts.page_size
+            history,
+            enough=_history_bound(messages, primary, opts, history),
+            page_size=opts.page_size,
         )
         messages = _with_history(messages, read)
-    layout = FitLayout(messages, primary, tools, opts, documents)
-    return fit_layout(layout, opts, summarizer=summarizer, started=started)
+    req = prepare(
+        messages,
+        format=format,
+        system=system,
+        tools=tools,
+        keep_reasoning=keep_reasoning,
+        lazy_history=history is not None,
+    )
+    if history is None:
+        check_prepared(req, primary)
+    layout = FitLayout(req.messages, primary, req.tools, opts, documents)
+    memory, summaries = _session(state, opts, primary, req.messages)
+    plan = fit_layout(
+        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+    )
+    return finish(plan, req)
+
+
+def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
+    """Where a stateless cache-stable fit keeps its cut and summaries (None, None: off)."""
+    from .state import StateStore, default_store
+
+    if state is not None and not isinstance(state, StateStore):
+        raise InvalidInputError(
+            f"state must be a tokenflex StateStore (get, set, delete), got "
+            f"{type(state).__name__} {state!r:.80}. Pass tokenflex.state.open_store(url) "
+            "or leave it out for the in-memory store."
+        )
+    if not opts.cache_stable:
+        return None, None
+    from .session import StoreMemory
+
+    store = state if state is not None else default_store()
+    return StoreMemory(store, model.name, messages), store
 
 
 async def afit(
@@ -322,6 +394,10 @@ async def afit(
     history: Any = None,
     summarizer: Any = None,
     documents: Sequence[Any] | None = None,
+    state: Any = None,
+    format: str | None = None,
+    system: Any = None,
+    keep_reasoning: bool = False,
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
@@ -335,8 +411,23 @@ async def afit(
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
     if history is not None:
-        bound = await asyncio.to_thread(_history_bound, messages, primary, opts)
+        await asyncio.to_thread(check_shapes, messages, primary)
+        bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
         messages = _with_history(messages, read)
-    layout = await asyncio.to_thread(FitLayout, messages, primary, tools, opts, documents)
-    return await afit_layout(layout, opts, summarizer=summarizer, started=started)
+    req = prepare(
+        messages,
+        format=format,
+        system=system,
+        tools=tools,
+        keep_reasoning=keep_reasoning,
+        lazy_history=history is not None,
+    )
+    if history is None:
+        await asyncio.to_thread(check_prepared, req, primary)
+    layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
+    memory, summaries = _session(state, opts, primary, req.messages)
+    plan = await afit_layout(
+        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+    )
+    return finish(plan, req)

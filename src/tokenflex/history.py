@@ -21,12 +21,19 @@ from ._types import Message
 from .errors import InvalidInputError
 
 __all__ = [
+    "CLEARED_PREFIX",
+    "REASONING_KEYS",
     "HistorySource",
     "PageFetcher",
     "SQLiteMessageStore",
     "aread_newest_first",
+    "cleared_tool_result",
+    "has_reasoning",
     "iter_groups",
     "read_newest_first",
+    "shrink_candidates",
+    "tool_name",
+    "without_reasoning",
 ]
 
 
@@ -223,3 +230,83 @@ class SQLiteMessageStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+# -- shrinking old turns in place ---------------------------------------------------
+
+CLEARED_PREFIX = "[tool result cleared"
+"""How a cleared tool result's placeholder starts."""
+REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+"""Message keys that carry a model's reasoning."""
+_THINKING_PARTS = ("thinking", "redacted_thinking", "reasoning")
+
+
+def tool_name(messages: Sequence[Message], i: int) -> str | None:
+    """The name of the tool whose result is ``messages[i]``: its own ``name``, else the
+    name in the call with its ``tool_call_id``."""
+    m = messages[i]
+    if m.get("name"):
+        return str(m["name"])
+    call_id = m.get("tool_call_id")
+    j = i - 1
+    while j >= 0 and _role(messages[j]) in ("tool", "function"):
+        j -= 1
+    if j >= 0 and _is_tool_call(messages[j]):
+        for call in messages[j].get("tool_calls") or ():
+            if isinstance(call, dict) and call.get("id") == call_id:
+                fn = call.get("function") or {}
+                return str(fn.get("name")) if fn.get("name") else None
+    return None
+
+
+def cleared_tool_result(message: Message) -> Message:
+    """A copy of a tool result whose content is a short placeholder saying it was cleared
+    (the role, ``tool_call_id`` and ``name`` stay, so the call keeps its answer)."""
+    out = dict(message)
+    out["content"] = f"{CLEARED_PREFIX} to fit the context window]"
+    return out
+
+
+def has_reasoning(message: Message) -> bool:
+    """Whether an assistant message carries reasoning that can be dropped."""
+    if _role(message) != "assistant":
+        return False
+    if any(message.get(k) for k in REASONING_KEYS):
+        return True
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") in _THINKING_PARTS for p in content
+    )
+
+
+def without_reasoning(message: Message) -> Message:
+    """A copy of an assistant message without its reasoning keys and thinking parts."""
+    out = {k: v for k, v in message.items() if k not in REASONING_KEYS}
+    content = out.get("content")
+    if isinstance(content, list):
+        kept = [
+            p for p in content if not (isinstance(p, dict) and p.get("type") in _THINKING_PARTS)
+        ]
+        out["content"] = kept if kept else ""
+    return out
+
+
+def shrink_candidates(
+    messages: Sequence[Message], lo: int, hi: int, *, keep_results: int, keep_tools: Sequence[str]
+) -> tuple[list[int], list[int]]:
+    """Indices in ``messages[lo:hi]``, oldest first, of the tool results that may be
+    cleared (all but the newest ``keep_results`` and those of ``keep_tools``, none
+    already cleared) and of the assistant messages whose reasoning may be dropped."""
+    results = [i for i in range(lo, hi) if _role(messages[i]) in ("tool", "function")]
+    if keep_results:
+        results = results[:-keep_results]
+    short = len(CLEARED_PREFIX) + 32  # a placeholder would cost as much
+    clear = [
+        i
+        for i in results
+        if len(str(messages[i].get("content") or "")) > short
+        and not str(messages[i].get("content")).startswith(CLEARED_PREFIX)
+        and (not keep_tools or tool_name(messages, i) not in keep_tools)
+    ]
+    reasoning = [i for i in range(lo, hi) if has_reasoning(messages[i])]
+    return clear, reasoning

@@ -21,7 +21,9 @@ from .errors import InvalidInputError
 __all__ = ["DEFAULT_MAX_TOKENS", "FitOptions"]
 
 DEFAULT_MAX_TOKENS = 4000
-"""The output request when neither the caller nor the model names one."""
+"""The output :class:`~tokenflex.settings.Settings` requests by default
+(``MAX_OUTPUT_TOKENS``); fit() without ``max_tokens`` does not use it (see
+:attr:`FitOptions.max_tokens`)."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class FitOptions:
     """Every knob of :func:`tokenflex.fit`, with defaults that keep a chat usable."""
 
     max_tokens: int | None = None
-    """Output request; None: the model's max output, else :data:`DEFAULT_MAX_TOKENS`."""
+    """Output request. None: keep the input (down to the output floor) and let the
+    output take what is left, up to the model's max output."""
     policy: Policy = "reserve"
     """``reserve``: keep the requested output, trim input. ``flex``: keep input, let the
     output shrink to the floor."""
@@ -38,7 +41,9 @@ class FitOptions:
     safety_margin: int = SAFETY_MARGIN
     """Tokens kept free in the window for counting error and formatting."""
     history_share: float = 0.8
-    """Soft target share of the room history may fill; 1.0 fills it all."""
+    """Soft target share of the room history may fill; 1.0 fills it all. It applies
+    with ``max_tokens``; without one, history may fill the room down to the output
+    floor (cap it with ``max_input_tokens`` or ``max_messages``)."""
     min_messages: int = 0
     """Keep at least this many history groups if the window allows (a tool call with its
     results is one group)."""
@@ -68,6 +73,22 @@ class FitOptions:
     """Unknown model names raise instead of getting the conservative default."""
     page_size: int = 50
     """Page size when reading a lazy history source."""
+    cache_stable: bool = False
+    """Keep the prefix sent stable across the turns of a session so provider prompt
+    caches hit: when history must be cut, cut down to ``low_water`` of its room and hold
+    that cut while it fits (on by default in :class:`~tokenflex.Conversation`)."""
+    low_water: float = 0.6
+    """Share of the history's room a cache-stable cut goes down to."""
+    clear_tool_results: bool = False
+    """Before dropping turns, replace old tool results with a short placeholder (the
+    call and its id stay)."""
+    keep_tool_results: int = 3
+    """The newest tool results in history that are never cleared."""
+    keep_tools: tuple[str, ...] = ()
+    """Tools whose results are never cleared."""
+    drop_reasoning: bool = False
+    """Before dropping turns, drop old reasoning (``reasoning_content``, thinking parts)
+    from history."""
 
     def __post_init__(self) -> None:
         for name, (check, valid) in _CHECKS.items():
@@ -117,10 +138,11 @@ class FitOptions:
                 f"Unknown {where} option {', '.join(hints)}. Options: {', '.join(takes)}."
             )
         values = dict(options)
-        fallbacks = values.get("fallback_models")
-        if fallbacks is not None and not isinstance(fallbacks, str | bytes):
-            with contextlib.suppress(TypeError):  # reported by the check below
-                values["fallback_models"] = tuple(fallbacks)
+        for name in ("fallback_models", "keep_tools"):
+            listed = values.get(name)
+            if listed is not None and not isinstance(listed, str | bytes):
+                with contextlib.suppress(TypeError):  # reported by the check below
+                    values[name] = tuple(listed)
         return cls(**values)
 
 
@@ -184,4 +206,13 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
     "fallback_input_share": (_share(none=True), "a number in (0, 1] or None"),
     "strict": (lambda v: isinstance(v, bool), "True or False"),
     "page_size": (_int(1), "a positive int"),
+    "cache_stable": (lambda v: isinstance(v, bool), "True or False"),
+    "low_water": (_share(), "a number in (0, 1]"),
+    "clear_tool_results": (lambda v: isinstance(v, bool), "True or False"),
+    "keep_tool_results": (_int(0), "an int >= 0"),
+    "keep_tools": (
+        lambda v: isinstance(v, tuple) and all(isinstance(x, str) and x for x in v),
+        "a list of tool names",
+    ),
+    "drop_reasoning": (lambda v: isinstance(v, bool), "True or False"),
 }

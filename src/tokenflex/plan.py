@@ -28,7 +28,12 @@ class DroppedItem:
     reason: str
     """``budget`` (the hard window), ``share`` (the section's soft target), ``cap``,
     ``max_items``, ``orphan`` (history may not start with an answer whose question was
-    dropped), ``summarized`` (replaced by the summary), ``duplicate``."""
+    dropped), ``summarized`` (replaced by the summary), ``duplicate``; cache-stable cuts:
+    ``low_water`` (cut below what fits, so the next turns keep the prefix) and ``held``
+    (the previous plan's cut, held while it fits). Shrunk but still sent: ``cleared``
+    (an old tool result replaced by a placeholder) and ``reasoning`` (old reasoning
+    removed; also a chat message's ``reasoning_content``, which is never sent back:
+    section ``reasoning``); their ``tokens`` are the tokens that saved."""
     item: Any = field(default=None, repr=False, compare=False)
     """The dropped message or chunk itself."""
 
@@ -122,6 +127,15 @@ class DroppedItems(Sequence[DroppedItem]):
         """Contiguous runs as ``(section, start, stop, reason)``, cheap at any size."""
         return [(r.section, r.start, r.stop, r.reason) for r in self._runs]
 
+    def cost_of(self, section: str, index: int) -> int:
+        """Tokens of item ``index`` of ``section`` (counted once, on first access), for
+        an item of this plan's runs."""
+        key = (section, index)
+        tokens = self._costs.get(key)
+        if tokens is None:
+            tokens = self._costs[key] = self._cost(section, index, self._items(section, index))
+        return tokens
+
     def by_reason(self) -> dict[str, int]:
         """How many items were dropped for each reason."""
         out: dict[str, int] = {}
@@ -193,6 +207,30 @@ class Plan:
     """The primary model's name when a fallback model was chosen."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Extra per-plan data (document packing results, ...)."""
+    format: str = "chat"
+    """The format of ``messages``, the one fit() was given: ``chat``, ``anthropic``
+    (Messages API) or ``responses`` (Responses API ``input`` items)."""
+    system: Any = None
+    """Anthropic's top-level ``system`` or the Responses ``instructions`` (with any
+    summary or packed documents appended); None for chat, whose system is a message."""
+    tools: tuple[Any, ...] = ()
+    """The tool definitions counted (``request()`` sends them)."""
+    prefix_tokens: int | None = None
+    """Tokens of the leading messages this plan shares with the previous plan of the same
+    conversation (None: no previous plan known; a cache-stable fit remembers one)."""
+    cached_tokens: int | None = None
+    """Of ``prefix_tokens``, those a provider is predicted to read from its prompt cache
+    (none below the model's ``cache_min_tokens``)."""
+
+    @cached_property
+    def cache_cost(self) -> Any:
+        """Predicted input cost with the cached prefix (``tokenflex.cost.CacheCost``), or
+        None without a previous plan."""
+        if self.cached_tokens is None:
+            return None
+        from .cost import cache_cost
+
+        return cache_cost(self.model, self.input_tokens, self.cached_tokens)
 
     @property
     def utilization(self) -> float:
@@ -225,14 +263,34 @@ class Plan:
 
         return savings(self.model, self.input_tokens, self.full_input_tokens)
 
-    def request(self, **extra: Any) -> dict[str, Any]:
-        """An OpenAI chat request body: model, messages, max_tokens, plus ``extra``."""
-        return {
-            "model": self.model.name,
-            "messages": self.messages,
-            "max_tokens": self.max_tokens,
-            **extra,
-        }
+    def request(self, *, api: str | None = None, **extra: Any) -> dict[str, Any]:
+        """The request body for ``api`` (default: the plan's own format), plus ``extra``.
+
+        ``chat``: ``messages`` and ``max_completion_tokens`` for o-series and gpt-5 models
+        (``max_tokens`` otherwise); ``responses``: ``instructions``, ``input`` and
+        ``max_output_tokens``; ``anthropic``: ``system``, ``messages`` and ``max_tokens``.
+        The counted tools are included in the API's shape. Request fields you pass
+        (``previous_response_id``, ``temperature``, ``stream``...) go in untouched.
+
+        >>> import tokenflex
+        >>> plan = tokenflex.fit([{"role": "user", "content": "Hi"}], model="gpt-4o",
+        ...                      max_tokens=100)
+        >>> plan.request(api="anthropic")
+        {'model': 'gpt-4o', 'messages': [{'role': 'user', 'content': [{'type': 'text', \
+'text': 'Hi'}]}], 'max_tokens': 100}
+        """
+        from .formats.request import request_body
+
+        body = request_body(
+            api or self.format,
+            fmt=self.format,
+            model=self.model.name,
+            messages=self.messages,
+            system=self.system,
+            max_tokens=self.max_tokens,
+            tools=self.tools,
+        )
+        return {**body, **extra}
 
     def to_dict(self, *, include_messages: bool = True, dropped_limit: int | None = 1000) -> JSON:
         """A JSON-ready dict. ``dropped_limit`` bounds the per-item list (runs are always
@@ -278,12 +336,20 @@ class Plan:
             "savings": self.savings.to_dict(),
             "cost_usd": None if cost is None else cost.to_dict(),
             "elapsed_ms": round(self.elapsed_ms, 3),
+            "prefix_tokens": self.prefix_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cache_cost_usd": None if self.cache_cost is None else self.cache_cost.to_dict(),
             "message_count": len(self.messages),
+            "format": self.format,
         }
         if self.extras:
             out["extras"] = self.extras
         if include_messages:
-            out["messages"] = self.messages
+            from .formats.objects import plain
+
+            out["messages"] = plain(self.messages)
+            if self.system is not None:
+                out["system"] = plain(self.system)
         return out
 
     def to_json(self, **kwargs: Any) -> str:

@@ -40,17 +40,20 @@ the messages returned (joined text is counted as joined, not as the sum of its p
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter
+from .counting.checks import BadMessage
+from .counting.shape import check_shapes
 from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
-from .errors import InvalidInputError
+from .errors import InvalidInputError, InvalidMessagesError
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan
@@ -285,6 +288,12 @@ PROMPT_OPTIONS = (
     "fallback_models",
     "fallback_input_share",
     "strict",
+    "cache_stable",
+    "low_water",
+    "clear_tool_results",
+    "keep_tool_results",
+    "keep_tools",
+    "drop_reasoning",
 )
 """The :class:`~tokenflex.FitOptions` a :class:`Prompt` takes (the others describe
 fit()'s own sections; a Prompt sets them per section)."""
@@ -393,6 +402,10 @@ class Prompt:
                 )
         elif isinstance(content, Sequence) and all(isinstance(x, dict) for x in content):
             msgs = list(content)  # type: ignore[arg-type]
+            try:  # every message, kept or not, once here (counting is lazy)
+                check_shapes(msgs, self.model)
+            except BadMessage as exc:
+                raise InvalidMessagesError(f"Section {name!r}: {exc}") from None
             if shrink == "truncate":
                 raise InvalidInputError(
                     f"Section {name!r}: shrink='truncate' cuts a string, not messages."
@@ -408,11 +421,16 @@ class Prompt:
             )
         n = len(msgs) if msgs is not None else len(texts or [])
         if scores is not None:
-            bad = [x for x in scores if isinstance(x, bool) or not isinstance(x, int | float)]
+            if isinstance(scores, str | bytes | Mapping) or not isinstance(scores, Sequence):
+                raise InvalidInputError(
+                    f"Section {name!r}: scores must be a list of {n} numbers, one per item; "
+                    f"got {type(scores).__name__}."
+                )
+            bad = [x for x in scores if not _finite(x)]
             if len(scores) != n or bad:
                 raise InvalidInputError(
-                    f"Section {name!r}: scores must be {n} numbers, one per item; got "
-                    f"{len(scores)}" + (f" with {bad[0]!r}" if bad else "") + "."
+                    f"Section {name!r}: scores must be {n} finite numbers, one per item; got "
+                    f"{len(scores)}" + (f" with {bad[0]!r:.40}" if bad else "") + "."
                 )
         default: Shrink = "drop_oldest" if msgs is not None else "drop_lowest"
         self._sections.append(
@@ -442,26 +460,53 @@ class Prompt:
     def _layout(self) -> _PromptLayout:
         return _PromptLayout(self.model, self.tools, list(self._sections))
 
-    def fit(self, *, summarizer: Any = None) -> Plan:
+    def _session(self, state: Any) -> dict[str, Any]:
+        """Where a cache-stable prompt keeps its cut and summaries (nothing: off)."""
+        if not self.options.cache_stable:
+            return {}
+        from .engine import stable_target
+        from .session import StoreMemory
+        from .state import default_store
+
+        layout = self._layout()
+        target = stable_target(layout, self.model)
+        store = state if state is not None else default_store()
+        if target is None:
+            return {"summaries": store}
+        return {"memory": StoreMemory(store, self.model.name, target.source), "summaries": store}
+
+    def fit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
         """Fit the sections into the model's window.
 
         Args:
             summarizer: For a ``summarize`` section that does not fit whole: its older
                 messages are summarized (the last ``keep_recent`` stay verbatim).
+            state: With ``cache_stable=True``: the state store that remembers where the
+                history section was last cut (default: the process's in-memory store).
 
         Raises:
             ContextOverflowError: the required sections plus the output floor do not fit
                 (and no fallback model can take them).
         """
         started = time.perf_counter()
-        return fit_layout(self._layout(), self.options, summarizer=summarizer, started=started)
+        return fit_layout(
+            self._layout(),
+            self.options,
+            summarizer=summarizer,
+            started=started,
+            **self._session(state),
+        )
 
-    async def afit(self, *, summarizer: Any = None) -> Plan:
+    async def afit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
         started = time.perf_counter()
         return await afit_layout(
-            self._layout(), self.options, summarizer=summarizer, started=started
+            self._layout(),
+            self.options,
+            summarizer=summarizer,
+            started=started,
+            **self._session(state),
         )
 
     @property
@@ -474,6 +519,16 @@ class Prompt:
 
 
 _SHRINKS = ("drop_oldest", "drop_lowest", "truncate", "summarize")
+
+
+def _finite(x: Any) -> bool:
+    """A real number that converts to a finite float (not a bool, NaN, inf or 10**400)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def _check_section(

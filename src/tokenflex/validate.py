@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from .budget import MAX_TOKEN_COUNT
 from .errors import InvalidInputError
 from .models import Model
 from .tokenizers import CountCache, Tokenizer
@@ -91,9 +92,10 @@ def _count(value: Any, name: str, tokenizer: Any) -> int:
         from .documents.packing import resolve_tokenizer
 
         return resolve_tokenizer(tokenizer).count(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise InvalidInputError(
-            f"Component {name!r} must be a token count (int >= 0) or a text, got {value!r}."
+            f"Component {name!r:.80} must be a token count (int 0 to {MAX_TOKEN_COUNT:,}) or a "
+            f"text, got {value!r:.80}."
         )
     return value
 
@@ -139,8 +141,20 @@ def validate_budget(
     >>> v.status, round(v.usage_percent), v.message
     ('OK', 37, 'Token usage at 36.7% (44,000/120,000). Within budget.')
     """
-    if isinstance(total_budget, bool) or not isinstance(total_budget, int) or total_budget <= 0:
-        raise InvalidInputError(f"total_budget must be a positive int, got {total_budget!r}.")
+    if not isinstance(components, Mapping):
+        raise InvalidInputError(
+            f"components must be a mapping of name to token count or text, got "
+            f"{type(components).__name__}. Pass {{'base': 5_000, 'rag': '...'}}."
+        )
+    if (
+        isinstance(total_budget, bool)
+        or not isinstance(total_budget, int)
+        or not 0 < total_budget <= MAX_TOKEN_COUNT
+    ):
+        raise InvalidInputError(
+            f"total_budget must be a positive int up to {MAX_TOKEN_COUNT:,}, "
+            f"got {total_budget!r:.80}."
+        )
     output = _count(expected_output, "expected_output", tokenizer)
     if input_cap is not None and (
         isinstance(input_cap, bool) or not isinstance(input_cap, int) or input_cap < 0

@@ -2,48 +2,59 @@
 
 from __future__ import annotations
 
-import json
+import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import InvalidInputError
-from ..models import Model, get_model, list_models
+from ..models import Model, list_models
 from ._app import app, console
+from ._input import check_text, naming, parse_json, read_text, resolve_model
+from ._render import content_cell
 
 _FILE_SUFFIXES = (".json", ".txt", ".md", ".jsonl")
+_MESSAGES_HINT = 'Expected [{"role": ..., "content": ...}, ...] or {"messages": [...]}.'
 
 
 def _read(source: str | None) -> tuple[str, str]:
-    """(text, where) from '-'/stdin, an existing file, or the argument itself."""
+    """(text, where) from '-'/stdin, a file, or the argument itself."""
     if source is None or source == "-":
         if source is None and sys.stdin.isatty():
             raise InvalidInputError(
                 "Nothing to count. Pass TEXT, a FILE (messages .json or plain text) or '-' "
                 "for stdin."
             )
-        return sys.stdin.read(), "stdin"
-    path = Path(source)
-    if "\n" not in source and len(source) < 4096 and path.is_file():
-        try:
-            return path.read_text(encoding="utf-8"), source
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        return read_text("-"), "stdin"
+    if _names_a_file(source):
+        if not os.path.lexists(source):
             raise InvalidInputError(
-                f"Cannot read {source!r}: {reason}. Pass a readable UTF-8 file, or '-' to "
-                "read stdin."
-            ) from exc
-    if "\n" not in source and source.lower().endswith(_FILE_SUFFIXES):
-        raise InvalidInputError(
-            f"No such file {source!r}. Check the path (to count the literal text, quote it "
-            "without a file suffix or pipe it through '-')."
-        )
+                f"No such file {source!r}. Check the path (to count the literal text, quote it "
+                "without a file suffix or pipe it through '-')."
+            )
+        return read_text(source), source
+    check_text(source, "The TEXT argument")
     return source, "argument"
+
+
+def _names_a_file(source: str) -> bool:
+    """A path that exists (a file, a directory, /dev/zero: each gets its own answer), or
+    one shaped like a path: a file suffix, or ./ ../ ~/ or two slashes, and no spaces."""
+    if "\n" in source or len(source) >= 4096:
+        return False
+    if os.path.lexists(source):
+        return True
+    if source.lower().endswith(_FILE_SUFFIXES):
+        return True
+    if any(c.isspace() for c in source):
+        return False
+    return source.startswith(("./", "../", "~/")) or (
+        source.startswith("/") and source.count("/") >= 2
+    )
 
 
 def _messages_from(
@@ -54,15 +65,11 @@ def _messages_from(
     if not required and not stripped.startswith(("[", "{")):
         return None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = parse_json(text, repr(where), hint=_MESSAGES_HINT)
+    except InvalidInputError:
         if not required:
             return None
-        raise InvalidInputError(
-            f"{where!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
-            f'{exc.colno}). Expected [{{"role": ..., "content": ...}}, ...] or '
-            '{"messages": [...]}.'
-        ) from exc
+        raise
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         tools = data.get("tools") or data.get("functions")
         model = data.get("model") if isinstance(data.get("model"), str) else None
@@ -78,20 +85,9 @@ def _messages_from(
 
 
 def _tools_from(path: str) -> list[Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InvalidInputError(
-            f"Cannot read tools file {path!r}: {reason}. Pass a JSON file of tool definitions."
-        ) from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"Tools file {path!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
-            f'{exc.colno}). Expected [{{"type": "function", "function": {{...}}}}].'
-        ) from exc
+    hint = 'Expected [{"type": "function", "function": {...}}].'
+    text = read_text(path, what="tools file", hint=hint)
+    data = parse_json(text, f"Tools file {path!r}", hint=hint)
     if isinstance(data, dict) and isinstance(data.get("tools"), list):
         data = data["tools"]
     if not isinstance(data, list):
@@ -102,26 +98,10 @@ def _tools_from(path: str) -> list[Any]:
     return data
 
 
-def _wide() -> Console:
-    """The console, or for a pipe/file (no width) one wide enough not to cut numbers."""
-    if console.is_terminal:
-        return console
-    return Console(file=console.file, width=max(console.width, 120))
-
-
 def _money(value: float | None) -> str:
     if value is None:
         return "—"
     return f"${value:,.2f}" if value >= 0.1 else f"${value:.4g}"
-
-
-def _preview(content: Any) -> str:
-    if isinstance(content, list):
-        kinds = [str(p.get("type")) for p in content if isinstance(p, dict)]
-        texts = [str(p.get("text")) for p in content if isinstance(p, dict) and "text" in p]
-        content = " ".join(texts) + (f" [{', '.join(kinds)}]" if kinds else "")
-    text = " ".join(str(content or "").split())
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _cost(model: Model, tokens: int) -> float | None:
@@ -145,7 +125,10 @@ def count_cmd(
     tools: Annotated[
         str | None, typer.Option("--tools", help="JSON file of tool definitions to include.")
     ] = None,
-    strict: Annotated[bool, typer.Option(help="Unknown model is an error.")] = False,
+    per_message: Annotated[
+        bool, typer.Option("--per-message", help="One row per message (default: a summary).")
+    ] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="An unknown model is an error.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Count the tokens of text or of a chat request (messages, tools, reply priming)."""
@@ -156,7 +139,7 @@ def count_cmd(
     parsed = _messages_from(text, where, required=is_json_file)
     tool_list = _tools_from(tools) if tools else None
     name = model or (parsed[2] if parsed else None) or "gpt-4o"
-    resolved = get_model(name, strict=strict)
+    resolved = resolve_model(name, strict=strict)
     counter = get_counter(resolved)
     info: dict[str, Any] = {
         "model": resolved.name,
@@ -172,66 +155,113 @@ def count_cmd(
         info["input_cost_usd"] = _cost(resolved, tokens)
         if as_json:
             console.print_json(data=info)
-        else:
-            kind = "exact" if counter.tokenizer.exact else "estimate"
-            console.print(
-                f"[bold]{tokens:,}[/bold] tokens  ({len(text):,} characters; {resolved.name}, "
-                f"{counter.tokenizer.name} {kind})",
-                highlight=False,
-            )
+            return
+        kind = "exact" if counter.tokenizer.exact else "estimate"
+        line = Text.assemble(
+            (f"{tokens:,}", "bold"),
+            f" tokens  ({len(text):,} characters; {resolved.name}, {counter.tokenizer.name} "
+            f"{kind})",
+        )
+        console.print(line, highlight=False)
         return
     messages = parsed[0] if parsed else [{"role": "user", "content": text}]
     tool_list = tool_list if tool_list is not None else (parsed[1] if parsed else None)
-    total = counter.count_rendered(messages, tool_list)
-    per_message = [counter.message(m) for m in messages]
-    tool_tokens = counter.tools(tool_list)
+    with naming(where if where != "argument" else None):
+        total = counter.count_rendered(messages, tool_list)
+        counts = [counter.message(m) for m in messages]
     info.update(
         kind="messages",
         tokens=total,
         base=counter.base(),
-        tools=tool_tokens,
-        messages=per_message,
+        tools=counter.tools(tool_list),
+        messages=counts,
+        by_role=_by_role(messages, counts),
         input_cost_usd=_cost(resolved, total),
     )
     if as_json:
         console.print_json(data=info)
         return
-    _print_messages(resolved, counter.exact, counter.tokenizer.name, messages, info)
-
-
-def _print_messages(
-    model: Model, exact: bool, tokenizer: str, messages: list[Any], info: dict[str, Any]
-) -> None:
-    kind = "exact" if exact else "conservative estimate"
-    table = Table(
-        title=f"{model.name} · {tokenizer} · {model.chat_format} ({kind})",
-        title_justify="left",
+    kind = "exact" if counter.exact else "conservative estimate"
+    title = Text(
+        f"{resolved.name} · {counter.tokenizer.name} · {resolved.chat_format} ({kind})",
+        style="bold",
     )
-    table.add_column("#", justify="right", style="dim")
-    table.add_column("role")
-    table.add_column("tokens", justify="right")
-    table.add_column("content")
-    for i, (msg, tokens) in enumerate(zip(messages, info["messages"], strict=True)):
-        table.add_row(str(i), str(msg.get("role")), f"{tokens:,}", _preview(msg.get("content")))
-    table.add_row(
-        "", "[dim]priming[/dim]", f"{info['base']:,}", "[dim]reply priming / template[/dim]"
-    )
-    if info["tools"]:
-        table.add_row("", "[dim]tools[/dim]", f"{info['tools']:,}", "[dim]tool schemas[/dim]")
-    _wide().print(table)
-    share = info["tokens"] / model.context_window
+    if per_message:
+        console.print(_per_message_table(title, messages, info))
+    else:
+        console.print(_summary_table(title, messages, info))
+    share = total / resolved.context_window
     cost = info["input_cost_usd"]
     console.print(
-        f"[bold]{info['tokens']:,}[/bold] input tokens of a {model.context_window:,}-token "
-        f"window ({share:.1%})" + (f"; input cost ≈ ${cost:.6f}" if cost is not None else ""),
+        Text.assemble(
+            (f"{total:,}", "bold"),
+            f" input tokens of a {resolved.context_window:,}-token window ({share:.1%})",
+            f"; input cost ≈ ${cost:.6f}" if cost is not None else "",
+        ),
         highlight=False,
     )
-    if not model.known:
+    if not per_message and len(messages) > 1:
+        top = max(range(len(counts)), key=counts.__getitem__)
+        role = Text(str(messages[top].get("role")))
         console.print(
-            f"[yellow]note:[/yellow] {model.name!r} is not in the registry: conservative "
-            "default window and estimator. Use --strict to make this an error.",
+            Text.assemble(
+                f"Largest: message {top} (",
+                role,
+                f", {counts[top]:,} tokens). One row per message: --per-message.",
+            ),
+            style="dim",
             highlight=False,
         )
+
+
+def _by_role(messages: list[Any], counts: list[int]) -> dict[str, dict[str, int]]:
+    """``{role: {"messages": n, "tokens": t}}`` in order of first appearance."""
+    out: dict[str, dict[str, int]] = {}
+    for msg, tokens in zip(messages, counts, strict=True):
+        row = out.setdefault(str(msg.get("role")), {"messages": 0, "tokens": 0})
+        row["messages"] += 1
+        row["tokens"] += tokens
+    return out
+
+
+def _summary_table(title: Text, messages: list[Any], info: dict[str, Any]) -> Table:
+    """Messages and tokens per role, then tools, priming and the total: a few rows at any
+    length of conversation."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("part", overflow="ellipsis", max_width=30)
+    table.add_column("messages", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    total = max(1, info["tokens"])
+    for role, row in info["by_role"].items():
+        table.add_row(
+            Text(role),
+            f"{row['messages']:,}",
+            f"{row['tokens']:,}",
+            f"{row['tokens'] / total:.1%}",
+        )
+    if info["tools"]:
+        table.add_row("tool schemas", "", f"{info['tools']:,}", f"{info['tools'] / total:.1%}")
+    table.add_row("reply priming", "", f"{info['base']:,}", f"{info['base'] / total:.1%}")
+    table.add_row("total", f"{len(messages):,}", f"{info['tokens']:,}", "", style="bold")
+    return table
+
+
+def _per_message_table(title: Text, messages: list[Any], info: dict[str, Any]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("role", overflow="ellipsis", max_width=12)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("content", ratio=1, overflow="ellipsis")
+    for i, (msg, tokens) in enumerate(zip(messages, info["messages"], strict=True)):
+        table.add_row(
+            str(i), Text(str(msg.get("role"))), f"{tokens:,}", content_cell(msg.get("content"))
+        )
+    dim = "dim"
+    table.add_row("", Text("priming", dim), f"{info['base']:,}", Text("reply priming", dim))
+    if info["tools"]:
+        table.add_row("", Text("tools", dim), f"{info['tools']:,}", Text("tool schemas", dim))
+    return table
 
 
 @app.command("models")
@@ -240,8 +270,21 @@ def models_cmd(
         str, typer.Argument(help="Part of a name, alias or provider (empty: all).")
     ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    check: Annotated[
+        str | None,
+        typer.Option(
+            "--check",
+            metavar="URL",
+            help="Compare the registry entry QUERY (default: the served model) with what "
+            "the server at URL runs; exit 1 when they differ.",
+        ),
+    ] = None,
 ) -> None:
-    """List the models tokenflex knows: window, output limit, tokenizer, prices."""
+    """List the models tokenflex knows: window, output limit, prices, tokenizer."""
+    if check is not None:
+        from ._check import check_models
+
+        return check_models(check, query, as_json=as_json)
     found = list_models(query)
     if as_json:
         console.print_json(
@@ -256,6 +299,10 @@ def models_cmd(
                     "chat_format": m.chat_format,
                     "input_price": m.input_price,
                     "output_price": m.output_price,
+                    "max_input_tokens": m.max_input_tokens,
+                    "cache_read_price": m.cache_read_price,
+                    "cache_write_price": m.cache_write_price,
+                    "source_url": m.source_url,
                     "aliases": list(m.aliases),
                     "source": m.source,
                 }
@@ -265,31 +312,32 @@ def models_cmd(
         return
     if not found:
         console.print(
-            f"No model matches {query!r}. Try a shorter query, or list all: tokenflex models"
+            Text(f"No model matches {query!r}. Try a shorter query, or list all: tokenflex models"),
+            highlight=False,
         )
         return
-    table = Table(
-        title=f"{len(found)} models" + (f" matching {query!r}" if query else ""),
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("name", style="bold", no_wrap=True)
-    table.add_column("provider", no_wrap=True)
+    console.print(_models_table(found, query))
+
+
+def _models_table(found: list[Model], query: str) -> Table:
+    """Fits 80 columns: numbers never wrap, the tokenizer gives way first, a very long name
+    folds. Provider, family, chat format and aliases are in ``--json``."""
+    title = Text(f"{len(found)} models" + (f" matching {query!r}" if query else ""))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    longest = max(len(m.name) for m in found)
+    table.add_column("name", style="bold", overflow="fold", min_width=min(32, longest))
     table.add_column("window", justify="right", no_wrap=True)
     table.add_column("max out", justify="right", no_wrap=True)
-    table.add_column("tokenizer", no_wrap=True)
-    table.add_column("format", no_wrap=True)
     table.add_column("$/1M in", justify="right", no_wrap=True)
     table.add_column("$/1M out", justify="right", no_wrap=True)
+    table.add_column("tokenizer", overflow="ellipsis", min_width=8)
     for m in found:
         table.add_row(
-            m.name,
-            m.provider,
+            Text(m.name),
             f"{m.context_window:,}",
             "—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}",
-            m.tokenizer,
-            m.chat_format,
             _money(m.input_price),
             _money(m.output_price),
+            Text(m.tokenizer),
         )
-    _wide().print(table)
+    return table

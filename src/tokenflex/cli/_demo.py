@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -43,17 +44,22 @@ def _worked_examples() -> None:
     from ._render import plan_view
 
     console.print(Rule("Output negotiation: max_tokens shrinks, never below the floor"))
-    table = Table("example", "model", "window", "input", "requested", "max_tokens", "result")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("example", justify="right")
+    table.add_column("model", no_wrap=True)
+    for header in ("window", "input", "asked", "max_tokens"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("result")
     cases = [
-        ("1 small conversation", "llama3.2:3b", 5, 3000),
-        ("2 large conversation", "gpt-3.5-turbo", 50, 5000),
-        ("3 minimal space", "deepseek-coder:6.7b", 60, 3000),
+        ("1", "llama3.2:3b", 5, 3000),  # small conversation
+        ("2", "gpt-3.5-turbo", 50, 5000),  # large conversation
+        ("3", "deepseek-coder:6.7b", 60, 3000),  # minimal space
     ]
     for name, model, turns, request in cases:
         # A guess of 250 tokens per message is what hand-written code uses; these are counted.
         msgs = _conversation(turns * 4)
         plan = fit(msgs, model=model, max_tokens=request, policy="flex", history_share=1.0)
-        verdict = "fits" + (f", dropped {len(plan.dropped)}" if len(plan.dropped) else "")
+        verdict = f"{len(plan.dropped)} dropped" if len(plan.dropped) else "all kept"
         table.add_row(
             name,
             model,
@@ -71,7 +77,11 @@ def _worked_examples() -> None:
     try:
         fit(big, model="deepseek-coder:6.7b", max_tokens=3000, policy="flex")
     except ContextOverflowError as exc:
-        console.print(f"[yellow]Required input too big → raises, never overflows:[/yellow] {exc}")
+        console.print(
+            Text.assemble(
+                ("Required input too big → raises, never overflows: ", "yellow"), str(exc)
+            )
+        )
 
     console.print(Rule("Token-aware history on gpt-4 (8K), 80% soft share"))
     msgs = _conversation(200)
@@ -163,7 +173,11 @@ def _validation_example() -> None:
     except ImportError:  # pragma: no cover
         return
     console.print(Rule("Component budget validation (120K total)"))
-    table = Table("scenario", "input", "output", "usage", "status")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("scenario")
+    for header in ("input", "output", "usage"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("status")
     rows = [
         ("standard (no RAG)", 24_000, 20_000),
         ("RAG-heavy (40K)", 64_000, 25_000),

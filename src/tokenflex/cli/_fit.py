@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -12,31 +9,29 @@ import typer
 from ..errors import InvalidInputError
 from ..options import FitOptions
 from ._app import app, console
+from ._input import naming, parse_json, read_text, resolve_model
 
 _DEFAULTS = FitOptions()  # the CLI's defaults are fit()'s
+
+
+_HINT = 'Expected [{"role": ..., "content": ...}, ...] or {"messages": [...]}.'
 
 
 def load_request(path: str) -> tuple[list[Any], list[Any] | None, int | None, str | None]:
     """Messages, tools, max_tokens and model from a JSON file (``-`` for stdin): either a
     list of messages or an OpenAI request body."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(
-            f"Cannot read {path!r}: {exc.strerror}. Pass a JSON file of messages or '-' for stdin."
-        ) from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(
-            f"{path!r} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
-            'Expected [{"role": ..., "content": ...}, ...] or {"messages": [...]}.'
-        ) from exc
-    if isinstance(data, dict):
-        if "messages" not in data:
-            raise InvalidInputError(f"{path!r} is a JSON object without a 'messages' key.")
-        return data["messages"], data.get("tools"), data.get("max_tokens"), data.get("model")
-    return data, None, None, None
+    text = read_text(path, hint="Pass a JSON file of messages or '-' for stdin.")
+    data = parse_json(text, repr(path), hint=_HINT)
+    if isinstance(data, list):
+        return data, None, None, None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path!r} holds a JSON {type(data).__name__}. {_HINT}")
+    if "messages" not in data:
+        raise InvalidInputError(f"{path!r} is a JSON object without a 'messages' key. {_HINT}")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidInputError(f"{path!r}: 'model' must be a string, got {model!r}.")
+    return data["messages"], data.get("tools"), data.get("max_tokens"), model
 
 
 def _run(
@@ -47,6 +42,7 @@ def _run(
     min_output_tokens: int,
     safety_margin: int,
     history_share: float,
+    strict: bool,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -57,16 +53,19 @@ def _run(
     model_name = model or file_model
     if not model_name:
         raise InvalidInputError('No model: pass --model (or put "model" in the request file).')
-    plan = fit(
-        messages,
-        model=model_name,
-        max_tokens=max_tokens or file_max_tokens,
-        tools=tools,
-        policy=policy,
-        min_output_tokens=min_output_tokens,
-        safety_margin=safety_margin,
-        history_share=history_share,
-    )
+    if strict:
+        resolve_model(model_name, strict=True)
+    with naming(file):
+        plan = fit(
+            messages,
+            model=model_name,
+            max_tokens=max_tokens if max_tokens is not None else file_max_tokens,
+            tools=tools,
+            policy=policy,
+            min_output_tokens=min_output_tokens,
+            safety_margin=safety_margin,
+            history_share=history_share,
+        )
     if as_json:
         console.print_json(plan.to_json(include_messages=verbose))
     else:
@@ -79,6 +78,7 @@ Policy = Annotated[str, typer.Option(help="reserve (trim input) or flex (shrink 
 MinOut = Annotated[int, typer.Option("--min-output-tokens", help="Output floor.")]
 Margin = Annotated[int, typer.Option("--safety-margin", help="Tokens kept free.")]
 Share = Annotated[float, typer.Option("--history-share", help="Soft share of room for history.")]
+Strict = Annotated[bool, typer.Option("--strict", help="An unknown model is an error.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable plan.")]
 
 
@@ -93,6 +93,7 @@ def _command(verbose: bool, doc: str) -> Any:
         min_output_tokens: MinOut = _DEFAULTS.min_output_tokens,
         safety_margin: Margin = _DEFAULTS.safety_margin,
         history_share: Share = _DEFAULTS.history_share,
+        strict: Strict = False,
         as_json: AsJson = False,
     ) -> None:
         _run(
@@ -103,6 +104,7 @@ def _command(verbose: bool, doc: str) -> Any:
             min_output_tokens,
             safety_margin,
             history_share,
+            strict,
             as_json,
             verbose,
         )
@@ -117,5 +119,5 @@ app.command("fit")(
     )
 )
 app.command("inspect")(
-    _command(True, "Like fit, and also lists every kept message and up to 200 dropped ones.")
+    _command(True, "Like fit, and also lists the first 200 dropped items and every kept message.")
 )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Group
 from rich.rule import Rule
 from rich.table import Table
@@ -15,6 +16,7 @@ from rich.text import Text
 
 from ..errors import ConfigError, InvalidInputError
 from ._app import app, console
+from ._input import parse_json, read_text, resolve_model
 
 _KEYS = {
     "text": "text",
@@ -40,20 +42,8 @@ def load_chunks(path: str) -> list[Any]:
     """Chunks from a JSON list, a ``{"chunks": [...]}`` object or a JSON-lines file."""
     from ..documents import Chunk
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(f"Cannot read {path!r}: {exc.strerror}. {_CHUNK_HINT}") from exc
-    try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as first:
-        try:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError:
-            raise InvalidInputError(
-                f"{path!r} is not valid JSON ({first.msg} at line {first.lineno}, column "
-                f"{first.colno}). {_CHUNK_HINT}"
-            ) from first
+    text = read_text(path, hint=_CHUNK_HINT)
+    data = parse_json(text, repr(path), hint=_CHUNK_HINT, lines=True)
     if isinstance(data, dict) and isinstance(data.get("chunks"), list):
         data = data["chunks"]
     if not isinstance(data, list):
@@ -80,8 +70,12 @@ def load_chunks(path: str) -> list[Any]:
     return chunks
 
 
+ROWS = 20
+"""Rows of each chunk table before the rest are summed up in one row."""
+
+
 def _pack_view(result: Any, n: int) -> Group:
-    """Summary line, admitted table, dropped table."""
+    """Summary line, admitted table, dropped table (at most :data:`ROWS` rows each)."""
     head = Text(
         f"Packed {len(result.admitted):,} of {n:,} chunks: {result.tokens:,} of "
         f"{result.limit:,} tokens (budget {result.budget:,} - {result.safety_buffer:,} "
@@ -90,32 +84,68 @@ def _pack_view(result: Any, n: int) -> Group:
         + (f", knapsack {result.knapsack}" if result.knapsack else "")
         + "."
     )
-    admitted = Table(title=f"Admitted: {len(result.admitted):,}", title_justify="left")
-    for col, right in (("#", True), ("id", False), ("score", True), ("tokens", True)):
-        admitted.add_column(col, justify="right" if right else "left")
-    admitted.add_column("citation", overflow="fold")
-    for k, (c, i, t) in enumerate(
-        zip(result.admitted, result.admitted_indices, result.admitted_costs, strict=True), 1
-    ):
+    admitted = Table(
+        title=f"Admitted: {len(result.admitted):,}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    admitted.add_column("#", justify="right", no_wrap=True)
+    admitted.add_column("id", overflow="ellipsis", no_wrap=True, max_width=20)
+    admitted.add_column("score", justify="right", no_wrap=True)
+    admitted.add_column("tokens", justify="right", no_wrap=True)
+    admitted.add_column("citation", overflow="ellipsis", ratio=1)
+    rows = zip(result.admitted, result.admitted_indices, result.admitted_costs, strict=True)
+    for k, (c, i, t) in enumerate(rows, 1):
+        if k > ROWS:
+            rest = result.admitted_costs[ROWS:]
+            admitted.add_row("…", f"{len(rest):,} more", "", f"{sum(rest):,}", "")
+            break
         cite = " — ".join(p for p in (c.source, c.identifier) if p)
         score = "" if c.score is None else f"{c.score:g}"
-        admitted.add_row(str(k), c.id or f"#{i}", score, f"{t:,}", cite)
+        cell = Text(cite, no_wrap=True, overflow="ellipsis")  # in full in the rendered context
+        admitted.add_row(str(k), Text(c.id or f"#{i}"), score, f"{t:,}", cell)
     if not result.dropped:
         return Group(head, admitted, Text("Nothing dropped.", style="green"))
     dropped = Table(
         title=f"Dropped: {result.dropped_count:,} chunks, {result.dropped_tokens:,} tokens",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for col in ("index", "id", "score", "tokens", "reason"):
-        dropped.add_column(col, justify="right" if col in ("index", "score", "tokens") else "left")
-    for k, d in enumerate(result.dropped):
-        if k >= 50:
-            dropped.add_row("…", f"{result.dropped_count - 50:,} more", "", "", "")
-            break
-        score = "" if d.score is None else f"{d.score:g}"
-        tokens = "not counted" if d.tokens is None else f"{d.tokens:,}"
-        dropped.add_row(str(d.index), d.id or "", score, tokens, d.reason)
+    dropped.add_column("chunks", no_wrap=True)
+    dropped.add_column("ids", overflow="ellipsis", no_wrap=True, max_width=28)
+    dropped.add_column("count", justify="right", no_wrap=True)
+    dropped.add_column("tokens", justify="right", no_wrap=True)
+    dropped.add_column("reason", no_wrap=True)
+    runs = chunk_runs(result.dropped)
+    for run in runs[:ROWS]:
+        first, last = run[0], run[-1]
+        span = str(first.index) if len(run) == 1 else f"{first.index}–{last.index}"
+        ids = [d.id or "" for d in (first, last) if d.id] if len(run) > 1 else [first.id or ""]
+        counted = [d.tokens for d in run if d.tokens is not None]
+        tokens = f"{sum(counted):,}" if len(counted) == len(run) else "not counted"
+        dropped.add_row(span, Text(" … ".join(ids)), f"{len(run):,}", tokens, first.reason)
+    rest = runs[ROWS:]
+    if rest:
+        chunks = [d for run in rest for d in run]
+        counted_rest = sum(d.tokens for d in chunks if d.tokens is not None)
+        dropped.add_row(
+            "…", f"{len(rest):,} more runs", f"{len(chunks):,}", f"{counted_rest:,}", ""
+        )
     return Group(head, admitted, dropped)
+
+
+def chunk_runs(dropped: Sequence[Any]) -> list[list[Any]]:
+    """Dropped chunks grouped into runs of consecutive indices with one reason."""
+    runs: list[list[Any]] = []
+    for d in sorted(dropped, key=lambda d: d.index):
+        last = runs[-1][-1] if runs else None
+        if last is not None and d.index == last.index + 1 and d.reason == last.reason:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
 
 
 @app.command("pack")
@@ -131,15 +161,17 @@ def pack_cmd(
         str | None, typer.Option("--tokenizer", "-t", help="Tokenizer name (default estimate).")
     ] = None,
     safety_buffer: Annotated[int, typer.Option("--safety-buffer", help="Tokens kept free.")] = 64,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="An unknown --model is an error.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
 ) -> None:
     """Pack ranked chunks and their citations into a token budget; show what was dropped."""
     from ..documents import pack_chunks
-    from ..models import get_model
 
     if model and tokenizer:
         raise InvalidInputError("Pass --model or --tokenizer, not both.")
-    tok: Any = get_model(model) if model else (tokenizer or "estimate")
+    tok: Any = resolve_model(model, strict=strict) if model else (tokenizer or "estimate")
     chunks = load_chunks(file)
     result = pack_chunks(
         chunks,
@@ -182,13 +214,15 @@ _SPEC_HINT = (
 def load_spec(path: str) -> dict[str, Any]:
     """The validate spec: TOML with components (ints, texts or ``{file = ...}``)."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"Cannot read {path!r}: {exc.strerror}. {_SPEC_HINT}") from exc
+        text = read_text(path, hint=_SPEC_HINT)
+    except InvalidInputError as exc:
+        raise ConfigError(str(exc)) from exc
     try:
-        spec = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        spec = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path!r} is not valid TOML: {exc}. {_SPEC_HINT}") from exc
+    except RecursionError:  # arrays or tables nested past the parser's limit
+        raise ConfigError(f"{path!r} is nested too deeply to read. {_SPEC_HINT}") from None
     unknown = sorted(set(spec) - _SPEC_KEYS)
     if unknown:
         raise ConfigError(f"{path!r}: unknown keys {unknown}; allowed: {sorted(_SPEC_KEYS)}.")
@@ -210,13 +244,11 @@ def load_spec(path: str) -> dict[str, Any]:
     for name, value in spec["components"].items():
         if isinstance(value, dict):
             if set(value) == {"file"}:
-                f = base / str(value["file"])
+                f = str(base / str(value["file"]))
                 try:
-                    value = f.read_text(encoding="utf-8")
-                except OSError as exc:
-                    raise ConfigError(
-                        f"{path!r}: component {name!r} file {str(f)!r}: {exc.strerror}."
-                    ) from exc
+                    value = read_text(f, what=f"{path!r}: component {name!r} file")
+                except InvalidInputError as exc:
+                    raise ConfigError(str(exc)) from exc
             elif set(value) == {"text"}:
                 value = value["text"]
             else:
@@ -232,16 +264,21 @@ def load_spec(path: str) -> dict[str, Any]:
 @app.command("validate")
 def validate_cmd(
     file: Annotated[str, typer.Argument(help="TOML budget spec (components, budget, thresholds).")],
+    strict: Annotated[
+        bool, typer.Option("--strict", help="An unknown spec 'model' is an error.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
 ) -> None:
     """Check prompt components + expected output against a total budget (exit 1 on FALLBACK)."""
-    from ..models import get_model
     from ..validate import rag_budget, validate_budget
 
     spec = load_spec(file)
     if spec.get("model") and spec.get("tokenizer"):
         raise ConfigError(f"{file!r}: give 'model' or 'tokenizer', not both.")
-    tok: Any = get_model(spec["model"]) if spec.get("model") else spec.get("tokenizer", "estimate")
+    model = spec.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(f"{file!r}: 'model' must be a string, got {model!r}.")
+    tok: Any = resolve_model(model, strict=strict) if model else spec.get("tokenizer", "estimate")
     try:
         v = validate_budget(
             spec["components"],
@@ -264,17 +301,26 @@ def validate_cmd(
     if as_json:
         console.print_json(data={**v.to_dict(), "rag_budget": rag})
     else:
-        table = Table(title=f"Budget {v.total_budget:,} (input + output)", title_justify="left")
-        table.add_column("component")
-        table.add_column("tokens", justify="right")
-        table.add_column("share", justify="right")
+        table = Table(
+            title=f"Budget {v.total_budget:,} (input + output)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        table.add_column("component", overflow="fold", max_width=48)
+        table.add_column("tokens", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
         for name, tokens in [*v.components.items(), ("expected output", v.expected_output)]:
-            table.add_row(name, f"{tokens:,}", f"{100 * tokens / v.total_budget:.1f}%")
+            table.add_row(Text(name), f"{tokens:,}", f"{100 * tokens / v.total_budget:.1f}%")
         table.add_row("total", f"{v.total_tokens:,}", f"{v.usage_percent:.1f}%", style="bold")
         console.print(table)
         style = {"OK": "green", "WARNING": "yellow", "FALLBACK": "red"}[v.status]
-        console.print(Text(f"{v.status}: {v.message}", style=style), soft_wrap=True)
+        console.print(Text(f"{v.status}: {v.message}", style=style))
         if rag is not None:
-            console.print(f"RAG budget: {rag:,} tokens (min(rag_cap, input_cap - other input)).")
+            console.print(
+                f"RAG budget: {rag:,} tokens (min(rag_cap, input_cap - other input)).",
+                markup=False,
+                highlight=False,
+            )
     if v.status == "FALLBACK" or not v.valid:
         raise SystemExit(1)

@@ -66,6 +66,7 @@ def serve(
     logging.getLogger("tokenflex").setLevel(level)
     # httpx logs every upstream request at INFO: one line per request is ours alone
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    proxy = create_app(settings)  # a config it cannot serve stops here, with one line
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else ""),
@@ -73,7 +74,7 @@ def serve(
         soft_wrap=True,
     )
     uvicorn.run(
-        create_app(settings),
+        proxy,
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),

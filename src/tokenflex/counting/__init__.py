@@ -21,8 +21,9 @@ Rules per ``Model.chat_format``:
     A message costs the tokens of its rendered segment; the base is the generation prompt
     plus whatever the template adds around a lone message (BOS, default system text).
     :meth:`MessageCounter.count_rendered` renders the whole conversation for the exact
-    total; the additive count is never below it by construction of the probes (the
-    template's default text is counted once even when a system message replaces it).
+    total; the additive count is at least that on the real templates tested
+    (tests/test_templates.py; the template's default text is counted once even when a
+    system message replaces it).
 
 Where each part lives:
 

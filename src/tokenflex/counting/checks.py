@@ -15,7 +15,16 @@ from typing import Any
 
 from ..errors import InvalidMessagesError
 
-__all__ = ["IMAGE_PARTS", "ROLES", "TEXT_PARTS", "BadMessage", "bad_part", "validated_role"]
+__all__ = [
+    "AUDIO_PARTS",
+    "FILE_PARTS",
+    "IMAGE_PARTS",
+    "ROLES",
+    "TEXT_PARTS",
+    "BadMessage",
+    "bad_part",
+    "validated_role",
+]
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 """Roles a message may have."""
@@ -25,6 +34,12 @@ TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refu
 
 IMAGE_PARTS = ("image_url", "input_image")
 """Content part types that hold an image (under ``image_url``)."""
+
+FILE_PARTS = ("file",)
+"""Content part types that hold a file (``{"file": {"file_data" | "file_id": ...}}``)."""
+
+AUDIO_PARTS = ("input_audio",)
+"""Content part types that hold audio (``{"input_audio": {"data": ..., "format": ...}}``)."""
 
 
 class BadMessage(InvalidMessagesError):
@@ -102,7 +117,8 @@ def bad_part(j: int, part: Any) -> BadMessage:
             f"has content[{j}] of type {type(part).__name__}",
             "Each content part is a dict like {'type': 'text', 'text': '...'}",
         )
-    ptype = part.get("type")
+    raw = part.get("type")
+    ptype = raw if isinstance(raw, str) else None  # an unhashable "type" is unsupported
     if ptype in TEXT_PARTS:
         return BadMessage(
             f"has a {ptype!r} part without a string {TEXT_PARTS[ptype]!r}",
@@ -114,8 +130,19 @@ def bad_part(j: int, part: Any) -> BadMessage:
             "Use {'type': 'image_url', 'image_url': {'url': 'data:image/png;"
             "base64,...', 'detail': 'low'}}",
         )
+    if ptype in FILE_PARTS:
+        return BadMessage(
+            f"has a 'file' part without 'file_data' or 'file_id' in content[{j}]",
+            "Use {'type': 'file', 'file': {'file_data': 'data:application/pdf;base64,...', "
+            "'filename': 'a.pdf'}} or {'file': {'file_id': 'file-...'}}",
+        )
+    if ptype in AUDIO_PARTS:
+        return BadMessage(
+            f"has an 'input_audio' part without a base64 string 'data' in content[{j}]",
+            "Use {'type': 'input_audio', 'input_audio': {'data': '<base64>', 'format': 'wav'}}",
+        )
     return BadMessage(
-        f"has content[{j}] of type {ptype!r}",
-        "Supported content parts: text, image_url (count other media yourself "
-        "and reserve it as a section)",
+        f"has content[{j}] of type {raw!r:.80}",
+        "Supported content parts: text, refusal, image_url, file, input_audio (count other "
+        "media yourself and reserve it as a section)",
     )

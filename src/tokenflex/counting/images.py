@@ -11,7 +11,12 @@ resizing. Formulas per provider:
   the API may pick ``low``, never more.) Images are only scaled down, never up.
 - OpenAI patch models (gpt-4.1-mini/nano, gpt-5-mini/nano, o4-mini): 32px patches, at most
   1,536 after scaling down, times a per-model multiplier; ``detail`` is ignored.
-- Anthropic: ``width * height / 750``, at most ~1,600 tokens (larger images are scaled).
+- Anthropic: an image costs ``width * height / 750`` after the API scales it down to
+  1568 px on the long edge and about 1,600 tokens. The published sizes it does not
+  resize go up to 784x1568 (1,640 tokens) and 1092x1092 (1.19 MP, 1,590 tokens), above
+  the "1.15 megapixels" the same page names, so only the long edge is applied exactly and
+  the cost is capped at the largest published size's (1,640): never below what the API
+  charges. A remote URL costs that maximum.
 - Google Gemini: 258 tokens for an image within 384x384, else 258 per 768x768 tile.
 - Anything else (local vision models): the largest of the gpt-4o tile formula and one
   token per 28x28 patch (Qwen2-VL style), capped at 16,384.
@@ -26,7 +31,7 @@ import struct
 
 from ..models import Model
 
-__all__ = ["image_size", "image_tokens"]
+__all__ = ["anthropic_image_tokens", "image_size", "image_tokens"]
 
 # (name prefix, base tokens, tile tokens); longest prefix wins.
 _TILE = (
@@ -46,7 +51,8 @@ _PATCH = (
     ("o4-mini", 1.72),
 )
 _PATCH_BUDGET = 1536
-_ANTHROPIC_MAX = 1600
+_ANTHROPIC_EDGE = 1568
+_ANTHROPIC_MAX = math.ceil(784 * 1568 / 750)  # the largest published unresized size
 _GENERIC_MAX = 16384
 
 
@@ -81,6 +87,25 @@ def _by_prefix(name: str, table: tuple[tuple[str, float], ...]) -> float | None:
     return None if best is None else best[1]
 
 
+def anthropic_image_tokens(size: tuple[int, int] | None) -> int:
+    """Tokens of one image in an Anthropic request (``None``: a remote image, the most
+    any image can cost).
+
+    >>> anthropic_image_tokens((1000, 1000)), anthropic_image_tokens((1092, 1092))
+    (1334, 1590)
+    >>> anthropic_image_tokens((4000, 3000))  # the API's ~1,600-token size, rounded up
+    1640
+    """
+    if size is None:
+        return _ANTHROPIC_MAX
+    width, height = size
+    longest = max(width, height)
+    if longest > _ANTHROPIC_EDGE:
+        scale = _ANTHROPIC_EDGE / longest
+        width, height = math.ceil(width * scale), math.ceil(height * scale)
+    return min(_ANTHROPIC_MAX, math.ceil(width * height / 750))
+
+
 def image_tokens(model: Model, size: tuple[int, int] | None, detail: str = "auto") -> int:
     """Tokens one image costs ``model``; ``size=None`` means unknown (the worst case).
 
@@ -109,9 +134,7 @@ def image_tokens(model: Model, size: tuple[int, int] | None, detail: str = "auto
             return base + 8 * tile
         return _tile_tokens(size[0], size[1], base, tile)
     if model.provider == "anthropic":
-        if size is None:
-            return _ANTHROPIC_MAX
-        return min(_ANTHROPIC_MAX, math.ceil(size[0] * size[1] / 750))
+        return anthropic_image_tokens(size)
     if model.provider == "google" and name.startswith("gemini"):
         if size is None:
             return 258 * 16  # an assumed 3072x3072 worst case

@@ -14,6 +14,10 @@ Beyond the cookbook (documented, conservative rules):
   keywords) add the tokens of their compact JSON (see :mod:`tokenflex.counting.tools`).
 - Images: see :mod:`tokenflex.counting.images` (size read from a data URL's header, never
   fetched; remote URLs cost the model's worst case).
+- Files (PDFs) and audio: conservative estimates from the request's own bytes, see
+  :mod:`tokenflex.counting.media`; a file's name is counted as text.
+- ``reasoning_content`` on an assistant message is counted as its text (fit() takes it
+  out of the history it sends and lists it in ``plan.dropped``).
 """
 
 from __future__ import annotations
@@ -25,8 +29,18 @@ from .._types import Message, Messages, Tool
 from ..errors import InvalidInputError, InvalidMessagesError
 from ..models import Model
 from ..tokenizers import CountCache
-from .checks import IMAGE_PARTS, ROLES, TEXT_PARTS, BadMessage, bad_part, validated_role
+from .checks import (
+    AUDIO_PARTS,
+    FILE_PARTS,
+    IMAGE_PARTS,
+    ROLES,
+    TEXT_PARTS,
+    BadMessage,
+    bad_part,
+    validated_role,
+)
 from .images import image_size, image_tokens
+from .media import audio_tokens, file_tokens
 from .tools import dumps, generic_tools_tokens, openai_tools_tokens, tool_list
 
 __all__ = [
@@ -143,6 +157,8 @@ class MessageCounter:
         total = 0
         for j, part in enumerate(parts):
             ptype = part.get("type") if isinstance(part, Mapping) else None
+            if not isinstance(ptype, str):
+                raise bad_part(j, part)
             if ptype in TEXT_PARTS:
                 value = part.get(TEXT_PARTS[ptype])
                 if not isinstance(value, str):
@@ -156,9 +172,28 @@ class MessageCounter:
                     raise bad_part(j, part)
                 detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
                 total += self._image(url, str(detail or "auto"))
+            elif ptype in FILE_PARTS:
+                total += self._file(part.get("file"), j, part)
+            elif ptype in AUDIO_PARTS:
+                audio = part.get("input_audio")
+                data = audio.get("data") if isinstance(audio, Mapping) else None
+                if not isinstance(data, str):
+                    raise bad_part(j, part)
+                total += audio_tokens(data, audio.get("format"))
             else:
                 raise bad_part(j, part)
         return total
+
+    def _file(self, file: Any, j: int, part: Any) -> int:
+        """An estimate for one ``file`` part (see :mod:`tokenflex.counting.media`)."""
+        if not isinstance(file, Mapping):
+            raise bad_part(j, part)
+        data, file_id = file.get("file_data"), file.get("file_id") or file.get("file_url")
+        if not isinstance(data, str) and not isinstance(file_id, str):
+            raise bad_part(j, part)
+        name = file.get("filename")
+        named = self._count(name) if isinstance(name, str) else 0
+        return named + file_tokens(data if isinstance(data, str) else None, self._count)
 
     def _call(self, call: Any, with_id: bool) -> int:
         """Tokens of one assistant tool call (or legacy function_call)."""
@@ -244,7 +279,7 @@ class EnvelopeCounter(MessageCounter):
                 total += self._count(value)
                 if key == "name":
                     total += self.per_name
-            elif isinstance(value, list | dict) and not value:
+            elif isinstance(value, list | tuple | dict) and not value:
                 continue
             else:
                 total += self._count(dumps(value))  # unknown structured field: its JSON

@@ -105,6 +105,9 @@ def render(
 ) -> str:
     """The prompt text the template makes of ``messages``.
 
+    ``tools=None`` renders without tools; an empty list is passed on as an empty list
+    (tool-use templates that loop over ``tools`` unconditionally need one).
+
     Raises:
         TemplateRejected: the template raised (e.g. "roles must alternate").
     """
@@ -116,10 +119,27 @@ def render(
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,
             eos_token=eos_token,
-            tools=list(tools) if tools else None,
+            tools=list(tools) if tools is not None else None,
         )
     except (jinja2.exceptions.TemplateError, TypeError, ValueError, LookupError) as exc:
-        # Templates also fail with plain Python errors, e.g. "+" on list content.
+        # Templates also fail with plain Python errors, e.g. "+" on list content. Many
+        # (Qwen3, Phi-3.5, Ministral) fail on an assistant tool call's ``content: null``,
+        # which llama.cpp's server renders as "": do the same.
+        if any(isinstance(m, Mapping) and m.get("content", "") is None for m in messages):
+            filled = [
+                {**m, "content": ""}
+                if isinstance(m, Mapping) and m.get("content", "") is None
+                else m
+                for m in messages
+            ]
+            return render(
+                template,
+                filled,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=bos_token,
+                eos_token=eos_token,
+                tools=tools,
+            )
         raise TemplateRejected(
             f"The model's chat template rejected the messages: {exc}. Fix the conversation "
             "(roles, order) to what the template accepts."
@@ -155,6 +175,23 @@ class TemplateCounter(MessageCounter):
         self._template = compile_template(model.chat_template or "")
         self._segments: dict[tuple[str, str], int] = {}
         self._bases: dict[str, int] = {}
+        self._no_tools: list[Any] | None = None
+        self._newline = tokenizer.count("\n")
+        try:
+            self._render([_USER])
+        except TemplateRejected as exc:
+            # Tool-use templates (Hermes, Command-R) loop over ``tools`` unconditionally:
+            # without tools they get an empty list, as their authors' examples pass.
+            self._no_tools = []
+            try:
+                self._render([_USER])
+            except TemplateRejected:
+                raise ConfigError(
+                    f"The chat template of {model.name!r} cannot render a one-message "
+                    f"conversation ({exc}); tokenflex cannot count with it. Use the model's "
+                    "general chat template (tokenizer_config.json's default), not a "
+                    "tool-use-only variant, or chat_format 'generic'."
+                ) from exc
 
     def _render(
         self,
@@ -168,7 +205,7 @@ class TemplateCounter(MessageCounter):
             add_generation_prompt=generation,
             bos_token=self.model.bos_token,
             eos_token=self.model.eos_token,
-            tools=tools,
+            tools=tools if tools else self._no_tools,
         )
 
     def _segment(self, msg: Mapping[str, Any]) -> str | None:
@@ -210,12 +247,53 @@ class TemplateCounter(MessageCounter):
             log.debug("chat template of %s renders no segment for %r", self.model.name, msg)
             n = GENERIC_TOKENS_PER_MESSAGE + self._count(dumps(dict(msg)))
         else:
-            n = self._count(segment) + self._media(msg)
+            # A template may move a message's text elsewhere (Mistral Nemo puts the system
+            # prompt into the last user turn; Gemma 4 folds tool results into the model
+            # turn), so its segment can miss it: never count less than the text itself.
+            n = self._segment_tokens(segment)
+            contents, calls = self._texts(msg)
+            # text the segment does not show is rendered elsewhere: count it, with two
+            # tokens per piece for what joins it there ("\n\n" in Mistral Nemo)
+            n += sum(self._count(text) + 2 for text in contents if text not in segment)
+            call_tokens = sum(map(self._count, calls))
+            if n < call_tokens:
+                n += call_tokens + 2 * len(calls)
+            n += self._media(msg)
         if plain:
             if len(self._segments) >= _MAX_SEGMENTS:
                 self._segments.clear()
             self._segments[(msg["role"], msg["content"])] = n
         return n
+
+    def _segment_tokens(self, segment: str) -> int:
+        """Tokens of a segment as it stands inside a conversation. SentencePiece
+        tokenizers give text at the start of a string a space prefix ("▁fits", one
+        token) that the same text after other text lacks ("fits", two): count it both
+        alone and after a newline (a token of its own there), and take the larger."""
+        alone = self._count(segment)
+        inside = self._count("\n" + segment) - self._newline
+        return max(alone, inside)
+
+    @staticmethod
+    def _texts(msg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """The text a message carries: content strings, tool-call names and arguments."""
+        contents: list[str] = []
+        content = msg.get("content")
+        if isinstance(content, str):
+            contents.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                    contents.append(part["text"])
+        calls: list[str] = []
+        tool_calls = msg.get("tool_calls")
+        for call in tool_calls if isinstance(tool_calls, list | tuple) else ():
+            fn = call.get("function", call) if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping):
+                name, args = fn.get("name"), fn.get("arguments")
+                calls.append(name if isinstance(name, str) else "")
+                calls.append(args if isinstance(args, str) else dumps(args))
+        return [t for t in contents if t], [t for t in calls if t]
 
     def tools(self, tools: Sequence[Tool] | None) -> int:
         if not tools:

@@ -7,6 +7,7 @@ without importing the packer. Import these names from :mod:`tokenflex.documents`
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,15 +40,45 @@ class Chunk:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise InvalidInputError(f"Chunk text must be a str, got {type(self.text).__name__}.")
+        for name in ("source", "identifier"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidInputError(
+                    f"Chunk {name} must be a str, got {type(value).__name__} {value!r:.80}. "
+                    f"Pass {name}=str(...)."
+                )
+        if self.id is not None and not isinstance(self.id, str):
+            raise InvalidInputError(
+                f"Chunk id must be a str or None, got {type(self.id).__name__} {self.id!r:.80}. "
+                "Pass id=str(...)."
+            )
         if self.score is not None:
             if isinstance(self.score, bool) or not isinstance(self.score, int | float):
                 raise InvalidInputError(f"Chunk score must be a number, got {self.score!r}.")
-            if not math.isfinite(self.score):
+            if (
+                not math.isfinite(self.score)
+                if isinstance(self.score, float)
+                else (abs(self.score) > 2**1023)
+            ):
                 raise InvalidInputError(f"Chunk score must be finite, got {self.score!r}.")
         if not isinstance(self.extras, Mapping):
             raise InvalidInputError(
                 f"Chunk extras must be a mapping, got {type(self.extras).__name__}."
             )
+        bad = [k for k in self.extras if not isinstance(k, str)]
+        if bad:
+            raise InvalidInputError(
+                f"Chunk extras keys must be str (they are rendered as JSON with sorted "
+                f"keys), got {bad[0]!r:.80} ({type(bad[0]).__name__}). Convert the keys with "
+                "str()."
+            )
+        try:  # the citation renders extras as sorted JSON: nested keys must sort too
+            json.dumps(dict(self.extras), sort_keys=True, default=str)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidInputError(
+                f"Chunk extras cannot be rendered as JSON ({type(exc).__name__}: {exc}). "
+                "Use str keys at every level and no circular references."
+            ) from None
 
     def __hash__(self) -> int:
         # extras is a dict (unhashable); equal chunks still hash equal without it.

@@ -31,7 +31,7 @@ final check.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from ..errors import InvalidInputError
@@ -130,6 +130,11 @@ def pack_chunks(
         raise InvalidInputError(
             f"budget={budget:,} is smaller than the {safety_buffer:,}-token safety buffer. "
             "Raise budget or lower safety_buffer."
+        )
+    if isinstance(chunks, str | bytes | Mapping) or not isinstance(chunks, Iterable):
+        raise InvalidInputError(
+            f"chunks must be a list of tokenflex Chunks, got {type(chunks).__name__} "
+            f"{chunks!r:.80}."
         )
     items = list(chunks)
     for i, c in enumerate(items):

@@ -106,6 +106,9 @@ def select_optimal(
 
     ``np`` is the numpy module (``None``: pure Python) and ``cells`` the table bound.
     """
+    top = max((abs(v) for v in values), default=0.0)
+    if top * len(values) > 1e300:  # sums of scores near 1e308 overflow: rescale (same order)
+        values = [v / top for v in values]
     greedy_pos = [p for p in range(len(costs)) if values[p] >= 0]
     greedy, _ = select_greedy(costs, room, stop=False, allowed=greedy_pos)
     items = [p for p in range(len(costs)) if values[p] > 0 and costs[p] <= room]

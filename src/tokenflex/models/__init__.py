@@ -16,22 +16,26 @@ from .registry import (
     CHAT_FORMATS,
     DEFAULT_CONTEXT_WINDOW,
     Model,
+    close_names,
     get_model,
     list_models,
     load_models_file,
     register_model,
     registry_generation,
     reset_registry,
+    unknown_model_warning,
 )
 
 __all__ = [
     "CHAT_FORMATS",
     "DEFAULT_CONTEXT_WINDOW",
     "Model",
+    "close_names",
     "get_model",
     "list_models",
     "load_models_file",
     "register_model",
     "registry_generation",
     "reset_registry",
+    "unknown_model_warning",
 ]

@@ -16,25 +16,51 @@ llama-cpp-python    exposes no window at all. It refuses a prompt of ``n_ctx`` t
                     (``probe_tokens`` of text, checked with its tokenize endpoint first).
 ==================  =====================================================================
 
-The discovery logic is written once as a generator of HTTP requests (sans-I/O) and driven
-by :func:`discover_model` (httpx sync) and :func:`adiscover_model` (httpx async).
+When the server's model file is on this machine (:mod:`~tokenflex.models.served_files`:
+llama-cpp-python's command line, llama.cpp's ``model_path``, Ollama's modelfile, vLLM's
+local folder) the Model counts with it, offline (``gguf:PATH``, ``hf:DIR``), with the
+template the server renders, so counting never waits on a busy server.
+
+What was discovered is kept on disk (:func:`discovery_cache_dir`, one JSON file per server
+URL + model) for ``cache_ttl`` seconds; a server on this machine must also still be the same
+process. The discovery logic is written once as a generator of HTTP requests (sans-I/O) and
+driven by :func:`discover_model` (httpx sync) and :func:`adiscover_model` (httpx async).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import hashlib
+import json
 import logging
+import os
 import re
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ..errors import UnknownModelError, UpstreamError
+from ..errors import ConfigError, TokenizerUnavailableError, UnknownModelError, UpstreamError
+from ..tokenizers import get_tokenizer
 from ..tokenizers.server import server_root
 from .registry import Model, get_model
+from .served_files import local_server_process, modelfile_path, vllm_model_dir
 
-__all__ = ["DEFAULT_PROBE_TOKENS", "OLLAMA_DEFAULT_NUM_CTX", "adiscover_model", "discover_model"]
+__all__ = [
+    "DEFAULT_PROBE_TOKENS",
+    "DISCOVERY_TTL_S",
+    "OLLAMA_DEFAULT_NUM_CTX",
+    "FieldDifference",
+    "ModelComparison",
+    "adiscover_model",
+    "compare",
+    "discover_model",
+    "discovery_cache_dir",
+]
 
 log = logging.getLogger("tokenflex")
 
@@ -43,6 +69,9 @@ DEFAULT_PROBE_TOKENS = 262_144
 OLLAMA_DEFAULT_NUM_CTX = 2_048
 """The window assumed when an Ollama model sets no ``num_ctx`` (Ollama's historical default,
 the smallest it has used: a request sized for it fits whatever the server really uses)."""
+
+DISCOVERY_TTL_S = 3600.0
+"""How long a discovered model is reused from the disk cache (seconds)."""
 
 _WINDOW_RE = re.compile(r"maximum context length is (\d+) tokens")
 
@@ -104,18 +133,24 @@ def _model(
     bos_token: str = "",
     eos_token: str = "",
     provider: str,
+    local_tokenizer: str | None = None,
 ) -> Model:
-    """Registry knowledge (prices, output limit, tokenizer) with the server's window."""
+    """Registry knowledge (prices, output limit, tokenizer) with the server's window; a
+    ``local_tokenizer`` (the server's own model file here) counts instead of its endpoint."""
     base = _registry(name)
-    if chat_template:
+    if local_tokenizer is not None:
+        tokenizer, chat_format = local_tokenizer, "template" if chat_template else "generic"
+    elif chat_template:
         tokenizer, chat_format = f"server:{root}", "template"
     elif base is not None and base.tokenizer.partition(":")[0] != "estimate":
         tokenizer, chat_format = base.tokenizer, base.chat_format
     elif exact_tokenizer:
         # exact text counts, conservative per-message overhead
         tokenizer, chat_format = f"server:{root}", "generic"
+    elif base is not None:  # the registry's family bound (estimate:qwen2, ...)
+        tokenizer, chat_format = base.tokenizer, "generic"
     else:
-        tokenizer, chat_format = "estimate:1.3", "generic"  # an unknown tokenizer
+        tokenizer, chat_format = "estimate:all", "generic"  # an unknown tokenizer
     output = base.max_output_tokens if base is not None else None
     if output is not None and output >= window:
         output = None
@@ -135,6 +170,21 @@ def _model(
         eos_token=eos_token,
         source="server",
     )
+
+
+def _gguf(path: Path, *, template: bool) -> tuple[str, str | None, str, str] | None:
+    """``(tokenizer, chat template, bos, eos)`` from a GGUF file here, or None when it
+    cannot be read (llama-cpp-python missing, not a GGUF)."""
+    from ..tokenizers.gguf import GGUFTokenizer
+
+    name = f"gguf:{path}"
+    try:
+        tok = get_tokenizer(name).tokenizer
+    except TokenizerUnavailableError as exc:
+        log.info("tokenflex: cannot count with the server's model file %s: %s", path, exc)
+        return None
+    assert isinstance(tok, GGUFTokenizer)
+    return name, tok.chat_template if template else None, tok.bos_token, tok.eos_token
 
 
 def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
@@ -162,6 +212,20 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
     window = _int(entry.get("max_model_len"))
     if window is not None:
         log.info("tokenflex: %s serves %s with max_model_len=%d (vLLM)", root, name, window)
+        folder = vllm_model_dir(entry.get("root"))
+        if folder is not None:
+            path, template, bos, eos = folder
+            return _model(
+                name,
+                window,
+                root=root,
+                exact_tokenizer=True,
+                chat_template=template,
+                bos_token=bos,
+                eos_token=eos,
+                provider="vllm",
+                local_tokenizer=f"hf:{path}",
+            )
         return _model(name, window, root=root, exact_tokenizer=True, provider="vllm")
 
     # llama.cpp llama-server
@@ -177,6 +241,12 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
         if n_ctx is not None:
             log.info("tokenflex: %s serves %s with n_ctx=%d (llama.cpp)", root, name, n_ctx)
             template = p.body.get("chat_template")
+            model_path = p.body.get("model_path")
+            local = (
+                _gguf(Path(model_path), template=False)
+                if isinstance(model_path, str) and model_path and Path(model_path).is_file()
+                else None
+            )
             return _model(
                 name,
                 n_ctx,
@@ -186,6 +256,7 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
                 bos_token=str(p.body.get("bos_token") or ""),
                 eos_token=str(p.body.get("eos_token") or ""),
                 provider="llama.cpp",
+                local_tokenizer=local[0] if local else None,
             )
 
     # Ollama
@@ -211,10 +282,30 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
                 num_ctx,
             )
         window = min(num_ctx, trained) if trained else num_ctx
+        blob = modelfile_path(str(s.body.get("modelfile") or ""))
+        local = _gguf(blob, template=True) if blob is not None else None
+        if local is not None:
+            # Ollama renders its own Go template, written to match the model's Jinja one
+            tokenizer, template, bos, eos = local
+            return _model(
+                name,
+                window,
+                root=root,
+                exact_tokenizer=True,
+                chat_template=template,
+                bos_token=bos,
+                eos_token=eos,
+                provider="ollama",
+                local_tokenizer=tokenizer,
+            )
         return _model(name, window, root=root, exact_tokenizer=False, provider="ollama")
 
     # llama-cpp-python: no window anywhere; its refusal message carries it.
     c = yield _Req("POST", "/extras/tokenize/count", {"input": ""})
+    process = local_server_process(root) if c.status == 200 else None
+    if process is not None and process.n_ctx is not None:
+        # the server's own command line (a server on this machine): no probe needed
+        return _llama_cpp_python(name, process.n_ctx, root, process)
     if c.status == 200 and probe_tokens > 0:
         text = " a" * probe_tokens
         c = yield _Req("POST", "/extras/tokenize/count", {"input": text})
@@ -224,11 +315,7 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
         e = yield _Req("POST", "/v1/completions", {"model": name, "prompt": text, "max_tokens": 1})
         found = _WINDOW_RE.search(e.text) if e.status == 400 else None
         if found:
-            window = int(found.group(1))
-            log.info("tokenflex: %s serves %s with n_ctx=%d (llama-cpp-python)", root, name, window)
-            return _model(
-                name, window, root=root, exact_tokenizer=True, provider="llama-cpp-python"
-            )
+            return _llama_cpp_python(name, int(found.group(1)), root, process)
         raise UpstreamError(
             f"{root} (llama-cpp-python) accepted a {probe_tokens:,}-token probe or did not "
             f"say its window (HTTP {e.status}: {e.text[:200]!r}); pass context_window= "
@@ -247,6 +334,94 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
         "tokenflex.register_model(Model(name=..., context_window=...)).",
         status_code=502,
     )
+
+
+def _llama_cpp_python(name: str, window: int, root: str, process: Any) -> Model:
+    log.info("tokenflex: %s serves %s with n_ctx=%d (llama-cpp-python)", root, name, window)
+    local = None
+    if process is not None and process.model_path is not None:
+        # its default renders the GGUF's own template; another --chat_format does not
+        own = process.chat_format in (None, "chat_template.default")
+        local = _gguf(process.model_path, template=own)
+    if local is None:
+        return _model(name, window, root=root, exact_tokenizer=True, provider="llama-cpp-python")
+    tokenizer, template, bos, eos = local
+    return _model(
+        name,
+        window,
+        root=root,
+        exact_tokenizer=True,
+        chat_template=template,
+        bos_token=bos,
+        eos_token=eos,
+        provider="llama-cpp-python",
+        local_tokenizer=tokenizer,
+    )
+
+
+# -- the disk cache ------------------------------------------------------------------------------
+
+
+def discovery_cache_dir() -> Path:
+    """Where discovered models are kept: ``$TOKENFLEX_CACHE_DIR/discovery``, else the user
+    cache folder (``$XDG_CACHE_HOME/tokenflex/discovery``, ``~/.cache/tokenflex/discovery``)."""
+    base = os.environ.get("TOKENFLEX_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "tokenflex")
+    return Path(base) / "discovery"
+
+
+def _server_identity(root: str) -> list[int] | None:
+    """The serving process (pid, start time in ms) for a server on this machine."""
+    process = local_server_process(root)
+    return None if process is None else [process.pid, process.started_ms]
+
+
+def _cache_file(root: str, model: str | None) -> Path:
+    key = hashlib.sha256(f"{root}\n{model or ''}".encode()).hexdigest()[:32]
+    return discovery_cache_dir() / f"{key}.json"
+
+
+def _cached(root: str, model: str | None, ttl: float) -> Model | None:
+    if ttl <= 0:
+        return None
+    path = _cache_file(root, model)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        if not (0 <= time.time() - float(entry["saved"]) <= ttl):
+            return None
+        if entry.get("server") != _server_identity(root):
+            return None  # another process answers on that port now
+        fields = dict(entry["model"])
+        fields["aliases"] = tuple(fields.get("aliases", ()))
+        found = Model(**fields)
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        return None
+    kind, _, file = found.tokenizer.partition(":")
+    if kind in ("gguf", "hf") and not Path(file).exists():
+        return None
+    log.debug("tokenflex: %s from the discovery cache %s", found.name, path)
+    return found
+
+
+def _store(root: str, model: str | None, found: Model, ttl: float) -> None:
+    if ttl <= 0:
+        return
+    path = _cache_file(root, model)
+    entry = {
+        "saved": time.time(),
+        "url": root,
+        "server": _server_identity(root),
+        "model": dataclasses.asdict(found),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entry), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("tokenflex: cannot write the discovery cache %s: %s", path, exc)
 
 
 def _response(r: httpx.Response) -> _Resp:
@@ -269,6 +444,7 @@ def discover_model(
     timeout: float = 5.0,
     probe_tokens: int = DEFAULT_PROBE_TOKENS,
     transport: httpx.BaseTransport | None = None,
+    cache_ttl: float = DISCOVERY_TTL_S,
 ) -> Model:
     """The model a running server serves, with the window it really runs with.
 
@@ -279,11 +455,13 @@ def discover_model(
         timeout: Seconds per request.
         probe_tokens: Size of the llama-cpp-python window probe; 0 disables it.
         transport: An httpx transport (tests).
+        cache_ttl: Seconds a discovery is reused from the disk cache
+            (:func:`discovery_cache_dir`); 0 asks the server every time.
 
     Returns:
         A :class:`~tokenflex.models.Model` with ``source="server"``; prices and output
-        limits come from the registry when it knows the name, counts from the server's
-        tokenize endpoint when it has one.
+        limits come from the registry when it knows the name; counts from the server's
+        model file when it is on this machine, else from its tokenize endpoint.
 
     Raises:
         UpstreamError: the server is unreachable, answers with an error, or exposes no
@@ -293,6 +471,9 @@ def discover_model(
     2048
     """
     root = server_root(base_url)
+    cached = _cached(root, model, cache_ttl)
+    if cached is not None:
+        return cached
     flow = _flow(root, model, probe_tokens)
     with httpx.Client(timeout=timeout, headers=_headers(api_key), transport=transport) as client:
         req = next(flow)
@@ -305,6 +486,7 @@ def discover_model(
                 req = flow.send(r)
             except StopIteration as done:
                 result: Model = done.value
+                _store(root, model, result, cache_ttl)
                 return result
 
 
@@ -316,22 +498,164 @@ async def adiscover_model(
     timeout: float = 5.0,
     probe_tokens: int = DEFAULT_PROBE_TOKENS,
     transport: httpx.AsyncBaseTransport | None = None,
+    cache_ttl: float = DISCOVERY_TTL_S,
 ) -> Model:
-    """Async twin of :func:`discover_model`."""
+    """Async twin of :func:`discover_model`. The work between requests (finding the
+    server's process, loading its model file, the disk cache) runs in a worker thread, so
+    the event loop stays free."""
     root = server_root(base_url)
+    cached = await asyncio.to_thread(_cached, root, model, cache_ttl)
+    if cached is not None:
+        return cached
     flow = _flow(root, model, probe_tokens)
     async with httpx.AsyncClient(
         timeout=timeout, headers=_headers(api_key), transport=transport
     ) as client:
-        req = next(flow)
-        while True:
+        step: _Req | Model = next(flow)
+        while isinstance(step, _Req):
             try:
-                resp = await client.request(req.method, root + req.path, json=req.json)
+                resp = await client.request(step.method, root + step.path, json=step.json)
                 r = _response(resp)
             except httpx.HTTPError as exc:
                 r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
-            try:
-                req = flow.send(r)
-            except StopIteration as done:
-                result: Model = done.value
-                return result
+            step = await asyncio.to_thread(_advance, flow, r)
+    await asyncio.to_thread(_store, root, model, step, cache_ttl)
+    return step
+
+
+def _advance(flow: _Flow, r: _Resp) -> _Req | Model:
+    """The flow's next request, or its result (StopIteration cannot cross a thread)."""
+    try:
+        return flow.send(r)
+    except StopIteration as done:
+        result: Model = done.value
+        return result
+
+
+# -- the registry against a running server -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldDifference:
+    """One figure on which the registry and the server disagree."""
+
+    field: str
+    registry: Any
+    server: Any
+    note: str
+    """What it means for plans, and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    """What :func:`compare` found."""
+
+    url: str
+    served: Model
+    """The model as the server runs it (what plans for this server use)."""
+    registry: Model | None
+    """The registry's entry for the name, None when it has none."""
+    differences: tuple[FieldDifference, ...]
+
+    @property
+    def matches(self) -> bool:
+        """The registry says what the server does (for every compared field)."""
+        return not self.differences
+
+
+def _differences(served: Model, entry: Model | None) -> tuple[FieldDifference, ...]:
+    if entry is None:
+        return (
+            FieldDifference(
+                "name",
+                None,
+                served.name,
+                "not in the registry: plans for this server use what it reports; "
+                "register it (TOKENFLEX_MODELS_FILE) to use it elsewhere",
+            ),
+        )
+    out: list[FieldDifference] = []
+    if entry.context_window != served.context_window:
+        smaller = served.context_window < entry.context_window
+        out.append(
+            FieldDifference(
+                "context_window",
+                entry.context_window,
+                served.context_window,
+                "the server runs a smaller window than the registry's (its n_ctx / "
+                "max-model-len / num_ctx): plans for it use the server's"
+                if smaller
+                else "the server accepts more than the registry says: the registry entry "
+                "is stale or conservative",
+            )
+        )
+    if entry.max_output_tokens != served.max_output_tokens:
+        out.append(
+            FieldDifference(
+                "max_output_tokens",
+                entry.max_output_tokens,
+                served.max_output_tokens,
+                "the registry's output limit does not fit the server's window",
+            )
+        )
+    if (entry.tokenizer, entry.chat_format) != (served.tokenizer, served.chat_format):
+        out.append(
+            FieldDifference(
+                "tokenizer",
+                f"{entry.tokenizer} ({entry.chat_format})",
+                f"{served.tokenizer} ({served.chat_format})",
+                "the server's own tokenizer and template count exactly"
+                if served.chat_format == "template"
+                else "counts differ in how they are made",
+            )
+        )
+    return tuple(out)
+
+
+def compare(
+    url: str,
+    name: str | None = None,
+    *,
+    api_key: str | None = None,
+    timeout: float = 5.0,
+    probe_tokens: int = DEFAULT_PROBE_TOKENS,
+    transport: httpx.BaseTransport | None = None,
+) -> ModelComparison:
+    """Compare the registry's entry for ``name`` with what the server at ``url`` runs.
+
+    Args:
+        url: The server's base URL.
+        name: The registry name (and the served model, when the server lists several);
+            default the server's first model, compared with the registry entry of its id.
+        api_key, timeout, probe_tokens, transport: As for :func:`discover_model`.
+
+    Returns:
+        A :class:`ModelComparison`; ``differences`` lists window, output limit and
+        tokenizer disagreements, each with what it means. The server is always asked
+        (the disk cache is bypassed).
+
+    >>> c = compare("http://127.0.0.1:8080/v1", "qwen2.5:7b")  # doctest: +SKIP
+    >>> [(d.field, d.registry, d.server) for d in c.differences]  # doctest: +SKIP
+    [('context_window', 32768, 4096)]
+    """
+    kwargs: dict[str, Any] = {
+        "api_key": api_key,
+        "timeout": timeout,
+        "probe_tokens": probe_tokens,
+        "transport": transport,
+        "cache_ttl": 0,
+    }
+    try:
+        served = discover_model(url, model=name, **kwargs)
+    except UpstreamError as exc:
+        if exc.status_code != 404:
+            raise
+        # llama.cpp-style servers run their one model under any name
+        served = discover_model(url, **kwargs)
+    entry = _registry(name or served.name)
+    return ModelComparison(
+        url=server_root(url),
+        served=served,
+        registry=entry,
+        differences=_differences(served, entry),
+    )

@@ -20,6 +20,7 @@ or :class:`~tokenflex.errors.UnknownModelError` with ``strict=True``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.resources
 import logging
 import os
@@ -36,12 +37,14 @@ __all__ = [
     "CHAT_FORMATS",
     "DEFAULT_CONTEXT_WINDOW",
     "Model",
+    "close_names",
     "get_model",
     "list_models",
     "load_models_file",
     "register_model",
     "registry_generation",
     "reset_registry",
+    "unknown_model_warning",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -309,19 +312,44 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
             return found
         if strict:
             raise UnknownModelError(name, list(_registry) + list(_aliases))
-    log.warning(
-        "Unknown model %r: using a conservative %d-token window and the estimator. "
-        "Register it (tokenflex.register_model or TOKENFLEX_MODELS_FILE) for exact limits.",
-        name,
-        DEFAULT_CONTEXT_WINDOW,
-    )
+    log.warning("%s", unknown_model_warning(name))
     return Model(
         name=name,
         context_window=DEFAULT_CONTEXT_WINDOW,
-        tokenizer="estimate:1.3",
+        tokenizer="estimate:all",  # bounds every family measured
         chat_format="generic",
         source="default",
         known=False,
+    )
+
+
+def close_names(name: str, n: int = 3) -> list[str]:
+    """Registered names and aliases closest to ``name`` (for "did you mean ...?").
+
+    >>> close_names("gtp-4")[0]
+    'gpt-4'
+    """
+    if not isinstance(name, str) or not name.strip():
+        return []
+    with _lock:
+        _ensure_loaded()
+        known = [*_registry, *_aliases]
+    by_lower = {k.lower(): k for k in known}
+    # Lowercased on both sides: "GTP-4O" is as close to "gpt-4o" as "gtp-4o" is.
+    close = difflib.get_close_matches(name.strip().lower()[:200], list(by_lower), n=n, cutoff=0.6)
+    return [by_lower[c] for c in close]
+
+
+def unknown_model_warning(name: str) -> str:
+    """What a plan (and the log) says about a model name the registry does not know."""
+    close = close_names(name)
+    names = ", ".join(close[:-1]) + " or " + close[-1] if len(close) > 1 else "".join(close)
+    hint = f" Did you mean {names}?" if close else ""
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    return (
+        f"Unknown model {shown!r}: using a conservative {DEFAULT_CONTEXT_WINDOW:,}-token "
+        f"window and the estimator.{hint} Register it (tokenflex.register_model or "
+        "TOKENFLEX_MODELS_FILE) for exact limits, or pass strict=True to raise instead."
     )
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from ..calibration import Calibration
 from ..errors import (
     ConfigError,
     ContextOverflowError,
@@ -24,6 +26,7 @@ from ..errors import (
     TokenflexError,
     TokenizerUnavailableError,
     UnknownModelError,
+    UpstreamError,
 )
 from ..models import Model
 from ._models import ModelResolver
@@ -31,47 +34,109 @@ from ._summarizer import build_summarizer
 from ._validate import ChatRequest
 from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
+from .redact import redact
 
-__all__ = ["Fitter", "library_error", "plan_headers"]
+__all__ = [
+    "RETRY_AFTER_SECONDS",
+    "Fitter",
+    "library_error",
+    "off_loop",
+    "plan_headers",
+    "tokenizer_panic",
+]
+
+T = TypeVar("T")
+RETRY_AFTER_SECONDS = 5
 
 _OFFLOAD_BYTES = 256 * 1024  # fit bodies larger than this in a worker thread
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
 def library_error(exc: TokenflexError) -> ProxyError:
-    """The HTTP answer for a tokenflex error raised while fitting or counting."""
+    """The HTTP answer for a tokenflex error raised while fitting or counting.
+
+    The request's own problems are 4xx; a tokenizer that cannot be reached or an
+    upstream that fails while fitting (summaries, tokenize endpoints) is a 503 or 502
+    that says so, never a 500 "configuration problem". Messages are redacted.
+    """
+    message = redact(str(exc))
     if isinstance(exc, ContextOverflowError):
-        return ProxyError(400, str(exc), param="messages", code="context_length_exceeded")
+        return ProxyError(400, message, param="messages", code="context_length_exceeded")
     if isinstance(exc, UnknownModelError):
-        return ProxyError(404, str(exc), param="model", code="model_not_found")
+        return ProxyError(404, message, param="model", code="model_not_found")
     if isinstance(exc, InvalidMessagesError):
-        return ProxyError(400, str(exc), param="messages", code="invalid_value")
+        return ProxyError(400, message, param="messages", code="invalid_value")
     if isinstance(exc, InvalidInputError):
-        return ProxyError(400, str(exc), code="invalid_value")
-    kind = "configuration" if isinstance(exc, (ConfigError, TokenizerUnavailableError)) else "fit"
+        return ProxyError(400, message, code="invalid_value")
+    if isinstance(exc, TokenizerUnavailableError):
+        return ProxyError(
+            503,
+            f"The tokenizer for this model is not available right now: {message} Retry "
+            "later, or configure a local tokenizer for the model ([models.NAME] tokenizer).",
+            type="server_error",
+            code="tokenizer_unavailable",
+            headers={"retry-after": str(RETRY_AFTER_SECONDS)},
+        )
+    if isinstance(exc, UpstreamError):
+        status = 504 if "timed out" in message.lower() or "timeout" in message.lower() else 502
+        return ProxyError(status, message, type="upstream_error", code="upstream_error")
+    kind = "configuration" if isinstance(exc, ConfigError) else "fit"
     return ProxyError(
-        500, f"tokenflex proxy {kind} problem: {exc}", type="server_error", code="proxy_error"
+        500, f"tokenflex proxy {kind} problem: {message}", type="server_error", code="proxy_error"
     )
 
 
+def tokenizer_panic(exc: BaseException) -> ProxyError | None:
+    """The 400 for a tokenizer that crashed on the input (tiktoken raises pyo3's
+    ``PanicException``, a BaseException, on about a million repeated spaces); None for
+    any other exception."""
+    if type(exc).__name__ != "PanicException":
+        return None
+    return ProxyError(
+        400,
+        "The tokenizer failed on this input (it crashed on a very long run of one "
+        "character, such as a million spaces). Shorten or collapse that run and retry.",
+        param="messages",
+        code="tokenizer_failed",
+    )
+
+
+async def off_loop(limiter: anyio.CapacityLimiter, func: Callable[[], T]) -> T:
+    """``func()`` in a worker thread (at most ``limiter`` at once), so the event loop
+    keeps serving; tokenflex errors become HTTP answers, tokenizer panics a 400."""
+    try:
+        return await anyio.to_thread.run_sync(func, limiter=limiter)
+    except TokenflexError as exc:
+        raise library_error(exc) from None
+    except BaseException as exc:
+        panic = tokenizer_panic(exc)
+        if panic is None:
+            raise
+        raise panic from None
+
+
 def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
-    """The ``x-tokenflex-*`` summary of a plan."""
+    """The ``x-tokenflex-*`` summary of a plan (no plan id header when it was not kept)."""
     return {
         "x-tokenflex-input-tokens": str(plan.input_tokens),
         "x-tokenflex-max-tokens": str(plan.max_tokens),
         "x-tokenflex-context-window": str(plan.context_window),
         "x-tokenflex-dropped": str(len(plan.dropped)),
         "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
-        "x-tokenflex-plan-id": plan_id,
-    }
+    } | ({"x-tokenflex-plan-id": plan_id} if plan_id else {})
 
 
 class Fitter:
     """Fits chat requests with the config's options and builds the bodies to forward."""
 
-    def __init__(self, config: ServerConfig, models: ModelResolver) -> None:
+    def __init__(
+        self, config: ServerConfig, models: ModelResolver, calibration: Calibration | None = None
+    ) -> None:
         self.config = config
         self.models = models
+        self.limiter = anyio.CapacityLimiter(config.worker_threads)
+        """Bounds the worker threads that count and fit (``worker_threads``)."""
+        self.calibration = calibration
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -105,6 +170,8 @@ class Fitter:
         from ..fit import afit, fit
 
         model, proxy_options, fit_options = await self.model_for(req.model, route, api_key)
+        if self.calibration is not None:  # plan with the count factor learned from the wire
+            model = self.calibration.apply(model)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
         summarizer = build_summarizer(
             fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
@@ -112,17 +179,22 @@ class Fitter:
         kwargs: dict[str, Any] = dict(
             model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
         )
+        if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
+            kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
+        if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
+            # Counting that waits on a tokenize endpoint, or a lot of text: keep the
+            # event loop free for the other requests.
+            return await off_loop(self.limiter, functools.partial(fit, req.messages, **kwargs))
         try:
-            if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
-                # Counting that waits on a tokenize endpoint, or a lot of text: keep the
-                # event loop free for the other requests.
-                return await anyio.to_thread.run_sync(
-                    functools.partial(fit, req.messages, **kwargs)
-                )
             return await afit(req.messages, **kwargs)
         except TokenflexError as exc:
             raise library_error(exc) from None
+        except BaseException as exc:
+            panic = tokenizer_panic(exc)
+            if panic is None:
+                raise
+            raise panic from None
 
     def fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
         """The JSON body to forward: the client's, with the plan's messages and limit.

@@ -21,7 +21,7 @@ from ..models import Model, get_model
 from .config import ServerConfig
 from .errors import ProxyError
 
-__all__ = ["Discover", "ModelResolver", "default_discover"]
+__all__ = ["Discover", "ModelResolver", "default_discover", "display_name"]
 
 log = logging.getLogger("tokenflex")
 
@@ -31,7 +31,23 @@ model (``model_name=None``: whatever it serves first). Raises ``UpstreamError`` 
 ``status_code=404`` when the upstream does not serve that name."""
 
 RETRY_SECONDS = 30.0
-MAX_CACHED = 256  # model names come from clients: bound what we remember
+# Model names come from clients: bound what we remember by count and by bytes, and keep
+# only a few names that neither the upstream nor the registry knows.
+MAX_CACHED = 256
+MAX_CACHED_BYTES = 64 * 1024
+MAX_CACHED_UNKNOWN = 16
+LOGGED_NAME_CHARS = 80
+
+
+def display_name(name: str, limit: int = LOGGED_NAME_CHARS) -> str:
+    """``name`` for a log line: cut after ``limit`` characters, saying how long it was.
+
+    >>> display_name("gpt-4o")
+    'gpt-4o'
+    >>> display_name("x" * 100, limit=5)
+    'xxxxx…(100 chars)'
+    """
+    return name if len(name) <= limit else f"{name[:limit]}…({len(name):,} chars)"
 
 
 def default_discover(timeout: float) -> Discover:
@@ -52,8 +68,15 @@ class ModelResolver:
         self.config = config
         self.discover = discover or default_discover(config.discovery_timeout)
         self._cache: OrderedDict[str, tuple[Model, float]] = OrderedDict()
+        self._bytes = 0  # characters of the cached names
+        self._unknown = 0  # cached names no one knows
         self._pending: dict[str, asyncio.Future[tuple[Model, float]]] = {}
         self._served: asyncio.Future[Model | None] | None = None
+
+    @property
+    def cached(self) -> dict[str, Model]:
+        """The names remembered now, with their models (a copy)."""
+        return {name: model for name, (model, _) in self._cache.items()}
 
     async def resolve(self, name: str, api_key: str | None = None) -> Model:
         """The Model for ``name`` (before config patches); ``api_key`` is used to ask the
@@ -73,11 +96,25 @@ class ModelResolver:
             self._pending[name] = pending
             pending.add_done_callback(lambda _f: self._pending.pop(name, None))
         model, expires = await asyncio.shield(pending)
-        self._cache[name] = (model, expires)
-        self._cache.move_to_end(name)
-        while len(self._cache) > MAX_CACHED:
-            self._cache.popitem(last=False)
+        self._remember(name, model, expires)
         return model
+
+    def _remember(self, name: str, model: Model, expires: float) -> None:
+        """Cache a resolved name, within the count, byte and unknown-name bounds."""
+        if name in self._cache:
+            self._cache.move_to_end(name)
+        elif len(name) > MAX_CACHED_BYTES // 16:
+            return  # a name this long is not worth a sixteenth of the cache
+        elif not model.known and self._unknown >= MAX_CACHED_UNKNOWN:
+            return
+        else:
+            self._bytes += len(name)
+            self._unknown += not model.known
+        self._cache[name] = (model, expires)
+        while len(self._cache) > MAX_CACHED or self._bytes > MAX_CACHED_BYTES:
+            old, (old_model, _) = self._cache.popitem(last=False)
+            self._bytes -= len(old)
+            self._unknown -= not old_model.known
 
     async def _lookup(self, name: str, api_key: str | None) -> tuple[Model, float]:
         c = self.config
@@ -103,7 +140,7 @@ class ModelResolver:
         except Exception as exc:  # any failure: the registry answers, retried later
             log.warning(
                 "Cannot discover %r from %s (%s: %s); using the registry for %.0f s.",
-                name,
+                display_name(name),
                 c.upstream,
                 type(exc).__name__,
                 exc,
@@ -114,7 +151,7 @@ class ModelResolver:
             return self._from_registry(name), float("inf")
         log.info(
             "Model %r: %s-token window from the upstream %s (tokenizer %s).",
-            name,
+            display_name(name),
             f"{found.context_window:,}",
             c.upstream,
             found.tokenizer,
@@ -148,7 +185,7 @@ class ModelResolver:
             log.info(
                 "Model %r is not listed by %s; using the registry's %s-token window, smaller "
                 "than the %s tokens of the model it lists (%r).",
-                name,
+                display_name(name),
                 self.config.upstream,
                 f"{known.context_window:,}",
                 f"{served.context_window:,}",

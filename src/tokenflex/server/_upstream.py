@@ -28,6 +28,7 @@ from starlette.types import Send
 
 from .config import ServerConfig
 from .errors import ProxyError, error_body
+from .redact import redact
 
 __all__ = ["Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
 
@@ -119,6 +120,7 @@ class Upstream:
         self.base = config.upstream
         self._client: httpx.AsyncClient | None = None
         self._urls: dict[str, httpx.URL] = {}
+        self._base_url = httpx.URL(config.upstream)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -177,15 +179,44 @@ class Upstream:
         return out
 
     def url(self, path: str, query: bytes = b"") -> httpx.URL:
-        """The upstream URL for a raw request path (route prefix already stripped) and raw
-        query string. URLs without a query are parsed once and kept (a few fixed paths)."""
-        if query:
-            return httpx.URL(f"{self.base}{path}?{query.decode('latin-1')}")
-        url = self._urls.get(path)
-        if url is None:
-            url = httpx.URL(self.base + path)
-            if len(self._urls) < 64:
-                self._urls[path] = url
+        """The upstream URL for a path below the base (``/v1/...``, from a fixed route or
+        :func:`tokenflex.server.paths.upstream_path`) and a raw query string.
+
+        The path is appended to the base path as a path, never parsed as a URL, and the
+        result is checked: the scheme, host and port are the configured ones and the path
+        stays under the base path; anything else is a 400 ``invalid_path``. URLs without
+        a query are built once and kept (a few fixed paths).
+        """
+        url = self._urls.get(path) if not query else None
+        if url is not None:
+            return url
+        if not path.startswith("/"):
+            path = "/" + path
+        base = self._base_url
+        prefix = base.raw_path.decode("ascii").split("?")[0].rstrip("/")
+        try:
+            url = base.copy_with(path=prefix + path, query=query or None)
+        except httpx.InvalidURL:
+            raise ProxyError(
+                400,
+                "The request's path or query string cannot be forwarded as a URL (it "
+                "holds characters such as '#' or spaces unescaped). Percent-encode them.",
+                param="path",
+                code="invalid_path",
+            ) from None
+        if (
+            (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port)
+            or url.userinfo != base.userinfo
+            or not url.raw_path.startswith(prefix.encode() + b"/")
+        ):
+            raise ProxyError(
+                400,
+                "The request path would leave the configured upstream; it was not sent.",
+                param="path",
+                code="invalid_path",
+            )
+        if not query and len(self._urls) < 64:
+            self._urls[path] = url
         return url
 
     async def send(
@@ -294,7 +325,8 @@ class Upstream:
         }.get(type(exc), ("read", c.read_timeout, "read_timeout"))
         return ProxyError(
             504,
-            f"The upstream {self.base} did not answer in time ({kind} timeout of {limit:g} s). "
+            f"The upstream {redact(self.base)} did not answer in time ({kind} timeout of "
+            f"{limit:g} s). "
             f"Check that it is up and not overloaded, or raise {setting}.",
             type="upstream_error",
             code="upstream_timeout",
@@ -312,12 +344,18 @@ class Upstream:
                 f"The connection to the upstream {self.base} failed: {type(exc).__name__}: {exc}."
             )
             code = "upstream_error"
-        return ProxyError(502, message, type="upstream_error", code=code)
+        return ProxyError(502, redact(message), type="upstream_error", code=code)
 
     @staticmethod
     def response_headers(response: httpx.Response) -> dict[str, str]:
-        """The upstream's response headers minus hop-by-hop ones."""
-        return {k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_DROP}
+        """The upstream's response headers minus hop-by-hop ones and its CORS headers
+        (``Access-Control-*``): a browser page must not be let in by the upstream's
+        policy; the proxy answers CORS itself when ``cors_origins`` is set."""
+        return {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() not in _RESPONSE_DROP and not k.lower().startswith("access-control-")
+        }
 
     async def buffered(
         self, response: httpx.Response, extra_headers: Mapping[str, str] | None = None

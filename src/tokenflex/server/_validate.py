@@ -8,14 +8,27 @@ tool calls) are left to the counter, whose ``InvalidMessagesError`` also becomes
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..counting.checks import IMAGE_PARTS, TEXT_PARTS, BadMessage, bad_part, validated_role
 from .errors import ProxyError
 
-__all__ = ["KNOWN_ROLES", "ChatRequest", "parse_chat", "parse_count", "parse_json"]
+__all__ = [
+    "KNOWN_ROLES",
+    "ChatRequest",
+    "parse_anthropic",
+    "parse_chat",
+    "parse_count",
+    "parse_json",
+    "parse_responses",
+]
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +49,11 @@ class ChatRequest:
     """Tool definitions, when given."""
     stream: bool
     """Whether the client asked for server-sent events."""
+    format: str = "chat"
+    """The wire format: ``chat``, ``anthropic`` (Messages) or ``responses``; ``messages``
+    holds that format's items (Anthropic ``messages``, Responses ``input``)."""
+    system: Any = None
+    """Anthropic's top-level ``system`` or the Responses ``instructions`` (None for chat)."""
 
     @property
     def requested_output(self) -> int | None:
@@ -52,10 +70,55 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _constant(name: str) -> Any:
+    raise _NotFinite(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"{text[:40]} is out of the range of a JSON number")
+    return value
+
+
+def _surrogate_at(value: Any, where: str = "body") -> str | None:
+    """Where the first string holding a lone UTF-16 surrogate is (None: nowhere)."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return at
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if _SURROGATE.search(k):
+                    return f"{at} (a key)"
+                stack.append((v, f"{at}.{k}" if at != "body" else k))
+        elif isinstance(item, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(item))
+    return None
+
+
 def parse_json(raw: bytes) -> Any:
-    """The JSON document in ``raw``; a 400 ``invalid_json`` error when it is not one."""
+    """The JSON document in ``raw``; a 400 ``invalid_json`` error when it is not one.
+
+    Stricter than :func:`json.loads`: ``NaN``, ``Infinity`` and numbers too large for a
+    float, and strings holding a lone UTF-16 surrogate (``"\\ud800"``, which no UTF-8
+    encoder can send on), are refused.
+    """
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_constant=_constant, parse_float=_finite)
+    except _NotFinite as exc:
+        raise _bad(
+            f"The request body is not valid JSON: {exc} (NaN and Infinity are not JSON). "
+            "Send finite numbers.",
+            None,
+            "invalid_json",
+        ) from None
     except (ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError and undecodable bytes; RecursionError deep nesting.
         detail = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
@@ -65,6 +128,16 @@ def parse_json(raw: bytes) -> Any:
             None,
             "invalid_json",
         ) from None
+    if b"\\u" in raw or b"\\U" in raw:  # only an escape can make a lone surrogate
+        at = _surrogate_at(value)
+        if at is not None:
+            raise _bad(
+                f"{at} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape), "
+                "which is not text. Send valid Unicode: pair the surrogate or remove it.",
+                None if at == "body" else at,
+                "invalid_json",
+            )
+    return value
 
 
 def _positive_int(body: dict[str, Any], key: str) -> int | None:
@@ -124,7 +197,49 @@ def _check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]
                 f"{param}.content",
                 "invalid_type",
             )
+        try:
+            _check_message(msg)
+        except BadMessage as exc:
+            raise _bad(f"{exc.at(i)}", param) from None
     return value
+
+
+def _check_message(msg: dict[str, Any]) -> None:
+    """What the counters would find wrong with ``msg``, found before fitting: a message
+    that fit() drops is never counted, yet it is stored with the plan and must be valid."""
+    validated_role(msg)
+    content = msg.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            ptype = part.get("type") if isinstance(part, Mapping) else None
+            if ptype in TEXT_PARTS:
+                ok = isinstance(part.get(TEXT_PARTS[ptype]), str)
+            elif ptype in IMAGE_PARTS:
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                ok = isinstance(url, str)
+            else:
+                ok = False
+            if not ok:
+                raise bad_part(j, part)
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise BadMessage(
+                f"has tool_calls of type {type(calls).__name__}", "tool_calls must be a list"
+            )
+        for call in calls:
+            if not isinstance(call, Mapping):
+                raise BadMessage(
+                    f"has a tool call of type {type(call).__name__}",
+                    "Each tool call is {'id': ..., 'type': 'function', 'function': "
+                    "{'name': ..., 'arguments': '{...}'}}",
+                )
+    for key in ("name", "tool_call_id"):
+        if msg.get(key) is not None and not isinstance(msg[key], str):
+            raise BadMessage(
+                f"has {key} of type {type(msg[key]).__name__}", f"{key} must be a string"
+            )
 
 
 def _check_model(body: dict[str, Any]) -> str:
@@ -177,6 +292,107 @@ def parse_chat(raw: bytes) -> ChatRequest:
         max_completion_tokens=max_completion_tokens,
         tools=tools or None,
         stream=stream,
+    )
+
+
+def _check_stream(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise _bad(f"'stream' must be true or false, got {stream!r}.", "stream", "invalid_type")
+    return stream
+
+
+def _check_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        raise _bad("'tools' must be a list of tool objects.", "tools", "invalid_type")
+    return tools or None
+
+
+def _check_system(body: dict[str, Any], key: str) -> Any:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str | list):
+        raise _bad(
+            f"'{key}' must be a string or a list of content blocks, got {_type_name(value)}.",
+            key,
+            "invalid_type",
+        )
+    return value
+
+
+def _check_items(value: Any, key: str, roles: tuple[str, ...] | None) -> list[Any]:
+    """A non-empty list of objects (with a ``role`` in ``roles`` and string or list
+    ``content`` when ``roles`` is given); the format's converter checks the rest."""
+    if value is None:
+        raise _bad(f"'{key}' is required: a list of messages.", key, "missing_required_parameter")
+    if not isinstance(value, list):
+        raise _bad(
+            f"'{key}' must be a list of messages, got {_type_name(value)}.", key, "invalid_type"
+        )
+    if not value:
+        raise _bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
+    for i, item in enumerate(value):
+        param = f"{key}[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(f"{param} must be an object, got {_type_name(item)}.", param, "invalid_type")
+        if roles is None:
+            continue
+        role = item.get("role")
+        if role not in roles:
+            raise _bad(
+                f"{param}.role must be one of {', '.join(roles)}; got {role!r}.",
+                f"{param}.role",
+                "invalid_type" if not isinstance(role, str) else "invalid_value",
+            )
+        if not isinstance(item.get("content"), str | list):
+            raise _bad(
+                f"{param}.content must be a string or a list of content blocks, got "
+                f"{_type_name(item.get('content'))}.",
+                f"{param}.content",
+                "invalid_type",
+            )
+    return value
+
+
+def parse_anthropic(raw: bytes) -> ChatRequest:
+    """Parse and check an Anthropic ``/v1/messages`` (or ``count_tokens``) body:
+    ``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``."""
+    body = _check_object(parse_json(raw))
+    return ChatRequest(
+        body=body,
+        model=_check_model(body),
+        messages=_check_items(body.get("messages"), "messages", ("user", "assistant")),
+        max_tokens=_positive_int(body, "max_tokens"),
+        max_completion_tokens=None,
+        tools=_check_tools(body),
+        stream=_check_stream(body),
+        format="anthropic",
+        system=_check_system(body, "system"),
+    )
+
+
+def parse_responses(raw: bytes) -> ChatRequest:
+    """Parse and check an OpenAI ``/v1/responses`` (or ``input_tokens``) body: ``model``,
+    ``input`` (a string is one user message), ``instructions``, ``max_output_tokens``,
+    ``tools``, ``stream``. Other fields (``previous_response_id``, ``store``) go through."""
+    body = _check_object(parse_json(raw))
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    return ChatRequest(
+        body=body,
+        model=_check_model(body),
+        messages=_check_items(items, "input", None),
+        max_tokens=_positive_int(body, "max_output_tokens"),
+        max_completion_tokens=None,
+        tools=_check_tools(body),
+        stream=_check_stream(body),
+        format="responses",
+        system=_check_system(body, "instructions"),
     )
 
 

@@ -5,13 +5,17 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``POST /v1/chat/completions``: parse, check, fit with :func:`tokenflex.afit`, forward
   the fitted body, stream or return the upstream's answer unchanged, plus ``x-tokenflex-*``
   headers with the plan summary;
+- ``POST /v1/messages`` (Anthropic) and ``POST /v1/responses``: the same, fitted in their
+  own format, and their count routes ``/v1/messages/count_tokens`` and
+  ``/v1/responses/input_tokens`` (see :mod:`tokenflex.server.protocols`);
 - ``GET /v1/models``: the upstream's list (or the config's models when it has none);
 - ``POST /tokenflex/count`` (alias ``/v1/tokenize``): ``{"model", "messages" | "text"}``
   -> ``{"tokens": n, ...}``;
 - ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/health``;
 - anything else: passed through to the upstream unchanged.
 
-Errors the proxy makes itself are OpenAI-shaped; upstream errors come back with their own
+Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
+routes); upstream errors come back with their own
 status and body; an unexpected exception becomes an OpenAI-shaped 500 carrying the
 request id (the log has the traceback), never a bare one.
 """
@@ -19,12 +23,15 @@ request id (the log has the traceback), never a bare one.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import functools
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
-import anyio.to_thread
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -32,54 +39,123 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..calibration import Calibration
 from ..errors import TokenflexError
-from ..models import get_model
-
-# The "X as X" imports re-export names that were defined here before _fitter.py existed.
-from ._fitter import Fitter, library_error, plan_headers
-from ._models import Discover, ModelResolver
+from ..tokenizers import prefer_fast_backend
+from ._calibration import calibration_figures, observe_response
+from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
+from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
-from ._validate import parse_chat, parse_count
-from .config import ServerConfig, check_fit_options, patch_model, split_options
+from ._validate import parse_count
+from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Limits
-from .plans import PlanStore, new_plan_id
+from .paths import path_allowed, upstream_path
+from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
+from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
+from .redact import RedactingFilter, redact, request_secrets
 
 __all__ = ["Proxy", "create_app"]
 
 log = logging.getLogger("tokenflex")
 
 Handler = Callable[[Request, "str | None"], Awaitable[Response]]
-_DRAIN_CAP = 32 * 1024 * 1024  # read (and discard) this much of an oversized body
+_DRAIN_BYTES = 64 * 1024 * 1024  # read (and discard) this much of an oversized body ...
+_DRAIN_SECONDS = 10.0  # ... for at most this long, so the client can read the 413
+_OFFLOAD_BYTES = 256 * 1024  # serialize plans of larger requests in a worker thread
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+_POST = ("POST",)
+_GET = ("GET", "HEAD")
+
+
+async def drain(chunks: AsyncIterator[bytes], limit: int = _DRAIN_BYTES) -> None:
+    """Read and discard what is left of a request body (at most ``limit`` bytes, for at
+    most ``_DRAIN_SECONDS``): a client still sending when the connection closes gets a
+    reset instead of our answer."""
+    seen = 0
+    with anyio.move_on_after(_DRAIN_SECONDS), contextlib.suppress(Exception):
+        async for chunk in chunks:
+            seen += len(chunk)
+            if seen > limit:
+                break
+
+
+def too_large(size: int, limit: int, declared: bool) -> ProxyError:
+    """The 413 for a body of ``size`` bytes (a lower bound unless ``declared``)."""
+    shown = f"{size:,} bytes (Content-Length)" if declared else f"over {limit:,} bytes"
+    return ProxyError(
+        413,
+        f"The request body is {shown}; this proxy accepts at most {limit:,} "
+        "(max_body_bytes). Send a shorter conversation or raise max_body_bytes.",
+        code="request_too_large",
+    )
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, or a 413 when it is over ``limit`` bytes.
 
-    An oversized body is still read (up to a cap) so the client gets the 413 instead of
-    a connection reset while it is still sending.
+    A declared Content-Length over the limit is answered without keeping any of the
+    body; the rest is drained (bounded) first so the client can read the 413.
     """
-    declared = request.headers.get("content-length", "")
-    size = int(declared) if declared.isdigit() else 0
+    declared = request.headers.get("content-length", "").strip()
+    stream = request.stream()
+    if declared.isdigit() and int(declared) > limit:
+        await drain(stream)
+        raise too_large(int(declared), limit, declared=True)
     chunks: list[bytes] = []
-    if size <= limit + _DRAIN_CAP:
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit + _DRAIN_CAP:
-                break
-            if size <= limit:
-                chunks.append(chunk)
-    if size > limit:
-        raise ProxyError(
-            413,
-            f"The request body is {size:,}+ bytes; this proxy accepts at most {limit:,} "
-            "(max_body_bytes). Send a shorter conversation or raise max_body_bytes.",
-            code="request_too_large",
-        )
+    size = 0
+    async for chunk in stream:
+        size += len(chunk)
+        if size > limit:
+            await drain(stream)
+            raise too_large(size, limit, declared=False)
+        chunks.append(chunk)
     return b"".join(chunks)
+
+
+def check_json_request(request: Request) -> None:
+    """415 for a fitted route's body that is encoded or not declared as JSON."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ProxyError(
+            415,
+            f"Content-Encoding {encoding[:40]!r} is not accepted: send the JSON body "
+            "uncompressed (no Content-Encoding header).",
+            code="unsupported_media_type",
+        )
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        shown = f"Content-Type {media[:60]!r}" if media else "no Content-Type"
+        raise ProxyError(
+            415,
+            f"The request has {shown}; this endpoint takes a JSON body. Send "
+            "'Content-Type: application/json'.",
+            code="unsupported_media_type",
+        )
+
+
+def host_allowed(host: str, patterns: Sequence[str]) -> bool:
+    """Whether a ``Host`` header (port removed) matches one of ``patterns``.
+
+    >>> host_allowed("proxy.local:8787", ["proxy.local"]), host_allowed("evil.com", ["*.local"])
+    (True, False)
+    >>> host_allowed("[::1]:8787", ["::1"])
+    True
+    """
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    return any(fnmatch.fnmatchcase(name, p.lower()) for p in patterns)
+
+
+def request_credentials(request: Request) -> list[str]:
+    """The credential values a request carries (its keys, and bearer tokens alone)."""
+    values = [request.headers.get(name, "") for name in CREDENTIAL_HEADERS]
+    values += [v.partition(" ")[2].strip() for v in values if " " in v]
+    return [v for v in values if v]
 
 
 def bearer(headers: dict[str, str]) -> str | None:
@@ -95,86 +171,157 @@ class Proxy:
         self.config = config
         self.upstream = Upstream(config)
         self.models = ModelResolver(config, discover)
-        self.fitter = Fitter(config, self.models)
+        self.calibration = Calibration()
+        self.fitter = Fitter(config, self.models, self.calibration if config.calibrate else None)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
+        self.keeps_plans = config.store_plans and config.plans_max > 0
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Open the shared upstream client and load the tokenizers of the models named in
-        the config (about a second for an OpenAI encoding) before serving; close the
-        client at shutdown."""
+        """Open the shared upstream client before serving; close it at shutdown. (The
+        configured models' tokenizers were loaded and checked by :func:`create_app`.)
+        A long-running proxy counts OpenAI encodings with fastokens when it is installed
+        (same ids as tiktoken, faster); without it, tiktoken."""
         _ = self.upstream.client
-        await anyio.to_thread.run_sync(self._warm_tokenizers)
-        log.info("tokenflex proxy: forwarding to %s", self.config.upstream)
+        fast = prefer_fast_backend()
+        log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")
+        log.info("tokenflex proxy: forwarding to %s", redact(self.config.upstream))
         try:
             yield
         finally:
             await self.upstream.aclose()
 
-    def _warm_tokenizers(self) -> None:
-        from ..counting import get_counter
-
-        for name, table in self.config.models.items():
-            patch, _, _ = split_options(table)
-            try:
-                get_counter(patch_model(get_model(name), patch)).tokenizer.count("warm up")
-            except TokenflexError as exc:
-                log.warning("Cannot load the tokenizer for %r at startup: %s", name, exc)
-
     def endpoint(
-        self, handler: Handler, *, route: str | None = None, auth: bool = True
+        self,
+        handler: Handler,
+        *,
+        route: str | None = None,
+        auth: bool = True,
+        methods: Sequence[str] | None = None,
+        json_body: bool = False,
+        errors: Callable[[ProxyError], Response] = openai_error,
     ) -> Callable[[Request], Awaitable[Response]]:
-        """Wrap a handler: request id, proxy key, OpenAI-shaped errors, no bare 500."""
+        """Wrap a handler: request id, Host allowlist, CORS, proxy key, method (405) and
+        JSON body (415) checks, redaction of the request's keys in logs, errors shaped by
+        ``errors`` (OpenAI's by default), no bare 500."""
 
         async def run(request: Request) -> Response:
             rid = "req_" + secrets.token_hex(8)
             request.state.request_id = rid
-            try:
-                if auth and not check_proxy_key(self.config, request.headers):
-                    raise ProxyError(
-                        401,
-                        "Missing or wrong proxy key. Send it as 'x-tokenflex-key: KEY' or "
-                        "'Authorization: Bearer KEY'.",
-                        code="invalid_api_key",
+            origin = self._cors_origin(request)
+            with request_secrets(request_credentials(request)):
+                try:
+                    response = await self._checked(
+                        request, route, handler, auth, methods, json_body
                     )
-                response = await handler(request, route)
-            except ProxyError as exc:
-                response = exc.to_response()
-            except Exception:
-                log.exception("request %s: unexpected error in %s", rid, request.url.path)
-                response = internal_error(rid)
+                except ProxyError as exc:
+                    response = errors(exc)
+                except Exception:
+                    log.exception("request %s: unexpected error in %s", rid, request.url.path)
+                    response = errors(internal_proxy_error(rid))
+                except BaseException as exc:  # a tokenizer's panic is one; it must not escape
+                    panic = tokenizer_panic(exc)
+                    if panic is None:
+                        raise
+                    response = errors(panic)
             response.headers["x-tokenflex-request-id"] = rid
+            if origin is not None:
+                response.headers["access-control-allow-origin"] = origin
+                response.headers["vary"] = "Origin"
             return response
 
         return run
 
+    async def _checked(
+        self,
+        request: Request,
+        route: str | None,
+        handler: Handler,
+        auth: bool,
+        methods: Sequence[str] | None,
+        json_body: bool,
+    ) -> Response:
+        c = self.config
+        if c.allowed_hosts is not None and not host_allowed(
+            request.headers.get("host", ""), c.allowed_hosts
+        ):
+            host = request.headers.get("host", "")
+            raise ProxyError(
+                421,
+                f"Host {host[:80]!r} is not served here; allowed hosts: "
+                f"{', '.join(c.allowed_hosts)} (allowed_hosts).",
+                code="host_not_allowed",
+            )
+        if request.method == "OPTIONS" and self._cors_origin(request) is not None:
+            return self._preflight(request)
+        if auth and not check_proxy_key(c, request.headers):
+            raise ProxyError(
+                401,
+                "Missing or wrong proxy key. Send it as 'x-tokenflex-key: KEY' or "
+                "'Authorization: Bearer KEY'.",
+                code="invalid_api_key",
+            )
+        if methods is not None and request.method not in methods:
+            raise ProxyError(
+                405,
+                f"{request.method} is not allowed on {request.url.path}; use "
+                f"{' or '.join(m for m in methods if m != 'HEAD')}.",
+                code="method_not_allowed",
+                headers={"allow": ", ".join(methods)},
+            )
+        if json_body:
+            check_json_request(request)
+        return await handler(request, route)
+
+    def _cors_origin(self, request: Request) -> str | None:
+        """The request's Origin when ``cors_origins`` lets it in (``*``: any)."""
+        origin = request.headers.get("origin")
+        allowed = self.config.cors_origins
+        if origin is None or not allowed:
+            return None
+        return origin if ("*" in allowed or origin in allowed) else None
+
+    def _preflight(self, request: Request) -> Response:
+        asked = request.headers.get("access-control-request-headers", "")
+        return Response(
+            status_code=204,
+            headers={
+                "access-control-allow-methods": ", ".join(_ALL_METHODS),
+                "access-control-allow-headers": asked[:1000] or "content-type, authorization",
+                "access-control-max-age": "600",
+            },
+        )
+
     # -- chat ------------------------------------------------------------------------
-    async def chat(self, request: Request, route: str | None) -> Response:
-        """``POST /v1/chat/completions``: fit, forward, pass the answer back."""
+    async def chat(self, request: Request, route: str | None, wire: Wire = CHAT) -> Response:
+        """``POST /v1/chat/completions`` (or ``wire``'s route): fit, forward, pass the
+        answer back."""
         started = time.perf_counter()
         rid: str = request.state.request_id
         status, note, plan, plan_id, fit_ms = 0, "", None, "", 0.0
         try:
             raw = await read_body(request, self.config.max_body_bytes)
-            req = parse_chat(raw)
-            note = f"model={req.model!r} stream={'yes' if req.stream else 'no'}"
+            req = wire.parse(raw)
+            note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers)
             plan = await self.fitter.fit(req, route, len(raw), bearer(forward_headers))
             fit_ms = (time.perf_counter() - started) * 1000
-            plan_id = new_plan_id()
-            self.plans.put(plan_id, plan, size=len(raw))
+            plan_id = await self._keep(plan, credential_hash(request.headers), len(raw))
             headers = plan_headers(plan, plan_id)
-            body = self.fitter.fitted_body(req, plan, route)
+            body = fitted_body(self.fitter, req, plan, route)
             upstream = await self.upstream.send(
                 "POST",
-                self.upstream.url("/v1/chat/completions", request.scope["query_string"]),
+                self.upstream.url(wire.path, request.scope["query_string"]),
                 forward_headers,
                 body,
             )
             status = upstream.status_code
             if req.stream and status < 400:
                 return self.upstream.streamed(upstream, headers, request_id=rid)
-            return await self.upstream.buffered(upstream, headers)
+            response = await self.upstream.buffered(upstream, headers)
+            if self.config.calibrate:
+                observe_response(self.calibration, plan, response)
+            return response
         except ProxyError as exc:
             status = exc.status_code
             note += f" error={exc.code}"
@@ -182,8 +329,9 @@ class Proxy:
         finally:
             if plan is not None:
                 log.info(
-                    "chat %s %s status=%d window=%d input=%d max_tokens=%d (asked %d) "
+                    "%s %s %s status=%d window=%d input=%d max_tokens=%d (asked %d) "
                     "dropped=%d summary=%s plan=%s fit_ms=%.1f total_ms=%.1f",
+                    wire.name,
                     rid,
                     note,
                     status,
@@ -193,12 +341,24 @@ class Proxy:
                     plan.requested_max_tokens,
                     len(plan.dropped),
                     "yes" if plan.summary is not None else "no",
-                    plan_id,
+                    plan_id or "-",
                     fit_ms,
                     (time.perf_counter() - started) * 1000,
                 )
             else:
-                log.info("chat %s %s status=%d (not fitted)", rid, note.strip(), status)
+                log.info("%s %s %s status=%d (not fitted)", wire.name, rid, note.strip(), status)
+
+    async def _keep(self, plan: Any, owner: str, size: int) -> str:
+        """Store the plan's JSON (warnings redacted) for its owner; its id, or '' when the
+        store is off or the plan was not kept."""
+        if not self.keeps_plans:
+            return ""
+        make = functools.partial(plan_json, plan)
+        data = await off_loop(self.fitter.limiter, make) if size > _OFFLOAD_BYTES else make()
+        plan_id = new_plan_id()
+        if data is None or not self.plans.put(plan_id, data, owner=owner):
+            return ""
+        return plan_id
 
     # -- other endpoints ---------------------------------------------------------------
     async def list_models(self, request: Request, route: str | None) -> Response:
@@ -224,7 +384,9 @@ class Proxy:
         return JSONResponse({"object": "list", "data": data})
 
     async def count(self, request: Request, route: str | None) -> Response:
-        """``POST /tokenflex/count``: tokens of messages (with the chat envelope) or text."""
+        """``POST /tokenflex/count``: tokens of messages (with the chat envelope) or text.
+
+        Counting runs in a worker thread: a 4 MB text must not stall other clients."""
         from ..counting import count_tokens, get_counter
 
         name, messages, text, tools = parse_count(
@@ -232,62 +394,108 @@ class Proxy:
         )
         api_key = bearer(self.upstream.request_headers(request.headers))
         model, _, _ = await self.fitter.model_for(name, route, api_key)
-        try:
+
+        def work() -> tuple[int, bool]:
             counter = get_counter(model)
             if messages is not None:
-                tokens = counter.count(messages, tools=tools)
-            else:
-                tokens = count_tokens(text or "", model=model)
-        except TokenflexError as exc:
-            raise library_error(exc) from None
+                return counter.count(messages, tools=tools), bool(counter.exact)
+            return count_tokens(text or "", model=model), bool(counter.exact)
+
+        tokens, exact = await off_loop(self.fitter.limiter, work)
         return JSONResponse(
             {
                 "object": "tokenflex.count",
                 "model": model.name,
                 "tokens": tokens,
-                "exact": bool(counter.exact),
+                "exact": exact,
                 "tokenizer": model.tokenizer,
                 "context_window": model.context_window,
             }
         )
 
+    async def count_input(self, request: Request, route: str | None, wire: Wire) -> Response:
+        """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
+        request's input tokens by the proxy's own count (in a worker thread)."""
+        req = wire.parse(await read_body(request, self.config.max_body_bytes))
+        api_key = bearer(self.upstream.request_headers(request.headers))
+        model, _, _ = await self.fitter.model_for(req.model, route, api_key)
+        if self.fitter.calibration is not None:  # as fitting counts: the learned factor
+            model = self.fitter.calibration.apply(model)
+        return await off_loop(self.fitter.limiter, functools.partial(count_input, req, model))
+
     async def plan(self, request: Request, route: str | None) -> Response:
-        """``GET /tokenflex/plans/{id}``: a recent plan as ``plan.to_dict()``."""
+        """``GET /tokenflex/plans/{id}``: a recent plan as ``plan.to_dict()``, only for the
+        credentials that made it (others get the 404 of an unknown id)."""
         plan_id = request.path_params["plan_id"]
-        plan = self.plans.get(plan_id)
-        if plan is None:
+        if not self.keeps_plans:
             raise ProxyError(
                 404,
-                f"No plan {plan_id!r}: unknown, or older than the last "
-                f"{self.config.plans_max:,} plans this proxy keeps (plans_max).",
+                "This proxy does not keep plans (store_plans = false or plans_max = 0).",
                 param="plan_id",
                 code="plan_not_found",
             )
-        return JSONResponse(plan.to_dict())
+        data = self.plans.get(plan_id, owner=credential_hash(request.headers))
+        if data is None:
+            raise ProxyError(
+                404,
+                f"No plan {plan_id[:40]!r} for these credentials: unknown, made with other "
+                f"credentials, or older than the last {self.config.plans_max:,} plans this "
+                "proxy keeps (plans_max). Send the same API key as the request that made it.",
+                param="plan_id",
+                code="plan_not_found",
+            )
+        return Response(data, media_type="application/json")
 
     async def health(self, request: Request, route: str | None) -> Response:
         """``GET /tokenflex/health``: the proxy is up (the upstream is not checked)."""
         return JSONResponse({"status": "ok"})
 
+    async def not_found(self, request: Request, route: str | None) -> Response:
+        """``/tokenflex/...`` paths are the proxy's own: never forwarded."""
+        raise ProxyError(
+            404,
+            f"No tokenflex endpoint {request.url.path[:80]!r}; see docs/proxy.md.",
+            code="not_found",
+        )
+
     async def passthrough(self, request: Request, route: str | None) -> Response:
-        """Anything else: forwarded unchanged, answer streamed back unchanged."""
-        # the raw path, so percent-escapes (%2F) reach the upstream as the client sent them
-        path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
-        if route is not None:
-            path = path[len(route) + 1 :] or "/"
+        """Anything else: forwarded unchanged, answer streamed back unchanged.
+
+        The upstream path is rebuilt from the request's checked segments
+        (:func:`~tokenflex.server.paths.upstream_path`) and must match
+        ``passthrough_paths`` when that list is set."""
+        raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
+        path = upstream_path(raw_path, route)
+        if not path_allowed(path, self.config.passthrough_paths):
+            raise ProxyError(
+                404,
+                f"{path[:80]!r} is not forwarded by this proxy (passthrough_paths).",
+                param="path",
+                code="path_not_allowed",
+            )
+        url = self.upstream.url(path, request.scope["query_string"])
         body = await read_body(request, self.config.max_body_bytes)
         upstream = await self.upstream.send(
-            request.method,
-            self.upstream.url(path, request.scope["query_string"]),
-            self.upstream.request_headers(request.headers),
-            body or None,
+            request.method, url, self.upstream.request_headers(request.headers), body or None
         )
         return self.upstream.streamed(upstream, request_id=request.state.request_id)
 
 
-def internal_error(request_id: str) -> Response:
-    """The OpenAI-shaped 500 for an unexpected exception."""
-    return error_response(
+def plan_json(plan: Any) -> bytes | None:
+    """A plan's stored JSON, its warnings redacted; None (logged) when it cannot be
+    serialized, which request validation should make impossible."""
+    try:
+        data = plan.to_dict()
+    except TokenflexError as exc:
+        log.warning("Cannot keep a plan: %s", exc)
+        return None
+    data["warnings"] = [redact(str(w)) for w in data.get("warnings", [])]
+    return serialize(data)
+
+
+def internal_proxy_error(request_id: str) -> ProxyError:
+    """The 500 for an unexpected exception."""
+    return ProxyError(
         500,
         f"Internal error in the tokenflex proxy (request id {request_id}); the proxy log has "
         "the details.",
@@ -297,16 +505,35 @@ def internal_error(request_id: str) -> Response:
     )
 
 
+def internal_error(request_id: str) -> Response:
+    """The OpenAI-shaped 500 for an unexpected exception."""
+    return internal_proxy_error(request_id).to_response()
+
+
 async def _http_exception(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     detail = exc.detail if isinstance(exc, HTTPException) else "error"
-    return error_response(status, str(detail), code="http_error")
+    rid = "req_" + secrets.token_hex(8)
+    return error_response(
+        status, str(detail), code="http_error", headers={"x-tokenflex-request-id": rid}
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     rid = "req_" + secrets.token_hex(8)
     log.error("request %s: unexpected error outside an endpoint", rid, exc_info=exc)
     return internal_error(rid)
+
+
+def install_redaction(config: ServerConfig) -> None:
+    """Redact the configured keys (and every request's own) in the ``tokenflex`` log."""
+    keys = [k.get_secret_value() for k in (config.proxy_key, config.upstream_api_key) if k]
+    logger = logging.getLogger("tokenflex")
+    for f in logger.filters:
+        if isinstance(f, RedactingFilter):
+            f.secrets = tuple(dict.fromkeys((*f.secrets, *keys)))
+            return
+    logger.addFilter(RedactingFilter(keys))
 
 
 def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Starlette:
@@ -319,27 +546,58 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
             :func:`tokenflex.models.discovery.adiscover_model`.
 
     Raises:
-        ConfigError: an option table names an unknown fit() option or a bad value.
+        ConfigError: an option table names an unknown fit() option or a bad value, or a
+            configured model cannot be counted (bad tokenizer, missing template).
 
     >>> app = create_app(ServerConfig.load(upstream="http://127.0.0.1:8080"))
     >>> app.state.proxy.config.upstream
     'http://127.0.0.1:8080'
     """
     check_fit_options(config)
+    check_models(config)
+    install_redaction(config)
     proxy = Proxy(config, discover=discover)
     ep = proxy.endpoint
+    fitted = functools.partial(ep, methods=_POST, json_body=True)
     routes = [
-        Route("/tokenflex/health", ep(proxy.health, auth=False), methods=["GET"]),
-        Route("/tokenflex/plans/{plan_id}", ep(proxy.plan), methods=["GET"]),
-        Route("/tokenflex/count", ep(proxy.count), methods=["POST"]),
-        Route("/v1/tokenize", ep(proxy.count), methods=["POST"]),
+        Route(
+            "/tokenflex/health", ep(proxy.health, auth=False, methods=_GET), methods=_ALL_METHODS
+        ),
+        Route("/tokenflex/plans/{plan_id}", ep(proxy.plan, methods=_GET), methods=_ALL_METHODS),
+        Route("/tokenflex/count", fitted(proxy.count), methods=_ALL_METHODS),
+        Route("/v1/tokenize", fitted(proxy.count), methods=_ALL_METHODS),
+        Route(
+            "/tokenflex/calibration",
+            ep(
+                lambda request, route: calibration_figures(proxy.calibration, request),
+                methods=_GET,
+            ),
+            methods=_ALL_METHODS,
+        ),
+        Route("/tokenflex/{rest:path}", ep(proxy.not_found), methods=_ALL_METHODS),
     ]
     for name in [None, *config.routes]:
         prefix = "" if name is None else f"/{name}"
         routes += [
-            Route(f"{prefix}/v1/chat/completions", ep(proxy.chat, route=name), methods=["POST"]),
+            Route(
+                f"{prefix}/v1/chat/completions",
+                fitted(proxy.chat, route=name),
+                methods=_ALL_METHODS,
+            ),
             Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"]),
         ]
+        for wire in (ANTHROPIC, RESPONSES):
+            shaped = functools.partial(fitted, route=name, errors=wire.error)
+            routes.append(
+                Route(
+                    prefix + wire.path,
+                    shaped(functools.partial(proxy.chat, wire=wire)),
+                    methods=_ALL_METHODS,
+                )
+            )
+            if wire.count_path is not None:
+                count = functools.partial(proxy.count_input, wire=wire)
+                routes.append(Route(prefix + wire.count_path, shaped(count), methods=_ALL_METHODS))
         if name is not None:
             routes.append(
                 Route(

@@ -91,10 +91,25 @@ class ServerConfig(BaseSettings):
     discover: bool = True
     """Ask the upstream for each model's real window (once per model, then cached)."""
     discovery_timeout: float = Field(3.0, gt=0)
+    calibrate: bool = True
+    """Raise a model's count factor when the upstream's ``usage.prompt_tokens`` exceeds the
+    plan's prediction (:mod:`tokenflex.calibration`); off for upstreams whose usage counts
+    more than the request (injected system prompts)."""
     strict_models: bool = False
     """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows."""
+    store_plans: bool = True
+    """Keep recent plans for ``GET /tokenflex/plans/{id}``; false: no plan id header, 404."""
     plans_max: int = Field(1000, ge=0)
     plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    """Bytes of the stored plans' JSON (the store holds serialized plans only)."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed to call the proxy (CORS); upstream CORS headers are never relayed."""
+    allowed_hosts: list[str] | None = None
+    """``Host`` header values accepted (``*.example.com`` patterns); None: any (DNS rebinding!)."""
+    passthrough_paths: list[str] | None = None
+    """Paths forwarded as they are (shell patterns, ``/v1/files/*``); None: every path."""
+    worker_threads: int = Field(4, gt=0, le=256)
+    """Threads that count and fit large requests off the event loop."""
     fit: dict[str, Any] = Field(default_factory=dict)
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -123,6 +138,36 @@ class ServerConfig(BaseSettings):
             raise ValueError(f"upstream must be an http(s) URL, got {value!r}")
         # Clients call /v1/...; the same path is forwarded, so a trailing /v1 is dropped.
         return url[: -len("/v1")] if url.endswith("/v1") else url
+
+    @field_validator("passthrough_paths")
+    @classmethod
+    def _check_paths(cls, value: list[str] | None) -> list[str] | None:
+        for p in value or []:
+            if not p.startswith("/"):
+                raise ValueError(f"passthrough_paths entries start with '/', got {p!r}")
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, value: list[str] | None) -> list[str] | None:
+        for h in value or []:
+            if not h.strip() or "/" in h or h != h.strip():
+                raise ValueError(
+                    f"allowed_hosts entries are host names like 'proxy.local' or "
+                    f"'*.example.com' (no scheme, no path), got {h!r}"
+                )
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: list[str]) -> list[str]:
+        for o in value:
+            if o != "*" and not re.match(r"^https?://[^/\s]+$", o):
+                raise ValueError(
+                    f"cors_origins entries are origins like 'https://app.example.com' (no "
+                    f"path, no trailing '/') or '*', got {o!r}"
+                )
+        return value
 
     @field_validator("routes")
     @classmethod
@@ -304,3 +349,57 @@ def check_fit_options(config: ServerConfig) -> None:
             FitOptions(**values)
         except (InvalidInputError, TypeError) as exc:
             raise ConfigError(f"Proxy config {where}: {exc}") from exc
+
+
+def check_models(config: ServerConfig) -> None:
+    """Fail at startup, with one line, when a configured model cannot be counted.
+
+    Every ``[models.NAME]`` table (and ``[fit]`` / ``[routes.NAME]`` model patches, applied
+    to an unknown model's default) is applied as a request would apply it, its counter is
+    built and one message counted: a bad tokenizer, a ``chat_format = "template"`` without
+    a template, a missing GGUF file all stop ``tokenflex serve`` here instead of failing
+    every request. Tokenizers on a server (``server:URL``) are only built: the server may
+    come up later.
+    """
+    from ..counting import get_counter
+    from ..errors import TokenflexError
+
+    names: list[str | None] = list(config.models)
+    patched_anywhere = any(MODEL_FIELDS & set(t) for t in [config.fit, *config.routes.values()])
+    if patched_anywhere:
+        names.append(None)  # the patches also apply to models the config does not name
+    sample = [{"role": "user", "content": "tokenflex startup check"}]
+    for name in names:
+        for route in [None, *config.routes]:
+            where = f"model {name!r}" if name is not None else "any model"
+            where += f" on route {route!r}" if route is not None else ""
+            patch, _, _ = split_options(config.options_for(name or "", route))
+            try:
+                base = _configured(name)
+                model = patch_model(base, patch)
+                if model.tokenizer.startswith("server:"):
+                    continue
+                get_counter(model).count(sample)
+            except TokenflexError as exc:
+                raise ConfigError(f"Proxy config, {where}: {exc}") from None
+
+
+def _configured(name: str | None) -> Model:
+    """The registry's model for a configured name, or (quietly: the config names it, so
+    no "unknown model" warning) the default an unknown name gets."""
+    from ..errors import UnknownModelError
+    from ..models import get_model
+
+    if name is not None:
+        try:
+            return get_model(name, strict=True)
+        except UnknownModelError:
+            pass
+    return Model(
+        name=name or "(any model)",
+        context_window=8192,
+        tokenizer="estimate:all",
+        chat_format="generic",
+        source="proxy startup check",
+        known=False,
+    )

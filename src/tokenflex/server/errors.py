@@ -26,8 +26,10 @@ class ProxyError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = dict(headers or {})
         self.status_code = status_code
         self.message = message
         self.type = type
@@ -35,14 +37,14 @@ class ProxyError(Exception):
         self.code = code
 
     def to_response(self, headers: Mapping[str, str] | None = None) -> Response:
-        """This error as an OpenAI-shaped JSON response."""
+        """This error as an OpenAI-shaped JSON response (with its own headers)."""
         return error_response(
             self.status_code,
             self.message,
             type=self.type,
             param=self.param,
             code=self.code,
-            headers=headers,
+            headers={**self.headers, **(headers or {})},
         )
 
 

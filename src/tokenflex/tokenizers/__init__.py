@@ -7,6 +7,9 @@ server needs no registration):
 - ``estimate``: the conservative, tokenizer-free estimator (an upper bound in practice).
 - ``estimate:F``: the estimate times ``F >= 1``, for tokenizers known to need more tokens
   than the OpenAI encodings (the registry uses ``estimate:1.3`` for Anthropic models).
+- ``estimate:FAMILY``: a bound fitted to a tokenizer family's real tokenizers
+  (``estimate:qwen2``, ``estimate:gemma``, ``estimate:tekken``, ... and ``estimate:all``
+  over every family; the keys of ``estimate.FAMILY_BOUNDS``).
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
 - ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
 - ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
@@ -17,6 +20,7 @@ a third-party package would use.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -29,6 +33,7 @@ __all__ = [
     "Tokenizer",
     "get_tokenizer",
     "list_tokenizers",
+    "prefer_fast_backend",
     "register_tokenizer",
 ]
 
@@ -103,6 +108,32 @@ def register_tokenizer(
         _instances.pop(name, None)
 
 
+def prefer_fast_backend() -> list[str]:
+    """Count ``o200k_base`` and ``cl100k_base`` with fastokens from now on, if installed.
+
+    For long-running processes (the proxy calls it at startup): the same counts as
+    tiktoken, several times faster, after a load of a few seconds per encoding (done
+    lazily, on first use). Tokenizers already handed out switch too (their cached counts
+    stay valid: the ids are equal). One-shot use keeps tiktoken, which loads faster.
+
+    Returns:
+        The names switched (empty when fastokens is not installed).
+    """
+    from .fast import FAST_ENCODINGS, FastTokenizer, fast_available
+
+    if not fast_available():
+        return []
+    with _lock:
+        _load_entry_points()
+        for name in FAST_ENCODINGS:
+            _factories[name] = functools.partial(FastTokenizer, name)
+            _factory_sources[name] = "fastokens (prefer_fast_backend)"
+            cached = _instances.get(name)
+            if cached is not None and not isinstance(cached.tokenizer, FastTokenizer):
+                cached.tokenizer = FastTokenizer(name)
+    return list(FAST_ENCODINGS)
+
+
 def list_tokenizers() -> list[str]:
     """Registered tokenizer names (schemes ``hf:``, ``gguf:``, ``server:`` not listed)."""
     with _lock:
@@ -127,14 +158,16 @@ def _from_scheme(name: str) -> Tokenizer | None:
 
         return ServerTokenizer(rest)
     if scheme == "estimate":
-        from .estimate import EstimatorTokenizer
+        from .estimate import FAMILY_BOUNDS, EstimatorTokenizer
 
+        if rest in FAMILY_BOUNDS:
+            return EstimatorTokenizer(family=rest)
         try:
             factor = float(rest)
         except ValueError:
             raise TokenizerUnavailableError(
-                f"Tokenizer {name!r}: the factor after 'estimate:' must be a number >= 1, "
-                "e.g. 'estimate:1.3'."
+                f"Tokenizer {name!r}: after 'estimate:' comes a number >= 1 (e.g. "
+                f"'estimate:1.3') or a tokenizer family: {', '.join(sorted(FAMILY_BOUNDS))}."
             ) from None
         return EstimatorTokenizer(factor)
     return None

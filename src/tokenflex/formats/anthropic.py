@@ -1,0 +1,359 @@
+"""Anthropic Messages: ``system`` + ``messages`` of content blocks, to internal and back.
+
+One Anthropic message is one internal message, so what the engine keeps or drops is a
+whole message, returned exactly as given (``cache_control``, thinking signatures and ids
+untouched):
+
+- a ``user`` message holding ``tool_result`` blocks becomes a ``tool`` message, so it is
+  grouped with the ``assistant`` message whose ``tool_use`` it answers and a cut history
+  never opens with it (the API rejects a tool_result without its tool_use);
+- an ``assistant`` message's ``tool_use`` blocks become ``tool_calls`` (name + the input's
+  JSON), and its ``thinking`` / ``redacted_thinking`` blocks stay in the same message as
+  the tool_use they belong to, as the API requires;
+- blocks are counted from what they hold: text; images by the Anthropic formula from
+  their own header (base64) or its maximum (URL); documents as files (PDF pages,
+  estimated) or their text; tool results as their content; thinking as its text,
+  redacted thinking as its data (conservative); any other block as its JSON.
+
+The top-level ``system`` (a string or text blocks) is one pinned system message; system
+text the plan adds (a summary, packed documents) is appended to it as text blocks.
+:func:`anthropic_to_chat` / :func:`chat_to_anthropic` convert between whole requests
+(``plan.request(api=...)``): tool results become ``tool`` messages and back, consecutive
+same-role messages are merged, thinking is not carried into chat.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..counting.checks import BadMessage
+from .native import Converted, NativeMessage
+from .objects import plain_message
+
+__all__ = [
+    "anthropic_to_chat",
+    "anthropic_to_internal",
+    "chat_to_anthropic",
+    "system_text",
+    "with_system",
+]
+
+_ROLES = ("user", "assistant")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _source_part(source: Any, kind: str) -> dict[str, Any]:
+    """A chat part for an image or document ``source``."""
+    if not isinstance(source, Mapping):
+        return {"type": "text", "text": _dumps(source)}
+    stype = source.get("type")
+    if stype == "base64":
+        url = f"data:{source.get('media_type', '')};base64,{source.get('data', '')}"
+        if kind == "image":
+            return {"type": "image_url", "image_url": {"url": url}}
+        return {"type": "file", "file": {"file_data": url}}
+    if stype == "text":
+        return {"type": "text", "text": str(source.get("data", ""))}
+    if stype == "content":
+        return {"type": "text", "text": _dumps(source.get("content"))}
+    ref = str(source.get("url") or source.get("file_id") or _dumps(source))
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": ref}}
+    return {"type": "file", "file": {"file_id": ref}}
+
+
+def _block_parts(block: Any, j: int, path: str = "content") -> list[dict[str, Any]]:
+    """Chat parts that count what one content block holds (tool_use excluded)."""
+    if isinstance(block, str):
+        return [{"type": "text", "text": block}]
+    if not isinstance(block, Mapping):
+        raise BadMessage(
+            f"has {path}[{j}] of type {type(block).__name__}",
+            "Each content block is a dict like {'type': 'text', 'text': '...'}",
+        )
+    btype = block.get("type")
+    if btype == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            raise BadMessage(
+                f"has a text block without a string 'text' in {path}[{j}]",
+                "Give it {'type': 'text', 'text': '...'}",
+            )
+        return [{"type": "text", "text": text}]
+    if btype in ("image", "document"):
+        parts = [_source_part(block.get("source"), btype)]
+        for key in ("title", "context"):
+            if isinstance(block.get(key), str):
+                parts.append({"type": "text", "text": block[key]})
+        return parts
+    if btype == "tool_result":
+        parts = [{"type": "text", "text": str(block.get("tool_use_id", ""))}]
+        inner = block.get("content")
+        if isinstance(inner, list):
+            for k, b in enumerate(inner):
+                parts += _block_parts(b, k, f"{path}[{j}].content")
+        elif inner is not None:
+            parts.append({"type": "text", "text": str(inner)})
+        return parts
+    if btype == "thinking":
+        return [{"type": "text", "text": str(block.get("thinking", ""))}]
+    if btype == "redacted_thinking":
+        return [{"type": "text", "text": str(block.get("data", ""))}]
+    if not isinstance(btype, str):
+        raise BadMessage(
+            f"has {path}[{j}] without a 'type'",
+            "Content blocks are text, image, document, tool_use, tool_result, thinking",
+        )
+    return [{"type": "text", "text": _dumps(dict(block))}]  # server tools etc.: its JSON
+
+
+def _call(block: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": str(block.get("id", "")),
+        "type": "function",
+        "function": {"name": str(block.get("name", "")), "arguments": _dumps(block.get("input"))},
+    }
+
+
+def _internal(msg: Any) -> dict[str, Any]:
+    """The chat dict that counts one Anthropic message (raises BadMessage)."""
+    if not isinstance(msg, Mapping):
+        raise BadMessage(
+            f"is a {type(msg).__name__}, not a dict",
+            "Pass each message as {'role': 'user', 'content': '...' or [blocks]}",
+        )
+    role = msg.get("role")
+    if role not in _ROLES:
+        raise BadMessage(
+            f"has role {role!r}",
+            "Anthropic messages are 'user' or 'assistant'; pass the system prompt as system=",
+        )
+    content = msg.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list):
+        raise BadMessage(
+            f"has content of type {type(content).__name__}",
+            "Content must be a string or a list of blocks like {'type': 'text', 'text': '...'}",
+        )
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    results = False
+    for j, block in enumerate(content):
+        if isinstance(block, Mapping) and block.get("type") == "tool_use":
+            calls.append(_call(block))
+            continue
+        results = results or (isinstance(block, Mapping) and block.get("type") == "tool_result")
+        parts += _block_parts(block, j)
+    out: dict[str, Any] = {"role": "tool" if results and role == "user" else role}
+    out["content"] = parts
+    if calls and role == "assistant":
+        out["tool_calls"] = calls
+    return out
+
+
+def system_text(system: Any) -> dict[str, Any]:
+    """The internal system message for a top-level ``system`` (string or text blocks)."""
+    if isinstance(system, str):
+        return {"role": "system", "content": system}
+    if not isinstance(system, list):
+        raise BadMessage(
+            f"system is of type {type(system).__name__}",
+            "Pass system= as a string or a list of {'type': 'text', 'text': ...} blocks",
+        )
+    parts: list[dict[str, Any]] = []
+    for j, block in enumerate(system):
+        parts += _block_parts(block, j, "system")
+    return {"role": "system", "content": parts}
+
+
+def anthropic_to_internal(messages: Sequence[Any], system: Any = None) -> Converted:
+    """Anthropic ``messages`` (and ``system``) as internal messages.
+
+    Raises:
+        BadMessage: a message or block that is not Anthropic-shaped (names its index).
+    """
+    out: list[dict[str, Any]] = []
+    if system is not None:
+        system = plain_message(system) if not isinstance(system, str) else system
+        try:
+            out.append(NativeMessage(system_text(system), (), -1))
+        except BadMessage as exc:
+            raise BadMessage(exc.problem.removeprefix("has "), exc.fix) from None
+    for i, m in enumerate(messages):
+        try:
+            data = plain_message(m)
+            out.append(NativeMessage(_internal(data), [m], i))
+        except BadMessage as exc:
+            raise exc.at(i) from None
+    return Converted("anthropic", out, system=system, count=len(messages))
+
+
+def with_system(system: Any, extra: Sequence[str]) -> Any:
+    """``system`` with the plan's added system text (summary, documents) appended."""
+    if not extra:
+        return system
+    blocks: list[Any] = []
+    if isinstance(system, str) and system:
+        blocks.append({"type": "text", "text": system})
+    elif isinstance(system, list):
+        blocks += system
+    return blocks + [{"type": "text", "text": t} for t in extra]
+
+
+# -- whole requests, between APIs -----------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
+        )
+    return "" if content is None else str(content)
+
+
+def _chat_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    btype = block.get("type")
+    if btype == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if btype in ("image", "document"):
+        return _source_part(block.get("source"), btype)
+    return None  # thinking is not carried into chat; tool blocks are handled apart
+
+
+def anthropic_to_chat(messages: Sequence[Any], system: Any = None) -> list[dict[str, Any]]:
+    """A whole Anthropic conversation as OpenAI chat messages."""
+    out: list[dict[str, Any]] = []
+    if system is not None:
+        out.append({"role": "system", "content": _text_of(system)})
+    for m in messages:
+        m = plain_message(m)
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append({"role": m["role"], "content": content})
+            continue
+        parts: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
+        for block in content or []:
+            if isinstance(block, str):  # read as a text block, as it was counted
+                block = {"type": "text", "text": block}
+            btype = block.get("type")
+            if btype == "tool_use":
+                calls.append(_call(block))
+            elif btype == "tool_result":
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": str(block.get("tool_use_id", "")),
+                        "content": _text_of(block.get("content")),
+                    }
+                )
+            else:
+                part = _chat_part(block)
+                if part is not None:
+                    parts.append(part)
+        if m["role"] == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": _text_of(parts) or None}
+            if calls:
+                msg["tool_calls"] = calls
+            if msg["content"] is not None or calls:
+                out.append(msg)
+        elif parts:
+            simple = all(p["type"] == "text" for p in parts)
+            out.append({"role": "user", "content": _text_of(parts) if simple else parts})
+    return out
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if content is None or content == "":
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    out: list[dict[str, Any]] = []
+    for p in content:
+        ptype = p.get("type")
+        if ptype in ("text", "input_text", "output_text"):
+            out.append({"type": "text", "text": p.get("text", "")})
+        elif ptype == "refusal":
+            out.append({"type": "text", "text": p.get("refusal", "")})
+        elif ptype in ("image_url", "input_image"):
+            image = p.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            url = str(url)
+            if url.startswith("data:") and ";base64," in url:
+                media, data = url[5:].split(";base64,", 1)
+                src: dict[str, Any] = {"type": "base64", "media_type": media, "data": data}
+            else:
+                src = {"type": "url", "url": url}
+            out.append({"type": "image", "source": src})
+        elif ptype == "file":
+            f = p.get("file") or {}
+            data = str(f.get("file_data", ""))
+            if data.startswith("data:") and ";base64," in data:
+                media, payload = data[5:].split(";base64,", 1)
+                out.append(
+                    {
+                        "type": "document",
+                        "source": {"type": "base64", "media_type": media, "data": payload},
+                    }
+                )
+            else:
+                out.append(
+                    {
+                        "type": "document",
+                        "source": {"type": "file", "file_id": f.get("file_id", "")},
+                    }
+                )
+        else:
+            out.append({"type": "text", "text": _dumps(p)})
+    return out
+
+
+def chat_to_anthropic(messages: Sequence[Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """``(system, messages)`` of an Anthropic request for OpenAI chat messages: system
+    messages joined into ``system``, tool messages as ``tool_result`` blocks of a user
+    message, consecutive same-role messages merged (the API wants them alternating)."""
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        m = plain_message(m)
+        role = m.get("role")
+        if role in ("system", "developer"):
+            system.append(_text_of(m.get("content")))
+            continue
+        if role in ("tool", "function"):
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": str(m.get("tool_call_id") or m.get("name") or ""),
+                "content": _text_of(m.get("content")),
+            }
+            role, blocks = "user", [block]
+        else:
+            blocks = _blocks(m.get("content"))
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                args = fn.get("arguments") or "{}"
+                try:
+                    value = json.loads(args) if isinstance(args, str) else args
+                except ValueError:
+                    value = {"arguments": args}
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": str(call.get("id", "")),
+                        "name": str(fn.get("name", "")),
+                        "input": value if isinstance(value, dict) else {"value": value},
+                    }
+                )
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += blocks
+        elif blocks:
+            out.append({"role": role, "content": blocks})
+    return ("\n\n".join(system) if system else None), out

@@ -1,0 +1,322 @@
+"""OpenAI Responses ``input`` items, to internal messages and back.
+
+Items are grouped into the units the API needs kept together, each one internal message:
+
+- a message item (``{"role", "content"}``, with or without ``"type": "message"``) from the
+  user, system or developer is one unit;
+- the assistant's side of a turn, a run of ``reasoning``, assistant ``message`` and
+  ``function_call`` (or other ``*_call``) items, is one assistant unit with ``tool_calls``:
+  a reasoning item stays with the call it led to, parallel calls stay together;
+- each ``function_call_output`` (``*_call_output``) is a ``tool`` unit, grouped by the
+  engine with the assistant unit before it, so outputs are never kept without their call.
+
+Counting reads text parts, images (``input_image``), files (``input_file``, estimated),
+reasoning summaries and encrypted reasoning (as text: conservative), call names and
+arguments; other items count as their JSON. Request-level fields (``instructions``,
+``previous_response_id``, ``store``...) are not items: ``instructions`` is the pinned
+system text, the rest passes through untouched (``plan.request(api="responses", ...)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..counting.checks import BadMessage
+from .native import Converted, NativeMessage
+from .objects import plain_message
+
+__all__ = ["chat_to_responses", "responses_to_chat", "responses_to_internal"]
+
+_MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+_ASSISTANT_ITEMS = ("reasoning", "function_call")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _kind(item: Mapping[str, Any]) -> str:
+    """``message``, ``reasoning``, ``call``, ``output`` or ``other``."""
+    itype = item.get("type")
+    if itype is None or itype == "message":
+        return "message"
+    if itype == "reasoning":
+        return "reasoning"
+    if not isinstance(itype, str):
+        return "other"
+    if itype.endswith("_call_output") or itype.endswith("_output"):
+        return "output"
+    if itype.endswith("_call"):
+        return "call"
+    return "other"
+
+
+def _part(part: Any, j: int, path: str) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, Mapping):
+        raise BadMessage(
+            f"has {path}[{j}] of type {type(part).__name__}",
+            "Each content part is a dict like {'type': 'input_text', 'text': '...'}",
+        )
+    ptype = part.get("type")
+    if ptype in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise BadMessage(
+                f"has a {ptype!r} part without a string 'text' in {path}[{j}]",
+                f"Give {path}[{j}] a string 'text'",
+            )
+        return {"type": "text", "text": text}
+    if ptype == "refusal":
+        return {"type": "text", "text": str(part.get("refusal", ""))}
+    if ptype in ("input_image", "image_url"):
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else image
+        ref = url if isinstance(url, str) else f"file:{part.get('file_id', '')}"
+        detail = part.get("detail") or "auto"
+        return {"type": "image_url", "image_url": {"url": ref, "detail": detail}}
+    if ptype in ("input_file", "file"):
+        f: Mapping[str, Any] = part.get("file") or part if ptype == "file" else part
+        file: dict[str, Any] = {}
+        if isinstance(f.get("file_data"), str):
+            file["file_data"] = f["file_data"]
+        else:
+            file["file_id"] = str(f.get("file_id") or f.get("file_url") or "")
+        if isinstance(f.get("filename"), str):
+            file["filename"] = f["filename"]
+        return {"type": "file", "file": file}
+    if ptype == "input_audio":
+        return dict(part)
+    return {"type": "text", "text": _dumps(dict(part))}
+
+
+def _parts(content: Any, path: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise BadMessage(
+            f"has {path} of type {type(content).__name__}",
+            f"{path.capitalize()} must be a string or a list of parts",
+        )
+    return [_part(p, j, path) for j, p in enumerate(content)]
+
+
+def _call(item: Mapping[str, Any]) -> dict[str, Any]:
+    if item.get("type") == "function_call":
+        args = item.get("arguments", "")
+        return {
+            "id": str(item.get("call_id", "")),
+            "type": "function",
+            "function": {
+                "name": str(item.get("name", "")),
+                "arguments": args if isinstance(args, str) else _dumps(args),
+            },
+        }
+    return {"id": str(item.get("call_id", "")), "type": "custom", "item": dict(item)}
+
+
+def _assistant(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for item in items:
+        kind = _kind(item)
+        if kind == "message":
+            parts += _parts(item.get("content", ""), "content")
+        elif kind == "reasoning":
+            for key in ("summary", "content"):
+                if isinstance(item.get(key), list):
+                    parts += _parts(item[key], key)
+            if isinstance(item.get("encrypted_content"), str):
+                parts.append({"type": "text", "text": item["encrypted_content"]})
+        else:
+            calls.append(_call(item))
+    out: dict[str, Any] = {"role": "assistant", "content": parts}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _check(item: Any) -> Mapping[str, Any]:
+    if not isinstance(item, Mapping):
+        raise BadMessage(
+            f"is a {type(item).__name__}, not a dict",
+            "Pass each input item as a dict: {'role': 'user', 'content': '...'} or "
+            "{'type': 'function_call_output', 'call_id': ..., 'output': ...}",
+        )
+    if _kind(item) == "message" and item.get("role") not in _MESSAGE_ROLES:
+        raise BadMessage(
+            f"has role {item.get('role')!r}", f"Use one of {', '.join(_MESSAGE_ROLES)}"
+        )
+    return item
+
+
+def responses_to_internal(items: Sequence[Any], instructions: Any = None) -> Converted:
+    """Responses ``input`` items (and ``instructions``) as internal messages.
+
+    Raises:
+        BadMessage: an item that is not Responses-shaped (names its index).
+    """
+    out: list[dict[str, Any]] = []
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise BadMessage(
+                f"instructions is of type {type(instructions).__name__}",
+                "Pass system= (the Responses instructions) as a string",
+            )
+        out.append(NativeMessage({"role": "system", "content": instructions}, (), -1))
+    pending: list[tuple[int, Any, Mapping[str, Any]]] = []
+
+    def flush() -> None:
+        if pending:
+            start = pending[0][0]
+            try:
+                chat = _assistant([d for _, _, d in pending])
+            except BadMessage as exc:
+                raise exc.at(start) from None
+            out.append(NativeMessage(chat, [m for _, m, _ in pending], start))
+            pending.clear()
+
+    for i, m in enumerate(items):
+        try:
+            data = _check(plain_message(m))
+            kind = _kind(data)
+            assistant_side = kind in ("reasoning", "call") or (
+                kind == "message" and data.get("role") == "assistant"
+            )
+            if assistant_side:
+                pending.append((i, m, data))
+                continue
+            flush()
+            if kind == "message":
+                chat: dict[str, Any] = {
+                    "role": data["role"],
+                    "content": _parts(data.get("content", ""), "content"),
+                }
+            elif kind == "output":
+                output = data.get("output", "")
+                chat = {
+                    "role": "tool",
+                    "tool_call_id": str(data.get("call_id", "")),
+                    "content": _parts(
+                        output if isinstance(output, list) else str(output), "output"
+                    ),
+                }
+            else:
+                chat = {"role": "user", "content": [{"type": "text", "text": _dumps(dict(data))}]}
+            out.append(NativeMessage(chat, [m], i))
+        except BadMessage as exc:
+            raise exc.at(i) from None
+    flush()
+    return Converted("responses", out, system=instructions, count=len(items))
+
+
+# -- whole requests, between APIs -----------------------------------------------------
+
+
+def _text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    return "".join(
+        str(p.get("text", p.get("refusal", ""))) for p in parts or [] if isinstance(p, Mapping)
+    )
+
+
+def responses_to_chat(items: Sequence[Any], instructions: Any = None) -> list[dict[str, Any]]:
+    """Responses input items as OpenAI chat messages (reasoning is not carried)."""
+    out: list[dict[str, Any]] = []
+    if instructions:
+        out.append({"role": "system", "content": str(instructions)})
+    for m in items:
+        item = plain_message(m)
+        kind = _kind(item)
+        if kind == "message":
+            content = item.get("content", "")
+            parts = _parts(content, "content")
+            simple = all(p["type"] == "text" for p in parts)
+            role = item["role"]
+            text_only = simple or role == "assistant"
+            out.append({"role": role, "content": _text(parts) if text_only else parts})
+        elif kind == "call":
+            call = _call(item)
+            if out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]:
+                out[-1]["tool_calls"].append(call)
+            elif out and out[-1]["role"] == "assistant":
+                out[-1]["tool_calls"] = [call]
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "output":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(item.get("call_id", "")),
+                    "content": _text(_parts(item.get("output", ""), "output"))
+                    if isinstance(item.get("output"), list)
+                    else str(item.get("output", "")),
+                }
+            )
+    return out
+
+
+def _input_parts(content: Any, role: str) -> Any:
+    if isinstance(content, str) or content is None:
+        return content or ""
+    if role == "assistant":  # input parts are the user's; an earlier answer is its text
+        return _text(content)
+    text = "input_text"
+    out: list[dict[str, Any]] = []
+    for p in content:
+        ptype = p.get("type")
+        if ptype in ("text", "input_text", "output_text"):
+            out.append({"type": text, "text": p.get("text", "")})
+        elif ptype == "refusal":
+            out.append({"type": "refusal", "refusal": p.get("refusal", "")})
+        elif ptype == "image_url":
+            image = p.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
+            out.append({"type": "input_image", "image_url": url, "detail": detail})
+        elif ptype == "file":
+            out.append({"type": "input_file", **(p.get("file") or {})})
+        else:
+            out.append(dict(p))
+    return out
+
+
+def chat_to_responses(messages: Sequence[Any]) -> tuple[str | None, list[dict[str, Any]]]:
+    """``(instructions, input)`` of a Responses request for OpenAI chat messages: leading
+    system messages become ``instructions``; tool calls and results become
+    ``function_call`` / ``function_call_output`` items."""
+    instructions: list[str] = []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        m = plain_message(m)
+        role = m.get("role")
+        if role in ("system", "developer") and not out:
+            instructions.append(_text(m.get("content")))
+            continue
+        if role in ("tool", "function"):
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": str(m.get("tool_call_id") or m.get("name") or ""),
+                    "output": _text(m.get("content")),
+                }
+            )
+            continue
+        content = m.get("content")
+        if content:
+            out.append({"role": role, "content": _input_parts(content, str(role))})
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": str(call.get("id", "")),
+                    "name": str(fn.get("name", "")),
+                    "arguments": fn.get("arguments") or "{}",
+                }
+            )
+    return ("\n\n".join(instructions) if instructions else None), out

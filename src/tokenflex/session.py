@@ -1,0 +1,190 @@
+"""What the previous plan of the same conversation did: where it cut the history, which
+old tool results and reasoning it cleared, and the prefix it sent.
+
+Cache-stable fitting (``cache_stable=True``) holds the previous cut while it fits, so
+consecutive requests share a long prefix and provider prompt caches (and a server's KV
+cache) hit. A :class:`~tokenflex.Conversation` remembers its own previous plan
+(:class:`ObjectMemory`). Stateless callers — ``fit(list)`` called each turn, the proxy —
+get the same stability without cooperating: :class:`StoreMemory` derives a key from the
+request's leading messages and keeps the cut, by index and by a hash of the message it
+fell on, in a :mod:`state store <tokenflex.state>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._types import Message
+from .counting import MessageCounter
+
+__all__ = [
+    "KEY_MESSAGES",
+    "SESSION_TTL_S",
+    "HistoryCut",
+    "ObjectMemory",
+    "SessionMemory",
+    "StoreMemory",
+    "fingerprint",
+]
+
+KEY_MESSAGES = 3
+"""Leading messages that name a stateless conversation (with the model)."""
+SESSION_TTL_S = 24 * 3600.0
+"""How long a stateless conversation's cut is remembered without a request."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryCut:
+    """Where a plan cut its history, as indices into the caller's messages."""
+
+    start: int
+    """Index of the first history message kept (the history's end: none kept)."""
+    cleared_before: int = 0
+    """Tool results before this index were cleared (0: none)."""
+    reasoning_before: int = 0
+    """Reasoning before this index was dropped (0: none)."""
+    summarized_before: int = 0
+    """The plan's summary covers the history before this index (0: no summary)."""
+
+
+def fingerprint(message: Any) -> str:
+    """A short, stable hash of one message's content."""
+    try:
+        text = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # pragma: no cover - exotic keys
+        text = repr(message)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+class SessionMemory(Protocol):
+    """The previous plan of one conversation, as the engine needs it."""
+
+    def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
+        """The previous plan's cut, valid for ``source`` (None: no previous plan, or the
+        messages it cut at are not there any more)."""
+        ...
+
+    def remember(
+        self,
+        source: Sequence[Message],
+        cut: HistoryCut,
+        messages: Sequence[Message],
+        counter: MessageCounter,
+    ) -> int | None:
+        """Record a new plan (its cut and the messages it sends); returns the tokens of
+        its leading messages that the previous plan sent too (None: no previous plan)."""
+        ...
+
+
+class ObjectMemory:
+    """A :class:`SessionMemory` held by one object (a :class:`~tokenflex.Conversation`):
+    messages compare by identity, then by value (cleared copies are new objects)."""
+
+    def __init__(self) -> None:
+        self._cut: HistoryCut | None = None
+        self._cut_message: Any = None
+        self._sent: list[Message] | None = None
+        self._lock = threading.Lock()
+
+    def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
+        with self._lock:
+            cut, at = self._cut, self._cut_message
+        if cut is None:
+            return None
+        if cut.start < len(source) and source[cut.start] is not at:
+            return None  # the conversation was rebuilt: start over
+        return cut
+
+    def remember(
+        self,
+        source: Sequence[Message],
+        cut: HistoryCut,
+        messages: Sequence[Message],
+        counter: MessageCounter,
+    ) -> int | None:
+        with self._lock:
+            previous = self._sent
+            self._cut = cut
+            self._cut_message = source[cut.start] if cut.start < len(source) else None
+            self._sent = list(messages)
+        if previous is None:
+            return None
+        shared = 0
+        for a, b in zip(previous, messages, strict=False):
+            if a is not b and a != b:
+                break
+            shared += counter.message(b)
+        return shared
+
+
+class StoreMemory:
+    """A :class:`SessionMemory` in a state store, for callers that keep no state: the
+    key is a hash of the model and the request's first :data:`KEY_MESSAGES` messages."""
+
+    def __init__(self, store: Any, model: str, source: Sequence[Message]) -> None:
+        self.store = store
+        lead = [fingerprint(m) for m in source[:KEY_MESSAGES]]
+        self.key = (
+            "cut:" + hashlib.blake2b(json.dumps([model, lead]).encode(), digest_size=16).hexdigest()
+        )
+        self._loaded: dict[str, Any] | None = None
+
+    def _load(self) -> dict[str, Any] | None:
+        if self._loaded is None:
+            raw = self.store.get(self.key)
+            if raw is None:
+                return None
+            try:
+                self._loaded = json.loads(raw)
+            except ValueError:
+                return None
+        return self._loaded
+
+    def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
+        state = self._load()
+        if state is None:
+            return None
+        start = int(state["start"])
+        if start > len(source):
+            return None
+        if start < len(source) and fingerprint(source[start]) != state["start_hash"]:
+            return None  # not the conversation the key was made for: no previous cut
+        return HistoryCut(
+            start,
+            int(state["cleared_before"]),
+            int(state["reasoning_before"]),
+            int(state.get("summarized_before", 0)),
+        )
+
+    def remember(
+        self,
+        source: Sequence[Message],
+        cut: HistoryCut,
+        messages: Sequence[Message],
+        counter: MessageCounter,
+    ) -> int | None:
+        previous = self._load()
+        sent = [fingerprint(m) for m in messages]
+        state = {
+            "start": cut.start,
+            "start_hash": fingerprint(source[cut.start]) if cut.start < len(source) else "",
+            "cleared_before": cut.cleared_before,
+            "reasoning_before": cut.reasoning_before,
+            "summarized_before": cut.summarized_before,
+            "sent": sent,
+        }
+        self.store.set(self.key, json.dumps(state).encode(), ttl_s=SESSION_TTL_S)
+        self._loaded = state
+        if previous is None:
+            return None
+        shared = 0
+        for a, b, m in zip(previous.get("sent", ()), sent, messages, strict=False):
+            if a != b:
+                break
+            shared += counter.message(m)
+        return shared

@@ -1,0 +1,414 @@
+"""Cache-stable plans and the shrink ladder over growing sessions, as properties.
+
+A random session (user turns, assistant answers with reasoning, tool calls with results of
+random sizes) grows turn by turn; after every turn the conversation is fitted with
+``cache_stable=True`` (with or without the shrink ladder). Every plan is checked against an
+independent recount (``count_messages``), the tool pairs, nothing dropped silently, and the
+stability rule: the cut moves only when the history from the previous cut no longer fits
+(checked with a plain drop-to-fit of exactly that history).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import tokenflex
+from tokenflex import Conversation, count_messages
+from tokenflex.state import MemoryStore
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "42",
+    "{json:",
+    "true}",
+    "東京",
+    "код",
+    "pump",
+    "valve",
+    "pressure",
+    "parcel",
+    "district",
+]
+SYSTEM = {"role": "system", "content": "You are a careful maintenance assistant."}
+
+
+def text(n: int, seed: int) -> str:
+    return " ".join(WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(n))
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
+    """Turns: each a list of messages appended before the next fit (ends with a user turn
+    or, sometimes, an assistant tool call and its results)."""
+    turns = []
+    for t in range(draw(st.integers(8, 40))):
+        turn: list[dict[str, Any]] = []
+        if t:
+            answer: dict[str, Any] = {
+                "role": "assistant",
+                "content": text(draw(st.integers(1, 80)), t),
+            }
+            if draw(st.booleans()):
+                answer["reasoning_content"] = text(draw(st.integers(20, 200)), t + 1)
+            turn.append(answer)
+        turn.append({"role": "user", "content": text(draw(st.integers(1, 60)), t + 2)})
+        if draw(st.integers(0, 2)) == 0:
+            calls = draw(st.integers(1, 2))
+            ids = [f"call_{t}_{k}" for k in range(calls)]
+            turn.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {
+                                "name": draw(st.sampled_from(["grep", "read"])),
+                                "arguments": "{}",
+                            },
+                        }
+                        for i in ids
+                    ],
+                }
+            )
+            for i in ids:
+                turn.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": i,
+                        "content": text(draw(st.integers(1, 400)), t),
+                    }
+                )
+            turn.append({"role": "user", "content": "go on"})
+        turns.append(turn)
+    return turns
+
+
+def model(window: int) -> tokenflex.Model:
+    return tokenflex.Model(f"stable-{window}", window, tokenizer="o200k_base", chat_format="openai")
+
+
+def check_plan(plan: tokenflex.Plan, m: tokenflex.Model, history: list[dict[str, Any]]) -> None:
+    """The promise, recounted; tool pairs whole; every message of the conversation either
+    sent as it is, sent shrunk (and listed), or listed as dropped."""
+    assert plan.input_tokens == count_messages(plan.messages, model=m)
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= plan.context_window
+    calls = {c["id"] for x in plan.messages if x.get("tool_calls") for c in x["tool_calls"]}
+    answered = {x["tool_call_id"] for x in plan.messages if x.get("role") == "tool"}
+    assert calls == answered
+    sent = {id(x) for x in plan.messages}
+    listed = {d.index: d for d in plan.dropped}
+    for i, x in enumerate(history):
+        if id(x) in sent:
+            assert i not in listed
+            continue
+        assert i in listed, f"message {i} neither sent nor listed in plan.dropped"
+        d = listed[i]
+        assert d.item is x
+        if d.reason in ("cleared", "reasoning"):
+            assert d.tokens >= 0
+        else:
+            assert d.reason in {"budget", "share", "orphan", "low_water", "held", "summarized"}
+
+
+def first_kept(plan: tokenflex.Plan, history: list[dict[str, Any]]) -> int:
+    """Index of the first history message sent (``len``: none)."""
+    cut = 1
+    for d in plan.dropped:
+        if d.reason not in ("cleared", "reasoning"):
+            cut = max(cut, d.index + 1)
+    return cut
+
+
+@SETTINGS
+@given(
+    turns=sessions(),
+    window=st.sampled_from([1500, 2500, 4000]),
+    low_water=st.sampled_from([0.4, 0.6, 0.9]),
+)
+def test_the_cut_moves_only_when_the_window_forces_it(
+    turns: list[list[dict[str, Any]]], window: int, low_water: float
+) -> None:
+    m = model(window)
+    conv = Conversation([SYSTEM], model=m, low_water=low_water)
+    history: list[dict[str, Any]] = [SYSTEM]
+    previous: tokenflex.Plan | None = None
+    cut_before = 1
+    for turn in turns:
+        conv.extend(turn)
+        history += turn
+        try:
+            plan = conv.fit(max_tokens=300)
+        except tokenflex.ContextOverflowError:
+            return
+        check_plan(plan, m, history)
+        cut = first_kept(plan, history)
+        if previous is not None:
+            # Independent: would plain drop-to-fit keep all of the history from the
+            # previous cut? Then the cut must hold; else it must move.
+            current = max(i for i, x in enumerate(history) if x.get("role") == "user")
+            if cut_before <= current:
+                tail = [SYSTEM, *history[cut_before:]]
+                plain = tokenflex.fit(tail, model=m, max_tokens=300)
+                fits = not any(d.section == "history" for d in plain.dropped)
+                event(f"cut moved: {cut != cut_before}")
+                assert (cut == cut_before) == fits, (cut, cut_before, fits)
+                if fits:  # an unchanged prefix: the whole previous plan
+                    n = len(previous.messages)
+                    assert [id(x) for x in plan.messages[:n]] == [id(x) for x in previous.messages]
+                    assert plan.prefix_tokens == count_messages(
+                        previous.messages, model=m
+                    ) - count_messages([], model=m)
+        previous, cut_before = plan, cut
+
+
+@SETTINGS
+@given(
+    turns=sessions(),
+    window=st.sampled_from([1500, 2500, 4000]),
+    keep=st.integers(0, 3),
+    stable=st.booleans(),
+)
+def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
+    turns: list[list[dict[str, Any]]], window: int, keep: int, stable: bool
+) -> None:
+    m = model(window)
+    conv = Conversation(
+        [SYSTEM],
+        model=m,
+        cache_stable=stable,
+        clear_tool_results=True,
+        keep_tool_results=keep,
+        drop_reasoning=True,
+    )
+    history: list[dict[str, Any]] = [SYSTEM]
+    for turn in turns:
+        conv.extend(turn)
+        history += turn
+        try:
+            plan = conv.fit(max_tokens=300)
+        except tokenflex.ContextOverflowError:
+            return
+        check_plan(plan, m, history)
+        reasons = plan.dropped.by_reason()
+        sent_results = [x for x in plan.messages if x.get("role") == "tool"]
+        if reasons.get("cleared"):
+            # the newest `keep` tool results of the conversation are never cleared
+            newest = [x for x in history if x.get("role") == "tool"][-keep:] if keep else []
+            for x in newest:
+                assert not any(d.item is x and d.reason == "cleared" for d in plan.dropped)
+            assert any(str(x["content"]).startswith("[tool result cleared") for x in sent_results)
+        if not stable and (reasons.get("budget") or reasons.get("share")):
+            # turns were dropped only after every step of the ladder was taken
+            sent_ids = {id(x) for x in plan.messages}
+            for d in plan.dropped:
+                if d.reason in ("cleared", "reasoning"):
+                    assert id(d.item) not in sent_ids
+
+
+def test_only_as_far_as_needed_then_dropping() -> None:
+    """Without cache stability the ladder clears the fewest oldest results that fit."""
+    m = model(3000)
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    for t in range(8):
+        msgs.append({"role": "user", "content": text(10, t)})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{t}",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{t}", "content": text(150, t)})
+        msgs.append({"role": "assistant", "content": text(10, t)})
+    msgs.append({"role": "user", "content": "and now?"})
+    plain = tokenflex.fit(msgs, model=m, max_tokens=300)
+    assert plain.dropped.by_reason().get("share")
+    plan = tokenflex.fit(
+        msgs, model=m, max_tokens=300, clear_tool_results=True, keep_tool_results=2
+    )
+    reasons = plan.dropped.by_reason()
+    assert set(reasons) == {"cleared"}, reasons
+    cleared = [d.index for d in plan.dropped]
+    assert cleared == sorted(cleared) and cleared[0] == 3  # the oldest first
+    fewer = tokenflex.fit(
+        msgs, model=m, max_tokens=300, clear_tool_results=True, keep_tool_results=len(msgs)
+    )
+    assert fewer.dropped.by_reason().get("share")  # nothing may be cleared: turns dropped
+    keep_read = tokenflex.fit(
+        msgs, model=m, max_tokens=300, clear_tool_results=True, keep_tools=["read"]
+    )
+    assert "cleared" not in keep_read.dropped.by_reason()
+    check_plan(plan, m, msgs)
+
+
+@pytest.mark.parametrize(
+    "stateless", [pytest.param(True, id="fit-each-turn"), pytest.param(False, id="conversation")]
+)
+def test_stateless_fit_gets_the_same_stability(stateless: bool) -> None:
+    """fit(list) each turn with a state store holds its cut like a Conversation does."""
+    m = model(2500)
+    store = MemoryStore()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    conv = Conversation([SYSTEM], model=m)
+    moved = 0
+    cut_before = None
+    shared = []
+    for t in range(60):
+        turn = [{"role": "user", "content": text(40, t)}]
+        msgs += turn
+        conv.extend(turn)
+        if stateless:
+            plan = tokenflex.fit(
+                list(msgs), model=m, max_tokens=300, cache_stable=True, state=store
+            )
+        else:
+            plan = conv.fit(max_tokens=300)
+        cut = first_kept(plan, msgs)
+        moved += cut_before is not None and cut != cut_before
+        cut_before = cut
+        shared.append((plan.prefix_tokens or 0) / plan.input_tokens)
+        answer = {"role": "assistant", "content": text(40, t + 1)}
+        msgs.append(answer)
+        conv.append(answer)
+    assert 0 < moved <= 10
+    assert sum(shared[10:]) / len(shared[10:]) > 0.7
+
+
+def test_plan_reports_cached_tokens_and_cost() -> None:
+    m = tokenflex.Model(
+        "cached",
+        4000,
+        tokenizer="o200k_base",
+        chat_format="openai",
+        input_price=3.0,
+        cache_read_price=0.3,
+        cache_write_price=3.75,
+        cache_min_tokens=50,
+    )
+    conv = Conversation([SYSTEM], model=m)
+    conv.append({"role": "user", "content": "hi"})
+    first = conv.fit(max_tokens=100)
+    assert first.prefix_tokens is None and first.cache_cost is None
+    conv.append({"role": "assistant", "content": text(80, 1)})
+    conv.append({"role": "user", "content": "more"})
+    second = conv.fit(max_tokens=100)
+    assert second.prefix_tokens == count_messages(first.messages, model=m) - count_messages(
+        [], model=m
+    )
+    assert second.cached_tokens == 0  # below cache_min_tokens
+    conv.append({"role": "assistant", "content": text(80, 2)})
+    conv.append({"role": "user", "content": "again"})
+    third = conv.fit(max_tokens=100)
+    assert third.cached_tokens == third.prefix_tokens and third.prefix_tokens >= 50
+    cost = third.cache_cost
+    hit, rest = third.cached_tokens, third.input_tokens - third.cached_tokens
+    assert cost.input_usd == pytest.approx((hit * 0.3 + rest * 3.75) / 1e6)
+    assert cost.uncached_usd == pytest.approx(third.input_tokens * 3.0 / 1e6)
+    assert third.to_dict()["cached_tokens"] == hit
+
+
+class CountingSummarizer:
+    """The offline extractive summarizer, counting its calls."""
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._inner = tokenflex.ExtractiveSummarizer("o200k_base")
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def summarize(self, messages: Any, *, previous_summary: str | None, max_tokens: int) -> str:
+        self._calls += 1
+        return self._inner.summarize(
+            messages, previous_summary=previous_summary, max_tokens=max_tokens
+        )
+
+
+@pytest.mark.parametrize(
+    "stateless", [pytest.param(True, id="fit-each-turn"), pytest.param(False, id="conversation")]
+)
+def test_one_summarizer_call_per_roll(stateless: bool) -> None:
+    """A resent history is summarized once per roll; between rolls the summary is the
+    same bytes, from the store."""
+    m = model(2500)
+    store = MemoryStore()
+    summarizer = CountingSummarizer()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    conv = Conversation([SYSTEM], model=m)
+    summaries: list[str] = []
+    seen: dict[tuple[int, int], str] = {}
+    rolls = 0
+    for t in range(80):
+        turn = [{"role": "user", "content": f"Turn {t}. " + text(40, t) + "."}]
+        msgs += turn
+        conv.extend(turn)
+        if stateless:
+            plan = tokenflex.fit(
+                list(msgs),
+                model=m,
+                max_tokens=300,
+                cache_stable=True,
+                state=store,
+                summarizer=summarizer,
+            )
+        else:
+            plan = conv.fit(max_tokens=300, summarizer=summarizer)
+        check_plan(plan, m, msgs)
+        if plan.summary is not None:
+            covers = plan.summary.covers
+            if covers in seen:  # between rolls: the same bytes, from the store
+                assert plan.summary.reused and plan.summary.text == seen[covers]
+            else:
+                rolls += 1
+                assert not plan.summary.reused
+                seen[covers] = plan.summary.text
+            summaries.append(plan.summary.text)
+        answer = {"role": "assistant", "content": f"Answer {t}. " + text(40, t + 1) + "."}
+        msgs.append(answer)
+        conv.append(answer)
+    assert len(summaries) > 40
+    assert summarizer.calls == rolls  # one call per roll, none between rolls
+    assert summarizer.calls <= 80 // 4  # a roll every few turns, never one per request
+
+
+def test_prompt_history_section_is_cache_stable() -> None:
+    """A Prompt rebuilt every turn (stateless) holds its history cut through the store."""
+    m = model(2500)
+    store = MemoryStore()
+    history: list[dict[str, Any]] = []
+    cuts = []
+    prefixes = []
+    for t in range(40):
+        history.append({"role": "user", "content": text(40, t)})
+        history.append({"role": "assistant", "content": text(40, t + 1)})
+        prompt = tokenflex.Prompt(m, max_tokens=300, cache_stable=True, low_water=0.5)
+        prompt.add("system", "Be brief.", required=True)
+        prompt.add("history", list(history), shrink="drop_oldest", priority=10)
+        prompt.add("question", [{"role": "user", "content": f"question {t}"}], required=True)
+        plan = prompt.fit(state=store)
+        assert plan.input_tokens == count_messages(plan.messages, model=m)
+        assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= m.context_window
+        dropped = [d.index for d in plan.dropped if d.section == "history"]
+        cuts.append(max(dropped) + 1 if dropped else 0)
+        prefixes.append(plan.prefix_tokens)
+    moves = sum(1 for a, b in itertools.pairwise(cuts) if a != b)
+    assert 0 < moves <= 8, cuts
+    # the key is the first KEY_MESSAGES messages: from the second turn on it is the same
+    assert all(p for p in prefixes[2:]), prefixes

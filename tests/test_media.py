@@ -1,0 +1,159 @@
+"""What images, audio and files in a request cost: read from the request's own bytes.
+
+Real encoders make the inputs (Pillow for PNG, JPEG, GIF, WebP and PDF; the standard
+``wave`` module for WAV), so the readers are checked against files they did not write.
+The Anthropic image rule is checked against the published vision page (tokens =
+width * height / 750; sizes up to 1092x1092 and 784x1568 are not resized; the long edge is
+scaled to 1568 px): exact where the page is exact, never below it anywhere. Audio and
+files are estimates: never below the reference (32 tokens a second; 4,600 a PDF page) and
+always flagged in the plan's warnings.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import wave
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+import tokenflex
+from tokenflex.counting.images import anthropic_image_tokens, image_size
+from tokenflex.counting.media import (
+    AUDIO_TOKENS_PER_SECOND,
+    PDF_TOKENS_PER_PAGE,
+    audio_seconds,
+    audio_tokens,
+    file_tokens,
+    pdf_pages,
+)
+
+CLAUDE = "claude-sonnet-4-5"
+PUBLISHED_MAX = math.ceil(784 * 1568 / 750)  # the largest size the page says is not resized
+
+
+def encode(image: Image.Image, fmt: str) -> str:
+    buf = io.BytesIO()
+    image.save(buf, fmt)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+sizes = st.tuples(st.integers(1, 8000), st.integers(1, 8000))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(sizes)
+def test_anthropic_formula_against_the_published_rule(size: tuple[int, int]) -> None:
+    w, h = size
+    tokens = anthropic_image_tokens((w, h))
+    if max(w, h) <= 1568 and w * h <= 1092 * 1092:
+        assert tokens == math.ceil(w * h / 750), "not resized: the formula itself"
+    assert tokens <= PUBLISHED_MAX
+    # Never below what the API may charge under either reading of its resize limit:
+    # fit 1568 px and 1.15 MP, or fit 1568 px and ~1,600 tokens.
+    edge = min(1.0, 1568 / max(w, h))
+    for pixels in (1_150_000, 1600 * 750):
+        s = min(edge, math.sqrt(pixels / (w * h)))
+        assert tokens >= math.floor(w * s) * math.floor(h * s) / 750 - 1e-9
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [((200, 200), 54), ((1000, 1000), 1334), ((1092, 1092), 1590), ((784, 1568), 1640)],
+)
+def test_anthropic_published_examples(size: tuple[int, int], expected: int) -> None:
+    assert anthropic_image_tokens(size) == expected
+    assert anthropic_image_tokens(None) == PUBLISHED_MAX  # a URL: the most any image costs
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["PNG", "JPEG", "GIF", "WEBP"]),
+    st.integers(1, 2400),
+    st.integers(1, 2400),
+)
+def test_real_images_counted_from_their_header(fmt: str, w: int, h: int) -> None:
+    data = encode(Image.new("1" if fmt != "JPEG" else "L", (w, h)), fmt)
+    media = f"image/{fmt.lower()}"
+    assert image_size(f"data:{media};base64,{data}") == (w, h)
+    text = {"type": "text", "text": "what is this?"}
+    image = {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    without = tokenflex.fit(
+        [{"role": "user", "content": [text]}], model=CLAUDE, max_tokens=10, format="anthropic"
+    )
+    plan = tokenflex.fit([{"role": "user", "content": [text, image]}], model=CLAUDE, max_tokens=10)
+    assert plan.format == "anthropic"
+    assert plan.input_tokens - without.input_tokens == anthropic_image_tokens((w, h))
+
+
+def _wav(rate: int, channels: int, width: int, frames: int) -> str:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(width)
+        out.setframerate(rate)
+        out.writeframes(bytes(frames * channels * width))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([8000, 16000, 22050, 44100]),
+    st.integers(1, 2),
+    st.integers(1, 2),
+    st.integers(0, 60_000),
+)
+def test_wav_duration(rate: int, channels: int, width: int, frames: int) -> None:
+    data = _wav(rate, channels, width, frames)
+    assert audio_seconds(data, "wav") == pytest.approx(frames / rate)
+    assert audio_tokens(data, "wav") == math.ceil(frames / rate * AUDIO_TOKENS_PER_SECOND)
+
+
+def test_unknown_audio_is_assumed_slow() -> None:
+    data = base64.b64encode(bytes(16_000)).decode()  # 16 kB of unknown audio
+    # Assumed 8 kbit/s: 16 s, longer than any real speech codec at that size.
+    assert audio_tokens(data, "ogg") == 16 * AUDIO_TOKENS_PER_SECOND
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 12))
+def test_pdf_pages_from_a_real_pdf(pages: int) -> None:
+    first, *rest = [Image.new("1", (20, 20)) for _ in range(pages)]
+    buf = io.BytesIO()
+    first.save(buf, "PDF", save_all=True, append_images=rest)
+    assert pdf_pages(buf.getvalue()) == pages
+    data = "data:application/pdf;base64," + base64.b64encode(buf.getvalue()).decode()
+    assert file_tokens(data, len) == pages * PDF_TOKENS_PER_PAGE
+
+
+def test_text_file_counted_as_text() -> None:
+    text = "pump valve pressure " * 50
+    data = "data:text/plain;base64," + base64.b64encode(text.encode()).decode()
+    counted: list[str] = []
+    assert file_tokens(data, lambda t: counted.append(t) or 7) == 7
+    assert counted == [text]
+
+
+@pytest.mark.parametrize("fmt", ["chat", "anthropic", "responses"])
+def test_files_flagged_as_estimates_in_every_format(fmt: str) -> None:
+    pdf = "JVBERi0xLjQK"  # "%PDF-1.4\n": no page objects, so one page by size
+    part = {
+        "chat": {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{pdf}"}},
+        "anthropic": {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+        },
+        "responses": {
+            "type": "input_file",
+            "filename": "a.pdf",
+            "file_data": f"data:application/pdf;base64,{pdf}",
+        },
+    }[fmt]
+    msgs = [{"role": "user", "content": [part]}]
+    plan = tokenflex.fit(msgs, model="gpt-4o", max_tokens=10, format=fmt)
+    assert any("1 file(s) counted as an estimate" in w for w in plan.warnings)
+    assert plan.input_tokens >= PDF_TOKENS_PER_PAGE
