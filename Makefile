@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting load clean
+.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-estimator: $(VENV)/.dev
 
 bench-counting: $(VENV)/.dev
 	$(PY) scripts/bench_counting.py
+
+# offline, a few minutes: cached-prefix share and cache-priced cost over long sessions
+bench-cache: $(VENV)/.dev
+	$(PY) scripts/bench_cache.py
 
 # loopback only, bounded in time: proxy vs direct against a fast local upstream
 load: $(VENV)/.dev

@@ -11,6 +11,7 @@ stability rule: the cut moves only when the history from the previous cut no lon
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ import tokenflex
 from tokenflex import Conversation, count_messages
 from tokenflex.state import MemoryStore
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WORDS = [
     "alpha",
     "beta",
@@ -38,6 +39,7 @@ WORDS = [
     "district",
 ]
 SYSTEM = {"role": "system", "content": "You are a careful maintenance assistant."}
+NOTE = re.compile(r"\[(\d+) earlier messages? omitted to fit the context window\]")
 
 
 def text(n: int, seed: int) -> str:
@@ -106,8 +108,19 @@ def check_plan(plan: tokenflex.Plan, m: tokenflex.Model, history: list[dict[str,
     answered = {x["tool_call_id"] for x in plan.messages if x.get("role") == "tool"}
     assert calls == answered
     sent = {id(x) for x in plan.messages}
-    listed = {d.index: d for d in plan.dropped}
+    sent_plain = [x for x in plan.messages if "reasoning_content" not in x]
+    listed = {d.index: d for d in plan.dropped if d.section != "reasoning"}
+    reasoning = {d.index: d for d in plan.dropped if d.section == "reasoning"}
     for i, x in enumerate(history):
+        if x.get("reasoning_content"):  # taken out as fit() takes it out, and listed
+            assert reasoning[i].item == x["reasoning_content"]
+            assert reasoning[i].tokens > 0
+            assert all(m.get("reasoning_content") != x["reasoning_content"] for m in plan.messages)
+            if i not in listed:  # the rest of it is sent
+                bare = {k: v for k, v in x.items() if k != "reasoning_content"}
+                assert any(m == bare for m in sent_plain), f"message {i} not sent"
+            continue
+        assert i not in reasoning
         if id(x) in sent:
             assert i not in listed
             continue
@@ -177,9 +190,10 @@ def test_the_cut_moves_only_when_the_window_forces_it(
     window=st.sampled_from([1500, 2500, 4000]),
     keep=st.integers(0, 3),
     stable=st.booleans(),
+    note=st.booleans(),
 )
 def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
-    turns: list[list[dict[str, Any]]], window: int, keep: int, stable: bool
+    turns: list[list[dict[str, Any]]], window: int, keep: int, stable: bool, note: bool
 ) -> None:
     m = model(window)
     conv = Conversation(
@@ -189,6 +203,7 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
         clear_tool_results=True,
         keep_tool_results=keep,
         drop_reasoning=True,
+        cut_note=note,
     )
     history: list[dict[str, Any]] = [SYSTEM]
     for turn in turns:
@@ -200,6 +215,14 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
             return
         check_plan(plan, m, history)
         reasons = plan.dropped.by_reason()
+        omitted = sum(n for r, n in reasons.items() if r not in ("cleared", "reasoning"))
+        notes = [x for x in plan.messages if NOTE.fullmatch(str(x.get("content")))]
+        if note and omitted:  # told, with the number, at the cut
+            assert len(notes) == 1, (reasons, [x.get("role") for x in plan.messages])
+            assert int(NOTE.fullmatch(notes[0]["content"])[1]) == omitted  # type: ignore[index]
+            assert plan.messages.index(notes[0]) == 1
+        else:
+            assert not notes
         sent_results = [x for x in plan.messages if x.get("role") == "tool"]
         if reasons.get("cleared"):
             # the newest `keep` tool results of the conversation are never cleared

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import struct
@@ -591,33 +592,33 @@ def test_fastokens_ids_equal_tiktoken(
         assert fast.encode(text) == TiktokenTokenizer(name).encode(text), name
 
 
-def test_prefer_fast_backend_switches_existing_and_new_tokenizers() -> None:
+def test_prefer_fast_backend_switches_existing_and_new_tokenizers(
+    restore_backends: None,
+) -> None:
     import tokenflex.tokenizers as toks
     from tokenflex.tokenizers.fast import FastTokenizer
 
     cache = toks.get_tokenizer("o200k_base")
+    assert isinstance(cache.tokenizer, TiktokenTokenizer)
     before = cache.count("Prefer the fast backend.")
-    saved = (dict(toks._factories), dict(toks._factory_sources), cache.tokenizer)
-    try:
-        assert toks.prefer_fast_backend() == ["o200k_base", "cl100k_base"]
-        assert isinstance(cache.tokenizer, FastTokenizer)
-        assert cache.count("Prefer the fast backend.") == before
-        assert toks.get_tokenizer("o200k_base") is cache
-    finally:
-        toks._factories.clear()
-        toks._factories.update(saved[0])
-        toks._factory_sources.clear()
-        toks._factory_sources.update(saved[1])
-        cache.tokenizer = saved[2]
-    assert isinstance(cache.tokenizer, TiktokenTokenizer)  # one-shot default
+    assert toks.prefer_fast_backend() == ["o200k_base", "cl100k_base"]
+    assert isinstance(cache.tokenizer, FastTokenizer)
+    assert cache.count("Prefer the fast backend.") == before
+    assert toks.get_tokenizer("o200k_base") is cache
 
 
 @pytest.fixture
 def restore_backends() -> Iterator[None]:
+    """tiktoken for the test (an earlier proxy start may have switched to fastokens),
+    the previous backends after it."""
     import tokenflex.tokenizers as toks
 
     cache = toks.get_tokenizer("o200k_base")
     saved = (dict(toks._factories), dict(toks._factory_sources), cache.tokenizer)
+    for name in ("o200k_base", "cl100k_base"):
+        toks._factories[name] = functools.partial(TiktokenTokenizer, name)
+        toks._factory_sources[name] = "tokenflex (built-in)"
+        toks.get_tokenizer(name).tokenizer = TiktokenTokenizer(name)
     yield
     toks._factories.clear()
     toks._factories.update(saved[0])

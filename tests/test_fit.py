@@ -301,3 +301,142 @@ def test_without_max_tokens_history_is_kept_and_the_output_takes_what_is_left() 
         _check_promise(plan, msgs)
     short = fit(msgs[:6], model="gpt-4o")
     assert len(short.messages) == 6 and short.max_tokens == 16_384 and not short.warnings
+
+
+# -- issue 11 item 12: the objects users hold -------------------------------------------
+def _sdk_conversation() -> tuple[list[Any], list[dict[str, Any]]]:
+    """A conversation holding an openai SDK message and a pydantic model, and the dicts
+    they stand for."""
+    import pydantic
+    from openai.types.chat import ChatCompletionMessage
+
+    class Note(pydantic.BaseModel):
+        role: str
+        content: str
+
+    reply = ChatCompletionMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        }
+    )
+    objects: list[Any] = [
+        {"role": "user", "content": "What is the capital of France?"},
+        reply,  # messages.append(resp.choices[0].message)
+        {"role": "tool", "tool_call_id": "c1", "content": "Paris"},
+        Note(role="user", content="And of Spain?"),
+    ]
+    dicts = [
+        objects[0],
+        {"role": "assistant", "tool_calls": reply.model_dump()["tool_calls"]},
+        objects[2],
+        {"role": "user", "content": "And of Spain?"},
+    ]
+    return objects, dicts
+
+
+def test_sdk_and_pydantic_messages_are_accepted_by_every_entry_point() -> None:
+    objects, dicts = _sdk_conversation()
+    expected = count_messages(dicts, model="gpt-4o")
+    assert tokenflex.count_messages(objects, model="gpt-4o") == expected
+    plan = fit(objects, model="gpt-4o", max_tokens=100)
+    assert plan.input_tokens == expected and plan.messages[1] is objects[1]
+    conv = Conversation(model="gpt-4o")
+    conv.extend(objects)
+    assert conv.tokens() == expected == conv.fit(max_tokens=100).input_tokens
+    prompt = tokenflex.Prompt("gpt-4o", max_tokens=100)
+    prompt.add("history", objects[:-1]).add("current", [objects[-1]], required=True)
+    assert prompt.fit().input_tokens == expected
+    history = fit(objects[-1:], model="gpt-4o", max_tokens=100, history=objects[:-1])
+    assert history.input_tokens == expected
+
+
+def test_a_bad_message_object_is_named_by_its_index_everywhere() -> None:
+    import pydantic
+
+    class Bad(pydantic.BaseModel):
+        role: str
+        content: int
+
+    objects, _ = _sdk_conversation()
+    bad = [*objects[:2], Bad(role="user", content=5), *objects[2:]]
+    m = r"messages\[2\] has content of type int"
+    with pytest.raises(InvalidMessagesError, match=m):
+        tokenflex.count_messages(bad, model="gpt-4o")
+    with pytest.raises(InvalidMessagesError, match=m):
+        fit([*bad, *_chat(400)], model="gpt-4", max_tokens=1000)  # in the dropped part
+    with pytest.raises(InvalidMessagesError, match=m):
+        Conversation(model="gpt-4o").extend(bad)
+    with pytest.raises(InvalidMessagesError, match=rf"Section 'history': {m}"):
+        tokenflex.Prompt("gpt-4o").add("history", bad)
+    with pytest.raises(InvalidMessagesError, match=r"history\[2\] has content of type int"):
+        fit(objects[-1:], model="gpt-4o", max_tokens=100, history=bad)
+
+
+def test_the_up_front_check_reads_anthropic_and_responses_requests_in_their_format() -> None:
+    """The shape check runs on the converted request: an Anthropic tool_use block or a
+    Responses function_call item is not a malformed chat message."""
+    anthropic = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    assert fit(anthropic, model="gpt-4o", max_tokens=10).format == "anthropic"
+    responses = [
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "r"},
+    ]
+    assert fit(responses, model="gpt-4o", max_tokens=10).format == "responses"
+    anthropic[1]["content"] = [{"type": "text", "text": 5}]
+    with pytest.raises(InvalidMessagesError, match=r"messages\[1\]"):
+        fit(anthropic, model="gpt-4o", max_tokens=10)
+
+
+# -- issue 11 item 15: history= orientation -------------------------------------------
+def _tool_history(turns: int) -> list[dict[str, Any]]:
+    """Oldest first; every turn calls a tool with the same id (ids repeat in the wild)."""
+    out: list[dict[str, Any]] = []
+    for t in range(turns):
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        out += [
+            {"role": "user", "content": f"question {t}", "created_at": 1000 + 3 * t},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call],
+                "created_at": 1001 + 3 * t,
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "content": f"result {t}",
+                "created_at": 1002 + 3 * t,
+            },
+        ]
+    return out
+
+
+def test_history_orientation_is_explicit_and_the_likely_mistake_is_caught() -> None:
+    """A list is oldest first, an iterator newest first; a newest-first list (or an
+    oldest-first iterator) used to keep the oldest messages silently."""
+    history = _tool_history(30)
+    current = [{"role": "user", "content": "and now?"}]
+    kept = fit(current, model="gpt-4o", max_tokens=100, history=history)
+    assert kept.messages[-2]["content"] == "result 29"  # the newest history came in
+    same = fit(current, model="gpt-4o", max_tokens=100, history=iter(history[::-1]))
+    assert same.messages == kept.messages
+    untimed = [{k: v for k, v in m.items() if k != "created_at"} for m in history]
+    with pytest.raises(tokenflex.InvalidInputError, match=r"history\[87\] is older than its"):
+        fit(current, model="gpt-4o", max_tokens=100, history=untimed[::-1])
+    with pytest.raises(tokenflex.InvalidInputError, match=r"wrong way round.*reverse"):
+        fit(current, model="gpt-4o", max_tokens=100, history=iter(untimed))
+    users = [m for m in history if m["role"] == "user"]  # no tools: the timestamps tell
+    with pytest.raises(tokenflex.InvalidInputError, match=r"created_at 1003, newer than 1000"):
+        fit(current, model="gpt-4o", max_tokens=100, history=users[::-1])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ._types import Message, Tool
 from .counting import get_counter
@@ -27,6 +27,10 @@ from .counting.checks import BadMessage
 from .counting.shape import check_one, shape_checker
 from .engine import GroupIndex, afit_layout, fit_layout
 from .fit import PINNED_ROLES, FitLayout
+from .formats.chat import chat_to_internal
+from .formats.fitting import Prepared, finish
+from .formats.native import Converted, NativeMessage
+from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
@@ -48,6 +52,10 @@ class Conversation:
     consecutive requests share a prefix a provider's prompt cache can reuse; each plan
     reports it in ``prefix_tokens``. Pass ``cache_stable=False`` to keep as much history
     as fits on every fit.
+
+    Chat messages' ``reasoning_content`` is handled as :func:`tokenflex.fit` handles it:
+    taken out (listed in ``plan.dropped``, section ``reasoning``) unless
+    ``keep_reasoning=True``.
     """
 
     def __init__(
@@ -56,9 +64,14 @@ class Conversation:
         *,
         model: str | Model,
         tools: Sequence[Tool] | None = None,
+        keep_reasoning: bool = False,
         **options: Any,
     ) -> None:
         options = {"cache_stable": True, **options}
+        self.keep_reasoning = keep_reasoning
+        self._reasoning: list[tuple[int, str]] = []  # taken out of messages (fit()'s rule)
+        self._converted = False  # a message was converted: plans go back through finish()
+        self._given: dict[int, Message] = {}  # the caller's message where it was converted
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
         self._memory = ObjectMemory()  # the previous plan: cache-stable cuts, prefix_tokens
         self._summaries = MemoryStore(max_bytes=4 * 1024 * 1024)
@@ -79,14 +92,24 @@ class Conversation:
 
     # -- growing ---------------------------------------------------------------------
     def append(self, message: Message) -> None:
-        """Add one message: counted once, here."""
+        """Add one message: counted once, here. SDK, pydantic and LangChain message
+        objects are kept as the chat dicts they stand for."""
         try:
+            message = plain_message(message)
             check_one(self._checker, message)  # what counting would reject, and JSON errors
         except BadMessage as exc:
             raise exc.at(len(self._msgs)) from None
+        i = len(self._msgs)
+        if isinstance(message, dict) and "reasoning_content" in message:
+            conv = chat_to_internal([message], keep_reasoning=self.keep_reasoning)
+            self._given[i] = message
+            message = conv.messages[0]
+            if isinstance(message, NativeMessage):
+                message.start = i  # converted alone: its place in the whole conversation
+            self._reasoning += [(i, text) for _, text in conv.reasoning]
+            self._converted = True
         tokens = self._counter.message(message)
         role = message.get("role")
-        i = len(self._msgs)
         self._msgs.append(message)
         self._tokens.append(tokens)
         if not self._group_start and role in PINNED_ROLES and not is_summary_message(message):
@@ -110,7 +133,7 @@ class Conversation:
     @property
     def messages(self) -> list[Message]:
         """Every message so far (a copy of the list; the dicts are shared)."""
-        return list(self._msgs)
+        return [self._given.get(i, m) for i, m in enumerate(self._msgs)]
 
     def __len__(self) -> int:
         return len(self._msgs)
@@ -159,7 +182,7 @@ class Conversation:
         """
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
-        return fit_layout(
+        plan = fit_layout(
             layout,
             opts,
             summarizer=summarizer,
@@ -167,6 +190,21 @@ class Conversation:
             memory=self._memory,
             summaries=self._summaries,
         )
+        return self._finish(plan)
+
+    def _finish(self, plan: Plan) -> Plan:
+        """The plan as fit() gives it back (reasoning taken out listed, tools attached)."""
+        conv = (
+            Converted(
+                "chat",
+                cast("list[dict[str, Any]]", self._msgs),
+                count=len(self._msgs),
+                reasoning=self._reasoning,
+            )
+            if self._converted
+            else None
+        )
+        return finish(plan, Prepared(self._msgs, self.tools, self.tools, conv))
 
     async def afit(
         self,
@@ -180,7 +218,7 @@ class Conversation:
         summarizer is awaited."""
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
-        return await afit_layout(
+        plan = await afit_layout(
             layout,
             opts,
             summarizer=summarizer,
@@ -188,3 +226,4 @@ class Conversation:
             memory=self._memory,
             summaries=self._summaries,
         )
+        return self._finish(plan)

@@ -25,7 +25,7 @@ import bisect
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -52,6 +52,7 @@ __all__ = [
     "SummaryTarget",
     "afit_layout",
     "build_plan",
+    "cut_note",
     "dropped_messages_warnings",
     "fit_layout",
     "history_section",
@@ -69,6 +70,19 @@ ANSWER_ROLES = ("assistant", "tool", "function")
 """Roles that answer an earlier message: history may not start with one once cut."""
 
 _ROUNDS = 8  # re-solves when joined text costs more than its parts
+
+
+def cut_note(omitted: int) -> Message:
+    """The note that tells the model ``omitted`` earlier messages are not in the request.
+
+    >>> cut_note(12)["content"]
+    '[12 earlier messages omitted to fit the context window]'
+    """
+    what = "message" if omitted == 1 else "messages"
+    return {
+        "role": "system",
+        "content": f"[{omitted} earlier {what} omitted to fit the context window]",
+    }
 
 
 def opens_history(message: Any) -> bool:
@@ -198,6 +212,33 @@ class _NewestFirst(Sequence[int]):
         return (self[i] for i in range(len(self)))
 
 
+class _Replayed(Iterable[int]):
+    """Lazy groups' tokens, newest first, read as far as a solve needs; a second solve
+    (the engine re-solves when a rendering costs more than its parts) replays the groups
+    already read and goes on from there."""
+
+    __slots__ = ("_groups", "_source")
+
+    def __init__(
+        self, source: Iterator[tuple[int, int, int]], groups: list[tuple[int, int, int]]
+    ) -> None:
+        self._source, self._groups = source, groups
+
+    def __iter__(self) -> Iterator[int]:
+        groups = self._groups
+        i = 0
+        while True:
+            if i < len(groups):
+                yield groups[i][2]
+            else:
+                group = next(self._source, None)
+                if group is None:
+                    return
+                groups.append(group)
+                yield group[2]
+            i += 1
+
+
 Mode = Literal["all", "newest", "ranked"]
 
 
@@ -242,6 +283,8 @@ class MessageSection(Section):
         """Cache-stable cutting (see :attr:`SectionSpec.low_water`)."""
         self.hold_from: int | None = None
         """The previous plan's first kept message index, held while it fits."""
+        self.note = False
+        """Render a counted note where the history was cut (see :func:`cut_note`)."""
         self.changed: dict[int, tuple[Message, str]] = {}
         """Messages of ``source`` that are shrunk copies: index -> (original, reason)."""
         self._first_kept: int | None = None
@@ -309,14 +352,9 @@ class MessageSection(Section):
         groups = self._groups
         common["hold"] = self._hold()
 
-        def newest_first() -> Iterator[int]:
-            for group in iter_groups(src, lo, hi, cost):
-                groups.append(group)
-                yield group[2]
-
         return SectionSpec(
             self.name,
-            newest_first(),
+            _Replayed(iter_groups(src, lo, hi, cost), groups),
             contiguous=True,
             opens=lambda p: opens_history(src[groups[p][0]]),
             **common,
@@ -359,10 +397,14 @@ class MessageSection(Section):
         src = self.source
         if self.mode == "all":
             return list(src[self.lo : self.hi])
-        if not kept:
-            return []
+        if not kept:  # all of it cut: still told
+            told = self.note and self.mode == "newest" and self.hi > self.lo
+            return [cut_note(self.hi - self.lo)] if told else []
         if self.mode == "newest":
-            return list(src[self._start(len(kept) - 1) : self.hi])
+            first = self._start(len(kept) - 1)
+            if self.note and first > self.lo:
+                return [cut_note(first - self.lo), *src[first : self.hi]]
+            return list(src[first : self.hi])
         groups = sorted(self._groups[p] for p in kept)
         return [src[i] for a, b, _ in groups for i in range(a, b)]
 
@@ -637,6 +679,9 @@ def solve_history(
         sections = layout.sections(model)
         hist = history_section(layout, sections)
         if hist is not None:
+            if opts.cut_note:
+                hist.note = True
+                hist.exact_render = False  # the note is counted on the rendered messages
             if stable:
                 hist.low_water = opts.low_water
                 hist.hold_from = previous.start if previous is not None else None
@@ -646,7 +691,7 @@ def solve_history(
         return p, hist
 
     if not stable and not ladder:
-        return attempt(0, 0)[0], None
+        return attempt(0, 0)[0], None  # (the note alone needs no cut memory)
     n_clear = n_think = 0
     sticky = previous is not None and (previous.cleared_before or previous.reasoning_before)
     if ladder and sticky and stable:
@@ -928,16 +973,16 @@ class _Outcome:
         # boundary moves back to a whole group so tool results keep their call.
         want = max(0, self.opts.keep_recent - target.tail)
         recent_start, taken = target.hi, 0
+        for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
+            if taken >= want:
+                break
+            taken += stop - start
+            recent_start = start
         if self.opts.cache_stable and self.cut is not None:
             # The summary covers what the stable cut left out, so it stays the same
-            # (byte for byte, from the store) until the cut moves.
-            recent_start = self.cut.start
-        else:
-            for start, stop, _ in iter_groups(src, target.lo, target.hi, lambda _m: 0):
-                if taken >= want:
-                    break
-                taken += stop - start
-                recent_start = start
+            # (byte for byte, from the store) until the cut moves; never more than
+            # keep_recent allows.
+            recent_start = min(recent_start, self.cut.start)
         if recent_start <= target.lo:
             self.first.warnings.append(
                 f"History does not fit but keep_recent={self.opts.keep_recent} leaves nothing "

@@ -38,6 +38,7 @@ from .engine import (
 )
 from .errors import InvalidInputError, InvalidMessagesError
 from .formats.fitting import check_prepared, finish, prepare
+from .formats.objects import plain_message
 from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
 from .models import Model, get_model
 from .options import FitOptions
@@ -228,11 +229,33 @@ class FitLayout:
         return replace(self, summary=summary, summary_idx=None, hist_start=recent_start)
 
 
-def _with_history(messages: Sequence[Message], newest_first: list[Message]) -> list[Message]:
+def _with_history(
+    messages: Sequence[Message], views: Sequence[Message], newest_first: list[Message]
+) -> list[Message]:
+    """The caller's messages with the history read put in after the pinned ones
+    (``views``: the same messages as chat dicts, see :func:`chat_views`)."""
     pinned = 0
-    while pinned < len(messages) and messages[pinned].get("role") in PINNED_ROLES:
+    while pinned < len(views) and views[pinned].get("role") in PINNED_ROLES:
         pinned += 1
     return [*messages[:pinned], *reversed(newest_first), *messages[pinned:]]
+
+
+def chat_views(messages: Sequence[Any], model: Model) -> list[Message]:
+    """The caller's chat messages as plain dicts (SDK, pydantic and LangChain objects
+    read as the formats package reads them), every one checked (``history=`` takes chat
+    requests only).
+
+    Raises:
+        BadMessage: the first malformed message, named by its index.
+    """
+    views: list[Message] = []
+    for i, m in enumerate(messages):
+        try:
+            views.append(plain_message(m))
+        except BadMessage as exc:
+            raise exc.at(i) from None
+    check_shapes(views, model)
+    return views
 
 
 def _history_message(source: Any, k: int) -> str:
@@ -261,11 +284,12 @@ def _history_bound(
 
     def enough(m: Message) -> bool:
         try:
-            check_one(checker, m)
+            view = plain_message(m)  # SDK, pydantic and LangChain messages too
+            check_one(checker, view)
         except BadMessage as exc:
             where = _history_message(source, state["n"])
             raise InvalidMessagesError(f"{where} {exc.problem}. {exc.fix}") from None
-        state["tokens"] += counter.message(m)
+        state["tokens"] += counter.message(view)
         state["n"] += 1
         return state["tokens"] > room or (limit is not None and state["n"] >= limit)
 
@@ -342,13 +366,13 @@ def fit(
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
     if history is not None:
-        check_shapes(messages, primary)  # chat only (prepare says so); indexes as given
+        views = chat_views(messages, primary)
         read, _ = read_newest_first(
             history,
-            enough=_history_bound(messages, primary, opts, history),
+            enough=_history_bound(views, primary, opts, history),
             page_size=opts.page_size,
         )
-        messages = _with_history(messages, read)
+        messages = _with_history(messages, views, read)
     req = prepare(
         messages,
         format=format,
@@ -411,10 +435,10 @@ async def afit(
     messages = check_messages(messages)
     primary = get_model(model, strict=opts.strict)
     if history is not None:
-        await asyncio.to_thread(check_shapes, messages, primary)
-        bound = await asyncio.to_thread(_history_bound, messages, primary, opts, history)
+        views = await asyncio.to_thread(chat_views, messages, primary)
+        bound = await asyncio.to_thread(_history_bound, views, primary, opts, history)
         read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
-        messages = _with_history(messages, read)
+        messages = _with_history(messages, views, read)
     req = prepare(
         messages,
         format=format,

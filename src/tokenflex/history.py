@@ -7,6 +7,12 @@ Lazy sources give history newest first: a list (oldest first, like any conversat
 sync or async iterator of messages newest first, or a page fetcher
 ``fetch(limit, offset)`` returning newest-first pages (a database query with
 ``ORDER BY id DESC LIMIT ? OFFSET ?``). :class:`SQLiteMessageStore` is such a fetcher.
+
+**Orientation.** A list is oldest first (pass ``iter(newest_first_list)`` for a list
+that is newest first); iterators and fetchers are newest first. The likely mistake, a
+list or iterator the other way round, is caught as the messages are read (see
+:class:`OrderGuard`): a tool result read after the call that made it, or timestamps
+(``created_at``, ``timestamp``, ``created``) that rise as history goes back in time.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ __all__ = [
     "CLEARED_PREFIX",
     "REASONING_KEYS",
     "HistorySource",
+    "OrderGuard",
     "PageFetcher",
     "SQLiteMessageStore",
     "aread_newest_first",
@@ -96,6 +103,80 @@ def _check_page(page: Any, limit: int) -> list[Message]:
     return list(page)
 
 
+_TIME_FIELDS = ("created_at", "timestamp", "created")
+
+
+class OrderGuard:
+    """Checks that history read newest first really is newest first.
+
+    Call it on each message in read order; it raises :class:`InvalidInputError` on the
+    first sign that the source is the other way round: a tool result read right after
+    the assistant message that made the call (newest first, results come before their
+    call), or a timestamp newer than the one read before it.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.listed = isinstance(source, Sequence) and not isinstance(source, str | bytes)
+        self.size = len(source) if self.listed else 0
+        self.calls: dict[str, int] = {}  # ids of the call read just before -> where
+        self.last_time: Any = None
+        self.n = 0
+
+    def where(self, k: int) -> str:
+        if self.listed:
+            return f"history[{self.size - 1 - k}]"
+        return f"history message {k + 1} (counting from the newest)"
+
+    def mistake(self, what: str) -> InvalidInputError:
+        fix = (
+            "A list is read oldest first, like messages: pass list(reversed(history)), or "
+            "iter(history) if the list is newest first."
+            if self.listed
+            else "Iterators and fetch(limit, offset) pages are read newest first: reverse "
+            "the source, or pass the oldest-first list itself."
+        )
+        return InvalidInputError(f"history= looks the wrong way round: {what}. {fix}")
+
+    def __call__(self, m: Any) -> None:
+        k, self.n = self.n, self.n + 1
+        if not isinstance(m, dict):
+            return
+        role = m.get("role")
+        call_id = m.get("tool_call_id")
+        if role == "tool" and isinstance(call_id, str) and call_id in self.calls:
+            raise self.mistake(
+                f"the tool result {self.where(k)} is older than its call "
+                f"{self.where(self.calls[call_id])} (tool_call_id {call_id!r:.60})"
+            )
+        if role != "tool":  # ids may repeat across turns: only the call just read counts
+            self.calls = {}
+        if role == "assistant" and isinstance(m.get("tool_calls"), list):
+            for call in m["tool_calls"]:
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    self.calls[call["id"]] = k
+        for field in _TIME_FIELDS:
+            t = m.get(field)
+            if isinstance(t, int | float | str) and not isinstance(t, bool):
+                last = self.last_time
+                if last is not None and type(last) is type(t) and t > last:  # type: ignore[operator]
+                    raise self.mistake(
+                        f"{self.where(k)} has {field} {t!r:.40}, newer than {last!r:.40} "
+                        f"of {self.where(k - 1)} read before it"
+                    )
+                self.last_time = t
+                break
+
+
+def _guarded(source: Any, enough: Callable[[Message], bool]) -> Callable[[Message], bool]:
+    guard = OrderGuard(source)
+
+    def check(m: Message) -> bool:
+        guard(m)
+        return enough(m)
+
+    return check
+
+
 def read_newest_first(
     source: HistorySource,
     *,
@@ -108,7 +189,12 @@ def read_newest_first(
     stops after the first message for which it returns True — that one is included so
     the caller can tell the budget was reached. Returns the messages read (newest first)
     and whether the source ran out.
+
+    Raises:
+        InvalidInputError: the source is not a history source, or it reads the wrong way
+            round (see :class:`OrderGuard`).
     """
+    enough = _guarded(source, enough)
     out: list[Message] = []
     if isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
         for m in reversed(source):
@@ -147,6 +233,8 @@ async def aread_newest_first(
 ) -> tuple[list[Message], bool]:
     """Async twin of :func:`read_newest_first`; also takes async iterators and async
     page fetchers."""
+    if not isinstance(source, Iterable):  # read_newest_first guards the others
+        enough = _guarded(source, enough)
     if isinstance(source, AsyncIterable):
         out: list[Message] = []
         it: AsyncIterator[Message] = aiter(source)

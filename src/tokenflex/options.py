@@ -89,6 +89,9 @@ class FitOptions:
     drop_reasoning: bool = False
     """Before dropping turns, drop old reasoning (``reasoning_content``, thinking parts)
     from history."""
+    cut_note: bool = False
+    """Tell the model: where history was cut, send a short system note ("12 earlier
+    messages omitted to fit the context window"), counted like any message."""
 
     def __post_init__(self) -> None:
         for name, (check, valid) in _CHECKS.items():
@@ -215,4 +218,5 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
         "a list of tool names",
     ),
     "drop_reasoning": (lambda v: isinstance(v, bool), "True or False"),
+    "cut_note": (lambda v: isinstance(v, bool), "True or False"),
 }

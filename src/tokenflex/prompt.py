@@ -54,6 +54,7 @@ from .counting.checks import BadMessage
 from .counting.shape import check_shapes
 from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
 from .errors import InvalidInputError, InvalidMessagesError
+from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan
@@ -294,6 +295,7 @@ PROMPT_OPTIONS = (
     "keep_tool_results",
     "keep_tools",
     "drop_reasoning",
+    "cut_note",
 )
 """The :class:`~tokenflex.FitOptions` a :class:`Prompt` takes (the others describe
 fit()'s own sections; a Prompt sets them per section)."""
@@ -400,9 +402,18 @@ class Prompt:
                 raise InvalidInputError(
                     f"Section {name!r}: shrink='truncate' cuts one string; pass a str."
                 )
-        elif isinstance(content, Sequence) and all(isinstance(x, dict) for x in content):
-            msgs = list(content)  # type: ignore[arg-type]
+        elif (
+            isinstance(content, Sequence)
+            and not isinstance(content, bytes)
+            and not any(isinstance(x, str) for x in content)
+        ):
             try:  # every message, kept or not, once here (counting is lazy)
+                msgs = []  # SDK, pydantic and LangChain messages as the chat dicts they are
+                for i, m in enumerate(content):
+                    try:
+                        msgs.append(plain_message(m))
+                    except BadMessage as exc:
+                        raise exc.at(i) from None
                 check_shapes(msgs, self.model)
             except BadMessage as exc:
                 raise InvalidMessagesError(f"Section {name!r}: {exc}") from None

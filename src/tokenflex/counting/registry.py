@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from .._types import Messages, Tool
 from ..errors import ConfigError
 from ..models import Model, get_model, registry_generation
 from ..tokenizers import get_tokenizer
+from .checks import BadMessage
 from .messages import (
     GENERIC_BASE,
     GENERIC_BASE_BY_FAMILY,
@@ -95,9 +97,22 @@ def count_messages(
     >>> tokenflex.count_messages([{"role": "user", "content": "Hello!"}], model="gpt-4")
     9
 
+    SDK, pydantic and LangChain message objects count as the chat dicts they stand for
+    (read as :mod:`tokenflex.formats.objects` reads them).
+
     Raises:
-        InvalidMessagesError: ``messages`` is not a list of OpenAI-style message dicts.
+        InvalidMessagesError: ``messages`` is not a list of OpenAI-style messages.
     """
+    if isinstance(messages, list | tuple) and not all(type(m) is dict for m in messages):
+        from ..formats.objects import plain_message  # formats reads counting: import late
+
+        views: list[Any] = []
+        for i, m in enumerate(messages):
+            try:
+                views.append(plain_message(m))
+            except BadMessage as exc:
+                raise exc.at(i) from None
+        messages = views
     return get_counter(model).count(messages, tools)
 
 

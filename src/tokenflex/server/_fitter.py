@@ -29,6 +29,7 @@ from ..errors import (
     UpstreamError,
 )
 from ..models import Model
+from ..state import open_store
 from ._models import ModelResolver
 from ._summarizer import build_summarizer
 from ._validate import ChatRequest
@@ -39,6 +40,7 @@ from .redact import redact
 __all__ = [
     "RETRY_AFTER_SECONDS",
     "Fitter",
+    "cache_headers",
     "library_error",
     "off_loop",
     "plan_headers",
@@ -117,13 +119,32 @@ async def off_loop(limiter: anyio.CapacityLimiter, func: Callable[[], T]) -> T:
 
 def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
     """The ``x-tokenflex-*`` summary of a plan (no plan id header when it was not kept)."""
-    return {
-        "x-tokenflex-input-tokens": str(plan.input_tokens),
-        "x-tokenflex-max-tokens": str(plan.max_tokens),
-        "x-tokenflex-context-window": str(plan.context_window),
-        "x-tokenflex-dropped": str(len(plan.dropped)),
-        "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
-    } | ({"x-tokenflex-plan-id": plan_id} if plan_id else {})
+    return (
+        {
+            "x-tokenflex-input-tokens": str(plan.input_tokens),
+            "x-tokenflex-max-tokens": str(plan.max_tokens),
+            "x-tokenflex-context-window": str(plan.context_window),
+            "x-tokenflex-dropped": str(len(plan.dropped)),
+            "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
+        }
+        | cache_headers(plan)
+        | ({"x-tokenflex-plan-id": plan_id} if plan_id else {})
+    )
+
+
+def cache_headers(plan: Any) -> dict[str, str]:
+    """The prefix a plan shares with the previous plan of its conversation, the tokens a
+    provider is predicted to read from its cache, and the predicted input cost in USD
+    (each left out when unknown: no previous plan, no price)."""
+    out: dict[str, str] = {}
+    if plan.prefix_tokens is not None:
+        out["x-tokenflex-prefix-tokens"] = str(plan.prefix_tokens)
+    if plan.cached_tokens is not None:
+        out["x-tokenflex-cached-tokens"] = str(plan.cached_tokens)
+    cost = plan.cache_cost
+    if cost is not None and cost.input_usd is not None:
+        out["x-tokenflex-cache-cost"] = f"{cost.input_usd:.6g}"
+    return out
 
 
 class Fitter:
@@ -137,6 +158,8 @@ class Fitter:
         self.limiter = anyio.CapacityLimiter(config.worker_threads)
         """Bounds the worker threads that count and fit (``worker_threads``)."""
         self.calibration = calibration
+        self.store = open_store(config.state_store)
+        """Cuts and summaries kept between requests (``state_store``)."""
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -177,7 +200,13 @@ class Fitter:
             fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
         )
         kwargs: dict[str, Any] = dict(
-            model=model, max_tokens=requested, tools=req.tools, summarizer=summarizer
+            model=model,
+            max_tokens=requested,
+            tools=req.tools,
+            summarizer=summarizer,
+            cache_stable=self.config.cache_stable,
+            cut_note=self.config.cut_note,
+            state=self.store,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)

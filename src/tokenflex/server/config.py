@@ -110,6 +110,15 @@ class ServerConfig(BaseSettings):
     """Paths forwarded as they are (shell patterns, ``/v1/files/*``); None: every path."""
     worker_threads: int = Field(4, gt=0, le=256)
     """Threads that count and fit large requests off the event loop."""
+    state_store: str = "memory://"
+    """Where sessions keep their cuts and summaries between requests: ``memory://`` (this
+    process), ``sqlite:///path/file.db`` (one machine) or ``redis://host:port/db`` (shared
+    by several proxy replicas)."""
+    cache_stable: bool = True
+    """Fit cache-stable (hold the history cut while it fits, summaries made once per roll);
+    false: keep as much history as fits on every request. ``[fit]`` tables may override."""
+    cut_note: bool = True
+    """Tell the model where history was cut ("12 earlier messages omitted"), counted."""
     fit: dict[str, Any] = Field(default_factory=dict)
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     routes: dict[str, dict[str, Any]] = Field(default_factory=dict)

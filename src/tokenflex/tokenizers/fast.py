@@ -53,6 +53,16 @@ def _load(name: str) -> Any:
     return tok
 
 
+def _encodable(text: str) -> str:
+    """``text`` with lone surrogates replaced, as tiktoken does (fastokens raises
+    UnicodeEncodeError on them)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 class FastTokenizer:
     """Exact counts with an OpenAI encoding through fastokens."""
 
@@ -67,24 +77,16 @@ class FastTokenizer:
         self._tok = _load(name)
 
     def count(self, text: str) -> int:
+        text = _encodable(text)
         if len(text) <= LONG_WHITESPACE:
-            return len(self._ids(text))
-        return sum(len(self._ids(part)) for part in segments(text))
+            return len(self._tok.encode_ordinary(text).ids)
+        return sum(len(self._tok.encode_ordinary(part).ids) for part in segments(text))
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
-        for part in segments(text):
-            out.extend(self._ids(part))
+        for part in segments(_encodable(text)):
+            out.extend(self._tok.encode_ordinary(part).ids)
         return out
-
-    def _ids(self, text: str) -> list[int]:
-        try:
-            ids: list[int] = self._tok.encode_ordinary(text).ids
-        except UnicodeEncodeError:
-            # A lone surrogate: what tiktoken does, so the ids stay equal (U+FFFD in its place)
-            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-            ids = self._tok.encode_ordinary(text).ids
-        return ids
 
     def __repr__(self) -> str:
         return f"FastTokenizer({self.name!r})"
