@@ -33,11 +33,11 @@ from starlette.routing import Route
 from test_server import ServerThread, dead_url, fake_discover
 
 from tokenflex.models import register_model
+from tokenflex.redact import redact
 from tokenflex.server import ProxyError, ServerConfig, create_app
 from tokenflex.server._models import MAX_CACHED_BYTES, MAX_CACHED_UNKNOWN, ModelResolver
 from tokenflex.server._upstream import Upstream
 from tokenflex.server.paths import upstream_path
-from tokenflex.server.redact import redact
 from tokenflex.tokenizers import register_tokenizer
 
 CORS = {
