@@ -384,7 +384,12 @@ def main() -> int:
                 "max_tokens": args.max_tokens,
             }
         ).encode()
-        r = httpx.post(f"{proxy_url}/v1/chat/completions", content=body, trust_env=False)
+        r = httpx.post(
+            f"{proxy_url}/v1/chat/completions",
+            content=body,
+            headers={"content-type": "application/json"},
+            trust_env=False,
+        )
         r.raise_for_status()
         console.print(
             f"request: {len(body):,} bytes, {args.messages} messages, model {args.model}; "

@@ -33,12 +33,13 @@ from starlette.routing import Route
 from test_server import ServerThread, dead_url, fake_discover
 
 from tokenflex.models import register_model
+from tokenflex.redact import redact
 from tokenflex.server import ProxyError, ServerConfig, create_app
 from tokenflex.server._models import MAX_CACHED_BYTES, MAX_CACHED_UNKNOWN, ModelResolver
 from tokenflex.server._upstream import Upstream
 from tokenflex.server.paths import upstream_path
-from tokenflex.server.redact import redact
 from tokenflex.tokenizers import register_tokenizer
+from tokenflex.tokenizers.server import ServerTokenizer
 
 CORS = {
     "access-control-allow-origin": "*",
@@ -914,6 +915,34 @@ def test_a_panicking_tokenizer_is_a_400(
     assert r.error()["code"] == "tokenizer_failed"
     assert len(seen) == before
     assert send(proxies["open"].port, "GET", "/tokenflex/health").status == 200
+
+
+def test_a_slow_tokenize_endpoint_is_a_503_not_a_wait(
+    proxies: dict[str, ServerThread], seen: Seen
+) -> None:
+    # a live but busy tokenize endpoint (item 9): the request gets 503 tokenizer_unavailable
+    # with Retry-After once the tokenizer's timeout passes, never a 500 or an endless wait
+    async def tokenize(request: Request) -> Response:
+        await asyncio.sleep(5)
+        return JSONResponse({"tokens": [1]})
+
+    slow = Starlette(routes=[Route("/tokenize", tokenize, methods=["POST"])])
+    with ServerThread(slow) as server:
+        register_tokenizer(
+            "slowtok",
+            lambda: ServerTokenizer(server.url, kind="llama.cpp", timeout=0.5),
+            replace=True,
+        )
+        register_model(name="slowmodel", context_window=8_192, tokenizer="slowtok")
+        before = len(seen)
+        started = time.monotonic()
+        body = json.dumps({"model": "slowmodel", "messages": USER}).encode()
+        r = send(proxies["open"].port, "POST", "/v1/chat/completions", JSON, body)
+        assert r.status == 503, r.body
+        assert r.error()["code"] == "tokenizer_unavailable"
+        retry_after(r)
+        assert time.monotonic() - started < 4
+        assert len(seen) == before
 
 
 def test_corpus_is_large() -> None:

@@ -22,7 +22,7 @@ import uvicorn
 from fault_upstream import FaultUpstream
 
 from tokenflex.server import ServerConfig, create_app
-from tokenflex.server.limits import bounded_transports, uvicorn_options
+from tokenflex.server.limits import ARRIVED, Limits, bounded_transports, uvicorn_options
 from tokenflex.tokenizers import get_tokenizer
 
 
@@ -354,3 +354,49 @@ def test_texts_of_rejected_requests_are_not_cached(
         assert r.status_code == 200, r.text
     assert rejected not in cache
     assert accepted in cache  # the same path caches what an answered request counted
+
+
+async def test_a_request_the_event_loop_reached_late_is_shed_at_once() -> None:
+    """Time before the middleware sees a request (a saturated loop) counts as queue time."""
+    config = ServerConfig.load(
+        upstream="http://127.0.0.1:9", max_inflight=1, max_queue=4, queue_timeout=1.0
+    )
+    release = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # holds the only slot
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    limits = Limits(app, config)
+
+    async def request(arrived: float | None) -> tuple[int, float]:
+        sent: list[dict[str, Any]] = []
+        delivered: list[bool] = []
+
+        async def receive() -> dict[str, Any]:
+            if not delivered:  # the (empty) body once, then a disconnect when released
+                delivered.append(True)
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await release.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": "/v1/models", "headers": []}
+        if arrived is not None:
+            scope[ARRIVED] = arrived
+        t0 = time.monotonic()
+        await limits(scope, receive, send)
+        return int(sent[0]["status"]), time.monotonic() - t0
+
+    loop = asyncio.get_running_loop()
+    first = asyncio.create_task(request(loop.time()))
+    await asyncio.sleep(0.05)
+    status, took = await request(loop.time() - 2.0)  # read 2 s ago: stale already
+    assert status == 503 and took < 0.5
+    status, took = await request(loop.time())  # fresh: waits its queue_timeout
+    assert status == 503 and 0.8 < took < 2.0
+    release.set()
+    assert (await first)[0] == 200

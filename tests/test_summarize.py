@@ -396,6 +396,29 @@ async def test_chat_faults_raise_and_never_return_error_text(
 
 
 @pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        pytest.param(401, "Incorrect API key provided: my-summary-key-42", id="http-401"),
+        pytest.param(200, {"echo": "key my-summary-key-42"}, id="not-a-completion"),
+        pytest.param(200, _completion("Error: bad key my-summary-key-42"), id="error-text"),
+    ],
+)
+def test_a_server_echoing_the_key_never_puts_it_in_the_error(status: int, body: Any) -> None:
+    # the message reaches plan warnings and logs (also outside the proxy): no credentials
+    s = ChatSummarizer(
+        "http://user:hunter22@llm.test/v1",
+        "tiny",
+        api_key="my-summary-key-42",
+        transport=_mock(status, body),
+    )
+    with pytest.raises(SummarizerError) as err:
+        s.summarize(TRIP, previous_summary=None, max_tokens=50)
+    assert "my-summary-key-42" not in str(err.value)
+    assert "hunter22" not in str(err.value)
+    assert "***" in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("content", "expected"),
     [
         pytest.param(

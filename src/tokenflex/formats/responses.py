@@ -237,6 +237,12 @@ def responses_to_chat(items: Sequence[Any], instructions: Any = None) -> list[di
             parts = _parts(content, "content")
             simple = all(p["type"] == "text" for p in parts)
             role = item["role"]
+            if role == "assistant" and out and out[-1]["role"] == "assistant":
+                # consecutive assistant items are one assistant turn, as they were counted
+                prev = out[-1]
+                text = (prev["content"] or "") + _text(parts)
+                prev["content"] = text or None
+                continue
             text_only = simple or role == "assistant"
             out.append({"role": role, "content": _text(parts) if text_only else parts})
         elif kind == "call":

@@ -29,13 +29,13 @@ from ..errors import (
     UpstreamError,
 )
 from ..models import Model
+from ..redact import redact
 from ..state import open_store
 from ._models import ModelResolver
 from ._summarizer import build_summarizer
 from ._validate import ChatRequest
 from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
-from .redact import redact
 
 __all__ = [
     "RETRY_AFTER_SECONDS",

@@ -26,9 +26,9 @@ from starlette.datastructures import Headers
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
+from ..redact import redact
 from .config import ServerConfig
 from .errors import ProxyError, error_body
-from .redact import redact
 
 __all__ = ["Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
 

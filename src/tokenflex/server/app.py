@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from ..calibration import Calibration
 from ..errors import TokenflexError
+from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ._calibration import calibration_figures, observe_response
 from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
@@ -53,7 +54,6 @@ from .limits import Limits
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
-from .redact import RedactingFilter, redact, request_secrets
 
 __all__ = ["Proxy", "create_app"]
 

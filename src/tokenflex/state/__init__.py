@@ -11,6 +11,7 @@ backend is a :class:`StateStore`: ``get`` / ``set`` with a TTL, bounded in bytes
 from __future__ import annotations
 
 from .memory import MemoryStore
-from .store import DEFAULT_MAX_BYTES, StateStore, default_store, open_store
+from .store import DEFAULT_MAX_BYTES, StateStore
+from .url import default_store, open_store
 
 __all__ = ["DEFAULT_MAX_BYTES", "MemoryStore", "StateStore", "default_store", "open_store"]

@@ -19,6 +19,7 @@ import httpx
 
 from .._types import Message
 from ..errors import SummarizerError
+from ..redact import redact
 from .format import SUMMARY_PREFIX
 from .sentences import SENTENCE_END, Count
 from .transcript import render_transcript
@@ -150,19 +151,24 @@ class ChatSummarizer:
     def _error(self, exc: httpx.HTTPError) -> SummarizerError:
         if isinstance(exc, httpx.TimeoutException):
             return SummarizerError(
-                f"Summarizer {self.model!r} at {self.url} timed out after {self.timeout:g} s; "
-                "raise timeout= or use a faster model."
+                f"Summarizer {self.model!r} at {redact(self.url)} timed out after "
+                f"{self.timeout:g} s; raise timeout= or use a faster model."
             )
         return SummarizerError(
-            f"Summarizer {self.model!r} at {self.url} is unreachable "
+            f"Summarizer {self.model!r} at {redact(self.url)} is unreachable "
             f"({type(exc).__name__}: {exc}); is the server running?"
         )
+
+    def _quoted(self, text: str) -> str:
+        """Server text for an error message, without credentials: a server may echo the
+        key it was sent, and these messages reach plan warnings and logs."""
+        return redact(text, [self._api_key])
 
     def _parse(self, r: httpx.Response) -> str:
         if r.status_code != 200:
             raise SummarizerError(
-                f"Summarizer {self.model!r} at {self.url} answered HTTP {r.status_code}: "
-                f"{r.text[:300]!r}"
+                f"Summarizer {self.model!r} at {redact(self.url)} answered HTTP {r.status_code}: "
+                f"{self._quoted(r.text[:300])!r}"
             )
         try:
             data = r.json()
@@ -170,8 +176,8 @@ class ChatSummarizer:
             content = choice["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise SummarizerError(
-                f"Summarizer {self.model!r} at {self.url} answered without a chat "
-                f"completion: {r.text[:300]!r}"
+                f"Summarizer {self.model!r} at {redact(self.url)} answered without a chat "
+                f"completion: {self._quoted(r.text[:300])!r}"
             ) from exc
         text = _clean(content if isinstance(content, str) else "")
         if not text:
@@ -182,7 +188,7 @@ class ChatSummarizer:
         if _ERROR_TEXT.match(text):
             raise SummarizerError(
                 f"Summarizer {self.model!r} returned what looks like an error message, not a "
-                f"summary: {text[:200]!r}"
+                f"summary: {self._quoted(text[:200])!r}"
             )
         if choice.get("finish_reason") == "length":
             # cut mid-sentence by max_tokens: keep whole sentences only

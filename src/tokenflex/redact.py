@@ -1,4 +1,4 @@
-"""Credentials removed from any text the proxy stores or logs.
+"""Credentials removed from any text the proxy or a summarizer stores or logs.
 
 Upstream and summarizer error bodies can echo the key they were sent ("Incorrect API key
 provided: sk-..."); such text reaches plan warnings and the log. :func:`redact` replaces
