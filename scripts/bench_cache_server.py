@@ -206,10 +206,12 @@ def main() -> None:
     for name, r in results.items():
         if r.refused:
             print(f"{name}: refused (required input over the window) requests {r.refused}")
-    for label, a, b in (
-        ("all requests", drop.turns, stable.turns),
-        (f"from request {first_cut + 1}", drop.turns[first_cut:], stable.turns[first_cut:]),
-    ):
+    pairs = [("all requests", drop.turns, stable.turns)]
+    if first_cut < len(stable.turns):
+        pairs.append(
+            (f"from request {first_cut + 1}", drop.turns[first_cut:], stable.turns[first_cut:])
+        )
+    for label, a, b in pairs:
         ratio = recomputed(a) / max(1e-9, recomputed(b))
         print(f"recomputed per turn, drop-to-fit / cache-stable, {label}: {ratio:.1f}x")
 
