@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_server import LlamaServer
+from test_server import ServerThread
 
 from tokenflex.calibration import (
     MAX_FACTOR,
@@ -124,34 +121,8 @@ class UnderCounter:
         return len(text.split()) // 3
 
 
-class _Proxy:
-    def __init__(self, config: ServerConfig) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(create_app(config), log_level="warning", ws="none", lifespan="on")
-        )
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> _Proxy:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "proxy did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 @pytest.fixture
-def proxy(llama_server: LlamaServer) -> Iterator[_Proxy]:
+def proxy(llama_server: LlamaServer) -> Iterator[ServerThread]:
     register_tokenizer("undercount", UnderCounter, replace=True)
     register_model(
         Model(
@@ -162,13 +133,13 @@ def proxy(llama_server: LlamaServer) -> Iterator[_Proxy]:
         )
     )
     config = ServerConfig.load(upstream=llama_server.base_url, discover=False)
-    with _Proxy(config) as p:
+    with ServerThread(create_app(config)) as p:
         yield p
 
 
 @pytest.mark.server
 def test_an_undercount_raises_the_factor_and_the_next_plan_holds(
-    proxy: _Proxy, llama_server: LlamaServer, caplog: pytest.LogCaptureFixture
+    proxy: ServerThread, llama_server: LlamaServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     words = "the budget window token model answer question context " * 40
     body = {

@@ -32,9 +32,12 @@ from tokenflex.server import ServerConfig, create_app
 
 
 class ServerThread:
-    """A uvicorn server for ``app`` on a free loopback port, in a daemon thread."""
+    """A uvicorn server for ``app`` on a free loopback port, in a daemon thread.
 
-    def __init__(self, app: Any) -> None:
+    ``options`` go to ``uvicorn.Config`` (``http="h11"``, ``timeout_keep_alive``, ...).
+    """
+
+    def __init__(self, app: Any, **options: Any) -> None:
         # proto=IPPROTO_TCP, or asyncio does not set TCP_NODELAY on accepted connections
         # and Nagle + delayed ACKs add ~40 ms to every response
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -42,8 +45,9 @@ class ServerThread:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        options = {"ws": "none", **options}
         config = uvicorn.Config(
-            app, log_level="warning", ws="none", lifespan="on", timeout_graceful_shutdown=2
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2, **options
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(

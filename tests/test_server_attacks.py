@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
@@ -33,7 +32,7 @@ from starlette.routing import Route
 from test_server import ServerThread, dead_url, fake_discover
 
 from tokenflex.models import register_model
-from tokenflex.redact import redact
+from tokenflex.redact import RedactingFilter, redact
 from tokenflex.server import ProxyError, ServerConfig, create_app
 from tokenflex.server._models import MAX_CACHED_BYTES, MAX_CACHED_UNKNOWN, ModelResolver
 from tokenflex.server._upstream import Upstream
@@ -120,25 +119,10 @@ def upstream(seen: Seen) -> Iterator[ServerThread]:
         yield server
 
 
-class TunedThread(ServerThread):
-    """The same, with other uvicorn settings (``http="h11"``, ``timeout_keep_alive``)."""
-
-    def __init__(self, app: Any, **options: Any) -> None:
-        super().__init__(app)
-        config = uvicorn.Config(
-            app, log_level="warning", ws="none", lifespan="on", timeout_graceful_shutdown=2,
-            **options,
-        )  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-
 def proxy_for(upstream_url: str, uvicorn_options: Any = None, **options: Any) -> ServerThread:
     config = ServerConfig.load(upstream=upstream_url, read_timeout=5.0, **options)
     app = create_app(config, discover=fake_discover)
-    return TunedThread(app, **uvicorn_options) if uvicorn_options else ServerThread(app)
+    return ServerThread(app, **(uvicorn_options or {}))
 
 
 @pytest.fixture(scope="module")
@@ -1184,3 +1168,14 @@ async def test_model_names_are_not_kept_without_bound(caplog: pytest.LogCaptureF
     assert any(n.startswith("short-") for n in cached)  # short names are still cached
     longest = max(len(r.getMessage()) for r in caplog.records)
     assert longest < 1_000, longest  # names are cut in the proxy's own log lines
+
+
+def test_the_log_filter_cuts_client_values_not_our_messages() -> None:
+    def filtered(arg: str) -> str:
+        record = logging.LogRecord("tokenflex", logging.WARNING, __file__, 1, "x: %s", (arg,), None)
+        RedactingFilter().filter(record)
+        return record.getMessage()
+
+    advice = "the registry entry is probably wrong; " * 8 + "check with tokenflex models --check"
+    assert filtered(advice) == f"x: {advice}"  # a warning of ours keeps its fix
+    assert len(filtered("m" * 1_000_000)) < 1_100  # a client's 1 MB model name does not

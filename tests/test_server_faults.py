@@ -11,61 +11,35 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fault_upstream import FaultUpstream
+from test_server import ServerThread
 
 from tokenflex.server import ServerConfig, create_app
 from tokenflex.server.limits import ARRIVED, Limits, bounded_transports, uvicorn_options
 from tokenflex.tokenizers import get_tokenizer
 
 
-class ProxyThread:
+class ProxyThread(ServerThread):
     """The proxy under uvicorn, with ``tokenflex serve``'s settings, in a daemon thread."""
 
     def __init__(self, upstream: str, http: str = "auto", **settings: Any) -> None:
         settings.setdefault("discover", False)
         settings.setdefault("read_timeout", 1.0)
         self.config = ServerConfig.load(upstream=upstream, **settings)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_app(self.config),
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=2,
-            **uvicorn_options(self.config, http=http),
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> ProxyThread:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "proxy did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
+        super().__init__(create_app(self.config), **uvicorn_options(self.config, http=http))
 
 
 @pytest.fixture
 def faulty() -> Iterator[FaultUpstream]:
+    # assert_ok times requests, not gpt-4o's first tokenizer load (0.4 s alone, 2 s in a
+    # process that has run test_server_llama first)
+    get_tokenizer("o200k_base").count("warm")
     with FaultUpstream() as up:
         yield up
 

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import random
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from llama_server import LlamaServer
+from test_server import ServerThread
 
 from tokenflex.server import ServerConfig, create_app
 
@@ -69,41 +66,12 @@ CONVERSATIONS = [
 ]
 
 
-class _ProxyThread:
-    """The proxy under uvicorn on a free loopback port, in a daemon thread."""
-
-    def __init__(self, config: ServerConfig) -> None:
-        # proto=IPPROTO_TCP, or asyncio leaves Nagle on for accepted connections (+40 ms)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(create_app(config), log_level="warning", ws="none", lifespan="on")
-        )
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> _ProxyThread:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "proxy did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
-def proxy(llama_server: LlamaServer) -> Iterator[_ProxyThread]:
+def proxy(llama_server: LlamaServer) -> Iterator[ServerThread]:
     # discovery probes the server once (llama-cpp-python states its window only when it
     # refuses a prompt), so give it time on a busy machine
     config = ServerConfig.load(upstream=llama_server.base_url, discovery_timeout=60)
-    with _ProxyThread(config) as p:
+    with ServerThread(create_app(config)) as p:
         yield p
 
 
@@ -115,7 +83,7 @@ def client() -> Iterator[httpx.Client]:
 
 @pytest.mark.parametrize(("n", "seed"), CONVERSATIONS)
 def test_long_conversations_fail_direct_and_fit_through_the_proxy(
-    llama_server: LlamaServer, proxy: _ProxyThread, client: httpx.Client, n: int, seed: int
+    llama_server: LlamaServer, proxy: ServerThread, client: httpx.Client, n: int, seed: int
 ) -> None:
     body = {"model": llama_server.model, "messages": long_conversation(n, seed), "max_tokens": 8}
 
@@ -138,7 +106,7 @@ def test_long_conversations_fail_direct_and_fit_through_the_proxy(
 
 
 def test_streaming_through_the_proxy(
-    llama_server: LlamaServer, proxy: _ProxyThread, client: httpx.Client
+    llama_server: LlamaServer, proxy: ServerThread, client: httpx.Client
 ) -> None:
     # the last conversation above again: same fitted prompt, so the server reuses its
     # evaluated prefix (a fresh 1,400-token prompt takes ~12 s on one slow core)

@@ -42,8 +42,9 @@ the shape patterns still catch them after ``Bearer`` or ``api_key=``."""
 MASK = "***"
 MAX_LOGGED_CHARS = 4000
 """Log messages are cut after this many characters (a 2 MB model name is not a log line)."""
-MAX_ARG_CHARS = 200
-"""String arguments of a log call are cut after this many characters."""
+MAX_ARG_CHARS = 1000
+"""String arguments of a log call are cut after this many characters: enough for our own
+messages passed as ``%s`` (a calibration warning with its fix), not for a 1 MB model name."""
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # OpenAI / Anthropic / most gateways: sk-..., sk-proj-..., sk-ant-...
