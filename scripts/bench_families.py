@@ -33,9 +33,17 @@ import family_texts  # noqa: E402
 from tokenflex.tokenizers import estimate  # noqa: E402
 
 MARGIN = 0.03  # fit to 3% above every tuning text's count
+SCRIPT_MARGIN = 0.06  # ... 6% for other scripts: a catalog repeats one suffix ("-ština")
 PENALTY = 200.0  # price of a tuning text left under, per unit of relative shortfall
 FOCUS = {"prose-en": 10.0, "code": 10.0, "corpus-prose": 10.0, "corpus-code": 10.0}
 MAX_CHARS = 8000
+
+
+def focus(kind: str) -> float:
+    """A kind's weight in the objective (the 27 languages together weigh about one kind)."""
+    return FOCUS.get(kind, 0.2 if kind.startswith("script-") else 1.0)
+
+
 BOUNDS_FILE = ROOT / "src" / "tokenflex" / "tokenizers" / "family_bounds.py"
 
 
@@ -50,7 +58,43 @@ def tuning_texts(per_kind: int, corpus_n: int) -> list[tuple[str, str]]:
         recs = [json.loads(line) for line in f]
     recs = [r for r in recs if r["split"] == "tune"][::3][:corpus_n]
     out += [("corpus-" + r["cat"], r["text"][:MAX_CHARS]) for r in recs]
+    # every language of prose-scripts on its own, so none is a handful of texts
+    for lang in sorted({lang for lang, _ in family_texts.catalogs("tune")}):
+        out += [("script-" + lang, t) for t in family_texts.script_texts(lang, "tune", SCRIPT_TUNE)]
     return out
+
+
+VOCAB_FILE = ROOT / "src" / "tokenflex" / "data" / "family_vocab.json.gz"
+SCRIPT_TUNE = 20  # tuning texts per language of prose-scripts, each language its own kind
+
+
+def vocab() -> None:
+    """Write the family vocabulary file: per family, which table pieces are one token in
+    every one of its reference tokenizers (a piece after a newline adds exactly one)."""
+    import base64
+    import gzip
+
+    table = sorted(estimate._load().table)
+    single: dict[str, list[bool]] = {}
+    for ref in sorted({r for refs in family_texts.FAMILY_REFERENCES.values() for r in refs}):
+        count = family_texts.reference(ref)
+        base = count("\n")
+        single[ref] = [count("\n" + p) - base == 1 for p in table]
+        print(f"{ref}: {sum(single[ref]):,} of {len(table):,} single", file=sys.stderr)
+    families = {
+        fam: [all(col) for col in zip(*(single[r] for r in refs), strict=True)]
+        for fam, refs in family_texts.FAMILY_REFERENCES.items()
+    }
+    families["all"] = [all(col) for col in zip(*families.values(), strict=True)]
+    out = {}
+    for fam, flags in families.items():
+        bits = bytearray((len(flags) + 7) // 8)
+        for i, flag in enumerate(flags):
+            if flag:
+                bits[i >> 3] |= 1 << (i & 7)
+        out[fam] = base64.b64encode(bytes(bits)).decode()
+    data = {"table": estimate.table_digest(frozenset(table)), "families": out}
+    VOCAB_FILE.write_bytes(gzip.compress(json.dumps(data).encode(), mtime=0))
 
 
 def counts(texts: list[tuple[str, str]]) -> dict[str, list[int]]:
@@ -64,27 +108,31 @@ def fit(per_kind: int, corpus_n: int) -> None:
 
     texts = tuning_texts(per_kind, corpus_n)
     print(f"{len(texts)} tuning texts", file=sys.stderr)
-    feats = [estimate.text_features(t) for _, t in texts]
-    x = np.array([f[0] for f in feats])
-    root_var = np.sqrt(np.array([f[1] for f in feats]))
-    a = np.column_stack([x, root_var, np.ones(len(texts))])
+
+    def features(fam: str) -> np.ndarray:  # type: ignore[type-arg]
+        singles = estimate.family_singles(fam)
+        feats = [estimate.text_features(t, singles) for _, t in texts]
+        x = np.array([f[0] for f in feats])
+        root_var = np.sqrt(np.array([f[1] for f in feats]))
+        return np.column_stack([x, root_var, np.ones(len(texts))])
+
     ys = counts(texts)
     ys["all"] = [max(col) for col in zip(*ys.values(), strict=True)]
     kinds = [k for k, _ in texts]
     per = {k: kinds.count(k) for k in set(kinds)}
     bounds = {}
     for fam, y in ys.items():
+        a = features(fam)
         yv = np.maximum(np.array(y, dtype=float), 1.0)
-        weight = np.array(
-            [FOCUS.get(kinds[i], 1.0) / (yv[i] * per[kinds[i]]) for i in range(len(texts))]
-        )
+        weight = np.array([focus(kinds[i]) / (yv[i] * per[kinds[i]]) for i in range(len(texts))])
         # soft constraints: a tuning text may stay under only at a high price (PENALTY
         # times its relative shortfall), so one odd text cannot set a family's weights
         n, m = a.shape
         c = np.concatenate([weight @ a, PENALTY * weight])
         a_ub = np.hstack([-a, -np.eye(n)])
+        margin = np.array([SCRIPT_MARGIN if "script" in k else MARGIN for k in kinds])
         res = linprog(
-            c, A_ub=a_ub, b_ub=-(yv * (1 + MARGIN)), bounds=[(0, None)] * (m + n), method="highs"
+            c, A_ub=a_ub, b_ub=-(yv * (1 + margin)), bounds=[(0, None)] * (m + n), method="highs"
         )
         if not res.success:
             raise SystemExit(f"{fam}: {res.message}")
@@ -102,11 +150,14 @@ def write(bounds: dict[str, tuple[tuple[float, ...], float, float, tuple[str, ..
     head = src[: src.index("FAMILY_BOUNDS: dict")]
     lines = [head + "FAMILY_BOUNDS: dict[str, FamilyBound] = {"]
     for fam, (w, slack, const, refs) in bounds.items():
-        lines.append(f"    {fam!r}: FamilyBound(")
-        lines.append(f"        weights={w!r},")
+        lines.append(f"    {json.dumps(fam)}: FamilyBound(")
+        lines.append("        weights=(")
+        lines += [f"            {v!r}," for v in w]
+        lines.append("        ),")
         lines.append(f"        slack={slack!r},")
         lines.append(f"        constant={const!r},")
-        lines.append(f"        references={refs!r},")
+        quoted = ", ".join(json.dumps(r) for r in refs) + ("," if len(refs) == 1 else "")
+        lines.append(f"        references=({quoted}),")
         lines.append("    ),")
     lines.append("}")
     BOUNDS_FILE.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -211,6 +262,7 @@ def speed() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--fit", action="store_true", help="refit tokenizers/family_bounds.py")
+    ap.add_argument("--vocab", action="store_true", help="rewrite data/family_vocab.json.gz")
     ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
     ap.add_argument("--corpus", type=int, default=1500, help="estimator-corpus texts to fit")
     ap.add_argument("--markdown", action="store_true")
@@ -218,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--scripts", type=int, metavar="N", help="per-language table, N texts each")
     args = ap.parse_args(argv)
+    if args.vocab:
+        vocab()
+        return 0
     if args.fit:
         fit(args.per_kind, args.corpus)
         return 0

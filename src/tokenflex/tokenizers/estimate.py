@@ -29,7 +29,9 @@ registry applies (``tokenizer = "estimate:1.3"``).
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
 import json
 import math
 import threading
@@ -56,9 +58,11 @@ __all__ = [
     "estimate_tokens",
     "estimate_tokens_range",
     "family_estimator",
+    "family_singles",
     "piece_features",
     "piece_key",
     "split_pieces",
+    "table_digest",
     "text_features",
 ]
 
@@ -366,7 +370,7 @@ class EstimatorTokenizer:
 # a box-drawing character). A family's bound is linear in a few features of each piece:
 # the piece's OpenAI-shaped cost (1 for a table piece, the high mean otherwise) in its
 # class slot, and raw counts (digits, whitespace characters, symbol bytes, ...). Weights
-# per family are fitted by a linear program (``scripts/bench_estimator.py --fit-families``)
+# per family are fitted by a linear program (``scripts/bench_families.py --fit``)
 # so that no tuning text of any kind is undercounted, at the least total overcount.
 
 FEATURES = (
@@ -388,17 +392,23 @@ FEATURES = (
     "rare-punct-chars",  # characters of the rare ASCII punctuation pieces
     "rare-word-chars",  # letters of the rare ASCII word pieces
     "caps-chars",  # letters of all-caps ASCII words ("WARRANTY": vocabularies differ most)
+    "family-single",  # table pieces that are one token in the family's own vocabulary too
 )
 _N_FEATURES = len(FEATURES)
 _CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
 _CLASS_OF_SCRIPT.update({"k": 7, "z": 7, "K": 7, "f": 7})
 
 
-def piece_features(piece: str) -> tuple[list[float], float]:
-    """The features of one piece (see ``FEATURES``) and its cost's variance."""
+def piece_features(piece: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
+    """The features of one piece (see ``FEATURES``) and its cost's variance; ``singles``
+    are the table pieces that are one token in the family's vocabulary (see
+    :func:`family_singles`)."""
     model = _load()
     x = [0.0] * _N_FEATURES
     common = piece in model.table
+    if common and piece in singles:
+        x[18] = x[14] = 1.0
+        return x, 0.0
     if common:
         cost, var = 1.0, 0.0
     else:
@@ -437,16 +447,48 @@ def piece_features(piece: str) -> tuple[list[float], float]:
     return x, var
 
 
-def text_features(text: str) -> tuple[list[float], float]:
+def text_features(text: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
     """Summed piece features of ``text`` and the summed variance (for fitting)."""
     total = [0.0] * _N_FEATURES
     var = 0.0
     for piece, n in Counter(_SPLIT(text)).items():
-        x, v = piece_features(piece)
+        x, v = piece_features(piece, singles)
         for i, value in enumerate(x):
             total[i] += n * value
         var += n * v
     return total, var
+
+
+_VOCAB_FILE = "family_vocab.json.gz"
+_singles: dict[str, frozenset[str]] = {}
+
+
+def table_digest(table: frozenset[str]) -> str:
+    """A digest of the table, which the family vocabulary file's bits are indexed by."""
+    return hashlib.sha1("\n".join(sorted(table)).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def family_singles(family: str) -> frozenset[str]:
+    """The table pieces that are one token in ``family``'s real vocabulary as well
+    (measured per reference tokenizer by ``scripts/bench_families.py --vocab``; for a
+    family of several tokenizers, in every one). Empty for a family not in the file."""
+    hit = _singles.get(family)
+    if hit is not None:
+        return hit
+    model = _load()
+    raw = resources.files("tokenflex").joinpath("data", _VOCAB_FILE).read_bytes()
+    data = json.loads(gzip.decompress(raw))
+    if data.get("table") != table_digest(model.table):
+        raise ConfigError(
+            f"{_VOCAB_FILE} was measured on another estimator table; "
+            "re-run scripts/bench_families.py --vocab"
+        )
+    bits = base64.b64decode(data["families"].get(family, ""))
+    table = sorted(model.table)
+    out = frozenset(p for i, p in enumerate(table) if bits and bits[i >> 3] >> (i & 7) & 1)
+    with _lock:
+        _singles[family] = out
+    return out
 
 
 class FamilyEstimator:
@@ -457,14 +499,15 @@ class FamilyEstimator:
             raise ConfigError(
                 f"family bound {family!r} has {len(bound.weights)} weights, expected "
                 f"{_N_FEATURES} ({', '.join(FEATURES)}); re-run "
-                "scripts/bench_estimator.py --fit-families"
+                "scripts/bench_families.py --vocab --fit"
             )
         self.family = family
         self.bound = bound
+        self.singles = family_singles(family)
         self._costs: dict[str, tuple[float, float]] = {}
 
     def _cost(self, piece: str) -> tuple[float, float]:
-        x, var = piece_features(piece)
+        x, var = piece_features(piece, self.singles)
         cost = sum(w * value for w, value in zip(self.bound.weights, x, strict=True))
         if len(self._costs) >= _PIECE_CACHE_MAX:
             self._costs.clear()
