@@ -146,7 +146,7 @@ def count_cmd(
         "known_model": resolved.known,
         "tokenizer": counter.tokenizer.name,
         "exact": counter.exact,
-        "chat_format": resolved.chat_format,
+        "chat_format": counter.model.chat_format,  # as it counts here (exact_tokenizer)
         "context_window": resolved.context_window,
     }
     if parsed is None and tool_list is None:
@@ -183,7 +183,7 @@ def count_cmd(
         return
     kind = "exact" if counter.exact else "conservative estimate"
     title = Text(
-        f"{resolved.name} · {counter.tokenizer.name} · {resolved.chat_format} ({kind})",
+        f"{resolved.name} · {counter.tokenizer.name} · {counter.model.chat_format} ({kind})",
         style="bold",
     )
     if per_message:

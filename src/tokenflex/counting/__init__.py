@@ -24,6 +24,12 @@ Rules per ``Model.chat_format``:
     total; the additive count is at least that on the real templates tested
     (tests/test_templates.py; the template's default text is counted once even when a
     system message replaces it).
+``mistral`` (Mistral models with a ``mistral:`` tokenizer, extra ``[mistral]``)
+    mistral-common's own encoder: a message costs what it adds to a probe conversation;
+    :meth:`MessageCounter.count_rendered` encodes the whole conversation
+    (``encode_chat_completion``), and the additive count is at least that
+    (tests/test_mistral.py). Registry models with ``exact_tokenizer = "mistral:..."``
+    count this way when mistral-common is installed, else with their estimate.
 
 Where each part lives:
 
@@ -35,6 +41,7 @@ Where each part lives:
   beyond the cookbook (tool calls, tool results);
 - :mod:`~tokenflex.counting.template`: rendering a chat template, and counting through
   it (``template``);
+- :mod:`~tokenflex.counting.mistral`: counting through mistral-common (``mistral``);
 - :mod:`~tokenflex.counting.tools`: what tool schemas add;
 - :mod:`~tokenflex.counting.images`: what an image costs (size read from a data URL's
   header, never fetched; remote URLs cost the model's worst case);

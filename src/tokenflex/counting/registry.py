@@ -26,6 +26,7 @@ __all__ = ["count_messages", "count_tokens", "get_counter"]
 
 
 def _build(model: Model) -> MessageCounter:
+    model = model.counting()  # its exact tokenizer, where that loads here
     tokenizer = get_tokenizer(model.tokenizer)
     fmt = model.chat_format
     if fmt == "openai":
@@ -43,6 +44,10 @@ def _build(model: Model) -> MessageCounter:
                 "chat_template (from the model's tokenizer_config.json) or use 'generic'."
             )
         return TemplateCounter(model, tokenizer)
+    if fmt == "mistral":
+        from .mistral import MistralCounter  # imports mistral-common's wrapper: on use
+
+        return MistralCounter(model, tokenizer)
     base = GENERIC_BASE_BY_FAMILY.get(model.family, GENERIC_BASE)
     return EnvelopeCounter(
         model,

@@ -50,7 +50,7 @@ __all__ = [
 log = logging.getLogger("tokenflex")
 
 DEFAULT_CONTEXT_WINDOW = 8_192
-CHAT_FORMATS = ("openai", "openai-0301", "template", "generic")
+CHAT_FORMATS = ("openai", "openai-0301", "template", "mistral", "generic")
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,13 @@ class Model:
     """Tokenizer name for :func:`tokenflex.tokenizers.get_tokenizer`."""
     chat_format: str = "generic"
     """How messages become tokens: ``openai`` (cookbook rules), ``openai-0301``,
-    ``template`` (render ``chat_template`` with the tokenizer) or ``generic`` (conservative
-    per-message overhead)."""
+    ``template`` (render ``chat_template`` with the tokenizer), ``mistral`` (mistral-common's
+    encoder, with a ``mistral:`` tokenizer) or ``generic`` (conservative per-message
+    overhead)."""
+    exact_tokenizer: str | None = None
+    """An exact tokenizer counted with instead of ``tokenizer`` when it loads here (its
+    extra is installed): ``mistral:tekken`` needs mistral-common and brings chat format
+    ``mistral``. Otherwise ``tokenizer`` (an estimate) counts. See :meth:`counting`."""
     input_price: float | None = None
     """USD per million input tokens."""
     output_price: float | None = None
@@ -124,6 +129,29 @@ class Model:
                 f"Model {self.name!r}: chat_format {self.chat_format!r} is not one of "
                 f"{CHAT_FORMATS}."
             )
+
+    def counting(self) -> Model:
+        """The model as it counts here: with ``exact_tokenizer`` (and the chat format it
+        implies) when that tokenizer loads, else itself.
+
+        >>> m = Model("m", 32_768, tokenizer="estimate:tekken", exact_tokenizer="mistral:tekken")
+        >>> m.counting().tokenizer  # with tokenflex[mistral] installed
+        'mistral:tekken'
+        """
+        if not self.exact_tokenizer:
+            return self
+        from ..tokenizers import tokenizer_available
+
+        if not tokenizer_available(self.exact_tokenizer):
+            log.debug(
+                "%s: %s does not load here; counting with %s",
+                self.name,
+                self.exact_tokenizer,
+                self.tokenizer,
+            )
+            return self
+        fmt = "mistral" if self.exact_tokenizer.startswith("mistral:") else self.chat_format
+        return self.replace(tokenizer=self.exact_tokenizer, chat_format=fmt, exact_tokenizer=None)
 
     def replace(self, **changes: Any) -> Model:
         """A copy with some fields changed."""

@@ -13,6 +13,9 @@ server needs no registration):
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
 - ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
 - ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
+- ``mistral:NAME``: Mistral's tokenizers through mistral-common (extra ``[mistral]``):
+  ``tekken``, ``tekken-240718``, ``v7``, ``v3``, ``v2``, ``v1`` or a tekken/SentencePiece
+  file's path (see :mod:`tokenflex.tokenizers.mistral`).
 
 Built-ins register through the ``tokenflex.tokenizers`` entry-point group, the same hook
 a third-party package would use.
@@ -35,6 +38,7 @@ __all__ = [
     "list_tokenizers",
     "prefer_fast_backend",
     "register_tokenizer",
+    "tokenizer_available",
 ]
 
 _lock = threading.RLock()
@@ -157,6 +161,10 @@ def _from_scheme(name: str) -> Tokenizer | None:
         from .server import ServerTokenizer
 
         return ServerTokenizer(rest)
+    if scheme == "mistral":
+        from .mistral import MistralTokenizer
+
+        return MistralTokenizer(rest)
     if scheme == "estimate":
         from .estimate import FAMILY_BOUNDS, EstimatorTokenizer
 
@@ -194,8 +202,30 @@ def get_tokenizer(name: str) -> CountCache:
             hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
             raise TokenizerUnavailableError(
                 f"Unknown tokenizer {name!r}.{hint} Known: {sorted(_factories)}, or use "
-                "'hf:PATH/tokenizer.json', 'gguf:PATH.gguf', 'server:URL' or 'estimate:1.3'."
+                "'hf:PATH/tokenizer.json', 'gguf:PATH.gguf', 'server:URL', 'mistral:tekken' or "
+                "'estimate:1.3'."
             )
         cache = CountCache(tok)
         _instances[name] = cache
         return cache
+
+
+def tokenizer_available(name: str) -> bool:
+    """Whether :func:`get_tokenizer` can load ``name`` here (its extra is installed, its
+    file exists). A ``mistral:`` name checks that mistral-common imports every time, so
+    a tokenizer loaded earlier does not hide an uninstalled extra.
+
+    >>> from tokenflex.tokenizers import tokenizer_available
+    >>> tokenizer_available("o200k_base"), tokenizer_available("no-such-tokenizer")
+    (True, False)
+    """
+    if name.startswith("mistral:"):
+        from .mistral import installed
+
+        if not installed():
+            return False
+    try:
+        get_tokenizer(name)
+    except TokenizerUnavailableError:
+        return False
+    return True
