@@ -373,3 +373,135 @@ def test_a_fitted_prompt_is_accepted_by_the_real_server(llama_server: LlamaServe
     usage = r.json()["usage"]
     assert usage["prompt_tokens"] <= plan.input_tokens  # our count is never under
     assert usage["prompt_tokens"] + plan.max_tokens <= llama_server.n_ctx
+
+
+# ------------------------------------------------------------------ reasoning_content
+
+
+def thinking_chat(turns: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """User turns and answers; ``(words, thought)``: an answer's size and the words of its
+    ``reasoning_content`` (0: none, -1: an empty one)."""
+    out: list[dict[str, Any]] = []
+    for t, (words, thought) in enumerate(turns):
+        out.append({"role": "user", "content": f"question {t} " + "ask " * words})
+        answer: dict[str, Any] = {"role": "assistant", "content": f"answer {t} " + "say " * words}
+        if thought:
+            answer["reasoning_content"] = "" if thought < 0 else f"think {t} " + "hm " * thought
+        out.append(answer)
+    return out
+
+
+def bare(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in m.items() if k != "reasoning_content"}
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sections=st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(1, 40), st.integers(-1, 80)), min_size=1, max_size=12),
+            st.sampled_from(["drop_oldest", "summarize", "required"]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    window=st.integers(400, 4000),
+    max_tokens=st.integers(50, 1000),
+    keep=st.booleans(),
+    cache_stable=st.booleans(),
+)
+def test_reasoning_property(
+    sections: list[Any], window: int, max_tokens: int, keep: bool, cache_stable: bool
+) -> None:
+    """Prompt's message sections take reasoning_content out as fit() does: never sent
+    unless keep_reasoning=True, each one listed (index over the message sections in
+    order, the text, its tokens), every message sent or listed, and the promise holds."""
+    model = small(window)
+    p = Prompt(
+        model,
+        max_tokens=max_tokens,
+        min_output_tokens=20,
+        keep_reasoning=keep,
+        cache_stable=cache_stable,
+    )
+    p.add("system", "You answer briefly.", required=True)
+    given_msgs: list[tuple[str, int, dict[str, Any]]] = []  # (section, index in it, message)
+    summarized = False
+    for n, (turns, how) in enumerate(sections):
+        msgs = thinking_chat(turns)
+        if how == "summarize" and summarized:
+            how = "drop_oldest"  # one summarized section per prompt
+        summarized = summarized or how == "summarize"
+        if how == "required":
+            p.add(f"s{n}", msgs, required=True)
+        else:
+            p.add(f"s{n}", msgs, shrink=how)
+        given_msgs += [(f"s{n}", i, m) for i, m in enumerate(msgs)]
+    snapshot = [dict(m) for _, _, m in given_msgs]
+
+    seen: list[Any] = []  # what the summarizer was given (its failures are caught)
+
+    class Summarizer:
+        def summarize(self, messages: Any, *, previous_summary: Any, max_tokens: int) -> str:
+            seen.extend(messages)
+            return "They talked."
+
+    try:
+        plan = p.fit(summarizer=Summarizer(), state=tokenflex.state.MemoryStore())
+    except ContextOverflowError as exc:
+        assert exc.required_tokens + exc.max_tokens + exc.safety_margin > window
+        event("overflow")
+        return
+    assert [m for _, _, m in given_msgs] == snapshot  # the caller's dicts untouched
+    assert keep or all("reasoning_content" not in m for m in seen)
+    if seen:
+        event("summarized")
+    assert plan.input_tokens == count_messages(plan.messages, model=model)
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= window
+    assert plan.max_tokens >= 20
+    sent_reasoning = [m for m in plan.messages if "reasoning_content" in m]
+    listed = {d.index: d for d in plan.dropped if d.section == "reasoning"}
+    if keep:
+        assert not listed
+    else:
+        assert not sent_reasoning
+        expected = {
+            k: m["reasoning_content"]
+            for k, (_, _, m) in enumerate(given_msgs)
+            if m.get("reasoning_content")
+        }
+        assert {k: d.item for k, d in listed.items()} == expected
+        for k, d in listed.items():
+            assert d.reason == "reasoning"
+            assert d.tokens == tokenflex.count_tokens(expected[k], model=model)
+        event("reasoning taken out" if listed else "no reasoning")
+    dropped = {(d.section, d.index) for d in plan.dropped}
+    for name, i, m in given_msgs:  # every message: sent (as fit() sends it) or listed
+        form = m if keep else bare(m)
+        if not any(x == form for x in plan.messages):
+            assert (name, i) in dropped, (name, i)
+
+
+def test_reasoning_taken_out_is_logged_and_kept_on_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    history = thinking_chat([(5, 10), (5, 0), (5, 12)])
+    current = [{"role": "user", "content": "and now?", "reasoning_content": "odd but mine"}]
+    p = Prompt("gpt-4o", max_tokens=100)
+    p.add("history", history).add("current", current, required=True)
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        plan = p.fit()
+    assert all("reasoning_content" not in m for m in plan.messages)
+    assert plan.messages == [bare(m) for m in history + current]
+    assert [(d.section, d.index, d.reason) for d in plan.dropped] == [
+        ("reasoning", 1, "reasoning"),
+        ("reasoning", 5, "reasoning"),
+        ("reasoning", 6, "reasoning"),  # the current section's message: index 6 of all
+    ]
+    assert [d.item for d in plan.dropped][2] == "odd but mine"
+    assert "dropped reasoning[5:6] (1 items, reason=reasoning)" in caplog.text
+    assert "reasoning_content" in history[1]  # the caller's message is not modified
+    kept = Prompt("gpt-4o", max_tokens=100, keep_reasoning=True).add("history", history).fit()
+    assert kept.messages == history and not kept.dropped
+    with pytest.raises(InvalidInputError, match="keep_reasoning"):
+        Prompt("gpt-4o", keep_reasoning="yes")  # type: ignore[arg-type]

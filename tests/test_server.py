@@ -362,7 +362,10 @@ def test_routes_can_summarize_instead_of_dropping(
     assert sent[1]["content"].startswith("Previous conversation summary: ")
     assert sent[-4:] == msgs[-4:]  # keep_recent
 
-    # the upstream summarizes with the request's model, then gets the fitted request
+    # the upstream summarizes with the request's model. The span does not fit the
+    # 1,024-token window in one call: the request does not wait for the pieces; it is
+    # served without a summary (the oldest dropped) and the summary is made in the
+    # background, then sent by the next request of the conversation.
     before = len(fake.seen)
     r = client.post(
         f"{proxy.url}/upsum/v1/chat/completions",
@@ -370,10 +373,29 @@ def test_routes_can_summarize_instead_of_dropping(
         headers={"authorization": "Bearer sk-client"},
     )
     assert r.status_code == 200, r.text
+    assert r.headers["x-tokenflex-summary"] == "no"
+    assert int(r.headers["x-tokenflex-dropped"]) > 0
+    plan = client.get(
+        f"{proxy.url}/tokenflex/plans/{r.headers['x-tokenflex-plan-id']}",
+        headers={"authorization": "Bearer sk-client"},
+    ).json()
+    assert any("in the background" in w for w in plan["warnings"]), plan
+    seen, quiet = -1, 0
+    while quiet < 5:  # until the background summary's calls are over
+        time.sleep(0.05)
+        quiet, seen = (quiet + 1 if len(fake.seen) == seen else 0), len(fake.seen)
+    calls = len(fake.seen)
+    r = client.post(
+        f"{proxy.url}/upsum/v1/chat/completions",
+        json=body,
+        headers={"authorization": "Bearer sk-client"},
+    )
+    assert r.status_code == 200, r.text
     assert r.headers["x-tokenflex-summary"] == "yes"
-    # the span does not fit the 1,024-token window in one call: summarized in pieces
-    *summary_calls, chat_call = fake.seen[before:]
-    assert len(summary_calls) >= 1
+    assert len(fake.seen) == calls + 1  # the stored summary: no call, only the chat
+    summary_calls = [c for c in fake.seen[before:calls] if c is not fake.seen[before]]
+    chat_call = fake.seen[-1]
+    assert len(summary_calls) >= 2  # in pieces
     for call in summary_calls:
         assert call["body"]["model"] == "tiny"
         assert call["body"]["messages"][0]["content"].startswith("You summarize")

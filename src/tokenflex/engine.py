@@ -914,6 +914,8 @@ class _SummaryRequest:
     max_tokens: int
     key: str = ""
     """The summary's key in the state store: what it covers and how it is made."""
+    rolled_before: int | None = None
+    """Where the stored summary this one rolls forward ends (``previous`` is its text)."""
 
 
 @dataclass
@@ -1010,7 +1012,34 @@ class _Outcome:
             rolled = summaries.get(covers(before))
             if rolled is not None and summaries.get(r.key) is None:
                 r.previous, r.span = rolled.decode(), list(src[before:recent_start])
+                r.rolled_before = before
         return r
+
+    def deferred(self, calls: int, started: bool, summarizer_name: str) -> Plan:
+        """The plan served while the summary (``calls`` summarizer calls) is made in the
+        background: the previous stored summary, if this one rolls it forward, and the
+        newest messages that fit; else the first pass (the oldest dropped)."""
+        r = self.request
+        assert r is not None
+        msg = (
+            f"The summary of history messages [{r.span_start}:{r.recent_start}] needs "
+            f"{calls} summarizer calls; "
+            + (
+                "it is being made in the background"
+                if started
+                else "it was not started now (one for this span is already being made, "
+                "the background runner is full, or there is no state store to keep it)"
+            )
+            + " and a later request of this conversation uses it. This plan "
+            + ("keeps the previous summary" if r.rolled_before is not None else "has no summary")
+            + " and drops the oldest messages that do not fit."
+        )
+        log.info("tokenflex: %s", msg)
+        self.first.warnings.append(msg)
+        if r.rolled_before is None or r.previous is None:
+            return self.plan()
+        self.request = replace(r, recent_start=r.rolled_before)
+        return self.with_summary(r.previous, summarizer_name, reused=True)
 
     def failed(self, exc: BaseException) -> Plan:
         msg = (
@@ -1159,6 +1188,7 @@ def fit_layout(
     started: float | None = None,
     memory: SessionMemory | None = None,
     summaries: Any = None,
+    background: Any = None,
 ) -> Plan:
     """Fit a layout: the first pass (with fallback), then a summary if one is needed.
 
@@ -1166,6 +1196,9 @@ def fit_layout(
         memory: The conversation's previous plan (cache-stable cuts, ``prefix_tokens``).
         summaries: A :class:`~tokenflex.state.StateStore` of summaries by what they
             cover: a span summarized before is not summarized again.
+        background: A :class:`~tokenflex.summarize.background.BackgroundSummaries`: a
+            summary that needs more than one summarizer call is made there (stored in
+            ``summaries``) and this fit does not wait for it (:meth:`_Outcome.deferred`).
     """
     from .summarize import summarize_span
 
@@ -1178,6 +1211,19 @@ def fit_layout(
     stored = summaries.get(key) if summaries is not None else None
     if stored is not None:
         return outcome.with_summary(stored.decode(), _name(summarizer), reused=True)
+    if background is not None:
+        calls = _calls(summarizer, r, outcome.first.counter)
+        if calls > 1:
+            job = functools.partial(
+                summarize_span,
+                summarizer,
+                r.span,
+                previous_summary=r.previous,
+                max_tokens=r.max_tokens,
+                counter=outcome.first.counter,
+            )
+            started = _defer(background, summaries, key, job)
+            return outcome.deferred(calls, started, _name(summarizer))
     try:
         text = summarize_span(
             summarizer,
@@ -1201,10 +1247,12 @@ async def afit_layout(
     started: float | None = None,
     memory: SessionMemory | None = None,
     summaries: Any = None,
+    background: Any = None,
 ) -> Plan:
     """Async twin of :func:`fit_layout`: counting and solving run in a worker thread (a
-    tokenizer may call a server), the summarizer is awaited."""
-    from .summarize import asummarize_span
+    tokenizer may call a server), the summarizer is awaited (a background summary is
+    made with the summarizer's sync method, in the runner's thread)."""
+    from .summarize import asummarize_span, summarize_span
 
     begun = time.perf_counter() if started is None else started
     outcome = await asyncio.to_thread(_first, layout, opts, begun, memory)
@@ -1217,6 +1265,19 @@ async def afit_layout(
         return await asyncio.to_thread(
             functools.partial(outcome.with_summary, stored.decode(), _name(summarizer), reused=True)
         )
+    if background is not None:
+        calls = await asyncio.to_thread(_calls, summarizer, r, outcome.first.counter)
+        if calls > 1:
+            job = functools.partial(
+                summarize_span,
+                summarizer,
+                r.span,
+                previous_summary=r.previous,
+                max_tokens=r.max_tokens,
+                counter=outcome.first.counter,
+            )
+            started = _defer(background, summaries, key, job)
+            return await asyncio.to_thread(outcome.deferred, calls, started, _name(summarizer))
     try:
         text = await asummarize_span(
             summarizer,
@@ -1234,6 +1295,32 @@ async def afit_layout(
 
 SUMMARY_TTL_S = 24 * 3600.0
 """How long a stored summary lives without being used again."""
+
+
+def _calls(summarizer: Any, r: _SummaryRequest, counter: Any) -> int:
+    """Summarizer calls the summary of ``r`` needs (1 when that cannot be known: the
+    call itself then fails and says why)."""
+    from .errors import SummarizerError
+    from .summarize.spans import summary_calls
+
+    try:
+        return summary_calls(
+            summarizer,
+            r.span,
+            previous_summary=r.previous,
+            max_tokens=r.max_tokens,
+            counter=counter,
+        )
+    except SummarizerError:
+        return 1
+
+
+def _defer(background: Any, summaries: Any, key: str, job: Any) -> bool:
+    """Hand ``job`` to the background runner (nothing to keep it in without a store of
+    ``summaries``: not started)."""
+    if summaries is None:
+        return False
+    return bool(background.submit(key, job, summaries, ttl_s=SUMMARY_TTL_S))
 
 
 def _name(summarizer: Any) -> str:

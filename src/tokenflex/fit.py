@@ -309,6 +309,7 @@ def fit(
     format: str | None = None,
     system: Any = None,
     keep_reasoning: bool = False,
+    background_summaries: Any = None,
     **options: Any,
 ) -> Plan:
     """Fit a request into the model's window; the plan is in the format it was given.
@@ -335,6 +336,12 @@ def fit(
             ``instructions``; always kept.
         keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
             out and listed in ``dropped``; most APIs reject or ignore it on input).
+        background_summaries: A
+            :class:`~tokenflex.summarize.background.BackgroundSummaries` (the proxy's):
+            with a ``state`` store, a summary that needs more than one summarizer call
+            is made there and stored, and this fit waits for none of them (its plan keeps
+            the previous stored summary, if any, and drops the oldest messages that do
+            not fit; a warning says so). Without it a fit waits for every call.
         state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
             remembers where this conversation's last cut fell, keyed by its leading
             messages, and its summaries (default: the process's in-memory store).
@@ -386,7 +393,13 @@ def fit(
     layout = FitLayout(req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = fit_layout(
-        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+        layout,
+        opts,
+        summarizer=summarizer,
+        started=started,
+        memory=memory,
+        summaries=summaries,
+        background=background_summaries,
     )
     return finish(plan, req)
 
@@ -422,6 +435,7 @@ async def afit(
     format: str | None = None,
     system: Any = None,
     keep_reasoning: bool = False,
+    background_summaries: Any = None,
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
@@ -452,6 +466,12 @@ async def afit(
     layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = await afit_layout(
-        layout, opts, summarizer=summarizer, started=started, memory=memory, summaries=summaries
+        layout,
+        opts,
+        summarizer=summarizer,
+        started=started,
+        memory=memory,
+        summaries=summaries,
+        background=background_summaries,
     )
     return finish(plan, req)

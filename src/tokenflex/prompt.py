@@ -36,6 +36,12 @@ an assistant message with ``tool_calls`` stays with its results.
 ``max_tokens >= min_output_tokens`` and nothing required dropped, else
 :class:`~tokenflex.errors.ContextOverflowError`. ``plan.input_tokens`` is the count of
 the messages returned (joined text is counted as joined, not as the sum of its parts).
+
+**Reasoning.** A message's ``reasoning_content`` is handled as :func:`tokenflex.fit`
+handles it: taken out (the APIs that produce it reject or ignore it on input) and listed
+in ``plan.dropped`` (section and reason ``reasoning``, ``index`` counting the messages of
+the prompt's message sections in the order they were added), unless
+``Prompt(..., keep_reasoning=True)``.
 """
 
 from __future__ import annotations
@@ -49,15 +55,17 @@ from typing import Any, Literal
 
 from ._types import Message, Tool
 from .budget import SectionSpec
-from .counting import MessageCounter
+from .counting import MessageCounter, get_counter
 from .counting.checks import BadMessage
 from .counting.shape import check_shapes
 from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
 from .errors import InvalidInputError, InvalidMessagesError
+from .formats.chat import REASONING_FIELD, chat_to_internal
+from .formats.native import NativeMessage
 from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
-from .plan import DropRun, Plan
+from .plan import DroppedItems, DropRun, Plan, log_dropped
 from .summarize import is_summary_message
 
 __all__ = ["PROMPT_OPTIONS", "Boundary", "Prompt", "Shrink", "segments"]
@@ -313,6 +321,8 @@ class Prompt:
             ``safety_margin``, ``max_input_tokens``, ``keep_recent`` and
             ``summary_max_tokens`` (for a ``summarize`` section), ``fallback_models``,
             ``fallback_input_share``, ``strict``.
+        keep_reasoning: Send messages' ``reasoning_content`` back (default: taken out
+            and listed in ``plan.dropped``, section ``reasoning``, as fit() does).
     """
 
     def __init__(
@@ -321,6 +331,7 @@ class Prompt:
         *,
         max_tokens: int | None = None,
         tools: Sequence[Tool] | None = None,
+        keep_reasoning: bool = False,
         **options: Any,
     ) -> None:
         self.options = FitOptions.from_kwargs(
@@ -332,7 +343,14 @@ class Prompt:
             model if isinstance(model, Model) else get_model(model, strict=self.options.strict)
         )
         self.tools = list(tools) if tools else None
+        if not isinstance(keep_reasoning, bool):
+            raise InvalidInputError(
+                f"Prompt(): keep_reasoning={keep_reasoning!r} is not valid; use True or False."
+            )
+        self.keep_reasoning = keep_reasoning
         self._sections: list[_Section] = []
+        self._reasoning: list[tuple[int, str]] = []  # (index, text) taken out (fit()'s rule)
+        self._n_messages = 0  # messages in message sections so far: reasoning's index base
 
     @property
     def max_tokens(self) -> int | None:
@@ -391,6 +409,7 @@ class Prompt:
         )
         msgs: list[Message] | None = None
         texts: list[str] | None = None
+        reasoning: list[tuple[int, str]] = []
         if isinstance(content, str):
             if shrink == "truncate":
                 texts = segments(content, boundary)
@@ -421,6 +440,7 @@ class Prompt:
                 raise InvalidInputError(
                     f"Section {name!r}: shrink='truncate' cuts a string, not messages."
                 )
+            msgs, reasoning = self._without_reasoning(msgs)
         else:
             raise InvalidInputError(
                 f"Section {name!r}: content must be a str, a list of str or a list of "
@@ -444,6 +464,9 @@ class Prompt:
                     f"{len(scores)}" + (f" with {bad[0]!r:.40}" if bad else "") + "."
                 )
         default: Shrink = "drop_oldest" if msgs is not None else "drop_lowest"
+        if msgs is not None:  # the section is added: its reasoning is taken out
+            self._reasoning += [(self._n_messages + i, text) for i, text in reasoning]
+            self._n_messages += len(msgs)
         self._sections.append(
             _Section(
                 name=name,
@@ -466,6 +489,45 @@ class Prompt:
             )
         )
         return self
+
+    def _without_reasoning(
+        self, msgs: list[Message]
+    ) -> tuple[list[Message], list[tuple[int, str]]]:
+        """``msgs`` with ``reasoning_content`` taken out as fit() takes it out
+        (:func:`~tokenflex.formats.chat.chat_to_internal`), and ``(index, text)`` of each
+        one taken out; unchanged with ``keep_reasoning=True``."""
+        if self.keep_reasoning or not any(
+            isinstance(m, Mapping) and REASONING_FIELD in m for m in msgs
+        ):
+            return msgs, []
+        conv = chat_to_internal(msgs, keep_reasoning=False)
+        out: list[Message] = [
+            m.native[0] if isinstance(m, NativeMessage) else m for m in conv.messages
+        ]
+        return out, conv.reasoning
+
+    def _finish(self, plan: Plan) -> Plan:
+        """``plan`` with the reasoning taken out listed in ``dropped`` and the log."""
+        if not self._reasoning:
+            return plan
+        texts = dict(self._reasoning)
+        runs = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in self._reasoning]
+        log_dropped(runs, plan.model.name)
+        old = plan.dropped
+        counter = get_counter(plan.model)
+
+        def item(section: str, i: int) -> Any:
+            if section == "reasoning":
+                return texts[i]
+            return next(d.item for d in old if d.section == section and d.index == i)
+
+        def cost(section: str, i: int, it: Any) -> int:
+            if section == "reasoning":
+                return counter.text(texts[i])
+            return old.cost_of(section, i)
+
+        all_runs = [DropRun(*r) for r in old.runs()] + runs
+        return replace(plan, dropped=DroppedItems(all_runs, item, cost))
 
     # -- fitting -----------------------------------------------------------------------
     def _layout(self) -> _PromptLayout:
@@ -500,25 +562,27 @@ class Prompt:
                 (and no fallback model can take them).
         """
         started = time.perf_counter()
-        return fit_layout(
+        plan = fit_layout(
             self._layout(),
             self.options,
             summarizer=summarizer,
             started=started,
             **self._session(state),
         )
+        return self._finish(plan)
 
     async def afit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
         started = time.perf_counter()
-        return await afit_layout(
+        plan = await afit_layout(
             self._layout(),
             self.options,
             summarizer=summarizer,
             started=started,
             **self._session(state),
         )
+        return self._finish(plan)
 
     @property
     def sections(self) -> list[str]:

@@ -31,6 +31,7 @@ from ..errors import (
 from ..models import Model
 from ..redact import redact
 from ..state import open_store
+from ..summarize.background import BackgroundSummaries
 from ._models import ModelResolver
 from ._summarizer import build_summarizer
 from ._validate import ChatRequest
@@ -160,6 +161,8 @@ class Fitter:
         self.calibration = calibration
         self.store = open_store(config.state_store)
         """Cuts and summaries kept between requests (``state_store``)."""
+        self.background = BackgroundSummaries()
+        """Summaries that need more than one summarizer call, made off the request."""
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -207,6 +210,7 @@ class Fitter:
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
             state=self.store,
+            background_summaries=self.background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)

@@ -189,6 +189,7 @@ class Proxy:
         try:
             yield
         finally:
+            self.fitter.background.close()
             await self.upstream.aclose()
 
     def endpoint(

@@ -18,7 +18,7 @@ from .extractive import ExtractiveSummarizer
 from .sentences import Count, counter_fn, split_text, trim_to_tokens
 from .transcript import message_line
 
-__all__ = ["Summarizer", "asummarize_span", "summarize_span"]
+__all__ = ["Summarizer", "asummarize_span", "summarize_span", "summary_calls"]
 
 log = logging.getLogger("tokenflex")
 
@@ -91,6 +91,7 @@ class _SpanJob:
         max_tokens: int,
         window_tokens: int | None,
         counter: Any,
+        quiet: bool = False,
     ) -> None:
         if max_tokens <= 0:
             raise SummarizerError(f"max_tokens must be positive, got {max_tokens!r}.")
@@ -122,7 +123,7 @@ class _SpanJob:
                     "with a larger window or a smaller summary budget."
                 )
             self.pieces = _pieces(span, budget, self.piece_count)
-        if len(self.pieces) > 1:
+        if len(self.pieces) > 1 and not quiet:
             log.info("tokenflex: summarizing %d messages in %d pieces", len(span), len(self.pieces))
 
     def finish(self, text: str) -> str:
@@ -130,6 +131,36 @@ class _SpanJob:
         if not out.strip():
             raise SummarizerError("The summarizer returned nothing that fits the summary budget.")
         return out
+
+
+def summary_calls(
+    summarizer: Summarizer,
+    span: Sequence[Message],
+    *,
+    previous_summary: str | None = None,
+    max_tokens: int = 512,
+    window_tokens: int | None = None,
+    counter: Any = None,
+) -> int:
+    """How many summarizer calls :func:`summarize_span` makes for these arguments (the
+    pieces the span is cut into; 0 for an empty span). The summarizer is not called.
+
+    Raises:
+        SummarizerError: the arguments cannot be summarized (as summarize_span raises).
+
+    >>> summary_calls(ExtractiveSummarizer(), [{"role": "user", "content": "Hi."}])
+    1
+    """
+    job = _SpanJob(
+        summarizer,
+        span,
+        previous_summary=previous_summary,
+        max_tokens=max_tokens,
+        window_tokens=window_tokens,
+        counter=counter,
+        quiet=True,
+    )
+    return len(job.pieces)
 
 
 def summarize_span(
