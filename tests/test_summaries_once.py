@@ -27,6 +27,7 @@ from starlette.routing import Route
 from test_server import Fake, ServerThread, fake_discover, fake_upstream
 from test_state import redis_url  # noqa: F401 - the real redis-server fixture
 
+from tokenflex.budget import SAFETY_MARGIN
 from tokenflex.server import create_app
 from tokenflex.server.config import ServerConfig
 
@@ -234,7 +235,7 @@ def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
                 assert r.status_code == 200, r.text
                 # the promise, for every plan served
                 used = int(r.headers["x-tokenflex-input-tokens"])
-                assert used + int(r.headers["x-tokenflex-max-tokens"]) <= 1024 - 100 + 100
+                assert used + int(r.headers["x-tokenflex-max-tokens"]) + SAFETY_MARGIN <= 1024
                 assert int(r.headers["x-tokenflex-context-window"]) == 1024
                 sent = fake.last()["body"]["messages"]
                 found = [m["content"] for m in sent if str(m.get("content")).startswith(PREFIX)]
