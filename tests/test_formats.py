@@ -830,3 +830,26 @@ async def test_afit_bad_item_names_its_index() -> None:
     items = [{"role": "user", "content": "q"}, {"type": "message", "role": "bot", "content": "x"}]
     with pytest.raises(InvalidMessagesError, match=r"^messages\[1\] has role 'bot'"):
         await tokenflex.afit(items, model="gpt-4o", max_tokens=10, format="responses")
+
+
+def test_reasoning_taken_out_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    # nothing dropped silently: in plan.dropped and in the log, for fit() and Conversation
+    import logging
+
+    from tokenflex import Conversation, fit
+
+    msgs = [
+        {"role": "user", "content": "Which is larger, 9.11 or 9.9?"},
+        {"role": "assistant", "content": "9.9", "reasoning_content": "Compare tenths: 9 > 1."},
+        {"role": "user", "content": "Why?"},
+    ]
+    caplog.set_level(logging.INFO, logger="tokenflex")
+    plan = fit(msgs, model="gpt-4o", max_tokens=100)
+    assert [d.section for d in plan.dropped] == ["reasoning"]
+    assert "dropped reasoning[1:2] (1 items, reason=reasoning)" in caplog.text
+    caplog.clear()
+    conv = Conversation(model="gpt-4o", max_tokens=100)
+    for m in msgs:
+        conv.append(m)
+    conv.fit()
+    assert "reason=reasoning" in caplog.text

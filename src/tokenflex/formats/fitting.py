@@ -22,7 +22,7 @@ from ..counting.media import estimate_notes
 from ..counting.shape import check_one, shape_checker
 from ..errors import InvalidInputError
 from ..models import Model
-from ..plan import DroppedItems, DropRun, Plan
+from ..plan import DroppedItems, DropRun, Plan, log_dropped
 from .anthropic import anthropic_to_internal, with_system
 from .chat import chat_to_internal, is_plain_chat
 from .detect import FORMATS, detect_format
@@ -178,7 +178,9 @@ def finish(plan: Plan, prepared: Prepared) -> Plan:
         runs.append(DropRun(section, a, b, reason))
     counter = get_counter(plan.model)
     reasoning = dict(conv.reasoning)
-    runs += [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in conv.reasoning]
+    taken_out = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in conv.reasoning]
+    log_dropped(taken_out, plan.model.name)  # the solver never saw them: log them here
+    runs += taken_out
     given = [m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native]
     unit_at = {
         c.start: k
