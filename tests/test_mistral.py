@@ -327,3 +327,9 @@ def test_models_without_a_known_tokenizer_keep_their_bound() -> None:
     for name in ("mistral-large", "mistral-medium", "codestral"):
         counter = get_counter(name)
         assert not counter.exact and counter.tokenizer.name == "estimate:all"
+
+
+def test_lone_surrogates_are_counted_not_raised() -> None:
+    # SentencePiece raises a pybind RuntimeError on them (found by tests/test_fuzz.py)
+    tok = get_tokenizer("mistral:v3")
+    assert tok.count("a\ud800b") == tok.count("a\ufffdb")

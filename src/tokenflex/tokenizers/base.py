@@ -9,10 +9,20 @@ import threading
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CountCache", "CountScope", "Tokenizer", "count_scope", "entry_bytes"]
+__all__ = ["CountCache", "CountScope", "Tokenizer", "count_scope", "encodable", "entry_bytes"]
 
 ENTRY_OVERHEAD = 100
 """Bytes charged per cached entry besides the text itself: two dict slots and an int."""
+
+
+def encodable(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD, as tiktoken does (native
+    tokenizers such as fastokens and SentencePiece raise on them)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def entry_bytes(text: str) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import TokenizerUnavailableError
 from ._tiktoken import EXPECTED_SHA256, LONG_WHITESPACE, load_encoding, ranks_file, segments
+from .base import encodable
 
 __all__ = ["FAST_ENCODINGS", "FastTokenizer", "fast_available"]
 
@@ -53,16 +54,6 @@ def _load(name: str) -> Any:
     return tok
 
 
-def _encodable(text: str) -> str:
-    """``text`` with lone surrogates replaced, as tiktoken does (fastokens raises
-    UnicodeEncodeError on them)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
-
-
 class FastTokenizer:
     """Exact counts with an OpenAI encoding through fastokens."""
 
@@ -77,14 +68,14 @@ class FastTokenizer:
         self._tok = _load(name)
 
     def count(self, text: str) -> int:
-        text = _encodable(text)
+        text = encodable(text)
         if len(text) <= LONG_WHITESPACE:
             return len(self._tok.encode_ordinary(text).ids)
         return sum(len(self._tok.encode_ordinary(part).ids) for part in segments(text))
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
-        for part in segments(_encodable(text)):
+        for part in segments(encodable(text)):
             out.extend(self._tok.encode_ordinary(part).ids)
         return out
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidMessagesError, TokenizerUnavailableError
+from .base import encodable
 
 __all__ = ["INSTALL_HINT", "NAMED_FILES", "MistralTokenizer", "installed"]
 
@@ -116,7 +117,7 @@ class MistralTokenizer:
         """Token ids of ``text`` (no BOS/EOS; special-token strings as text)."""
         if not text:
             return []
-        return list(self._raw.encode(text, bos=False, eos=False))
+        return list(self._raw.encode(encodable(text), bos=False, eos=False))
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -140,8 +141,8 @@ class MistralTokenizer:
 
         try:
             request = ChatCompletionRequest.from_openai(
-                messages=[dict(m) for m in messages],
-                tools=[dict(t) for t in tools] if tools else None,
+                messages=[_encodable_values(m) for m in messages],
+                tools=[_encodable_values(t) for t in tools] if tools else None,
             )
             return len(self.reference.encode_chat_completion(request).tokens)
         except (MistralCommonException, ValueError, TypeError, KeyError) as exc:
@@ -154,3 +155,15 @@ class MistralTokenizer:
 
     def __repr__(self) -> str:
         return f"MistralTokenizer({self.name!r}, version={self.version!r})"
+
+
+def _encodable_values(obj: Any) -> Any:
+    """``obj`` (a message or tool: dicts, lists, strings) with every string
+    :func:`~tokenflex.tokenizers.base.encodable` (SentencePiece raises on lone surrogates)."""
+    if isinstance(obj, str):
+        return encodable(obj)
+    if isinstance(obj, Mapping):
+        return {k: _encodable_values(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_encodable_values(v) for v in obj]
+    return obj
