@@ -9,16 +9,25 @@ of ``tests/family_texts.py`` (the fit never saw them). The full table is
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 
 import family_texts
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenflex.errors import TokenflexError
 from tokenflex.tokenizers import get_tokenizer
-from tokenflex.tokenizers.estimate import FAMILY_BOUNDS, FEATURES, estimate_family
+from tokenflex.tokenizers.estimate import (
+    FAMILY_BOUNDS,
+    FEATURES,
+    PATTERN,
+    estimate_family,
+    piece_features,
+)
 
 FAMILIES = sorted(family_texts.FAMILY_REFERENCES)
 
@@ -134,3 +143,24 @@ def test_registry_plan_for_a_csv_is_never_below_the_real_template_count(rows: in
         return
     assert plan.input_tokens >= exact
     assert plan.input_tokens <= 1.25 * exact  # and not wildly above
+
+
+def reference_family_count(text: str, family: str) -> int:
+    # FamilyEstimator.count as it was before the fast split: PATTERN run by the regex
+    # module over the whole text, the same per-piece cost and the same sums.
+    bound = FAMILY_BOUNDS[family]
+    total = var = 0.0
+    for piece, n in Counter(regex.findall(PATTERN, text)).items():
+        x, v = piece_features(piece)
+        total += n * sum(w * value for w, value in zip(bound.weights, x, strict=True))
+        var += n * v
+    return max(1, math.ceil(total + bound.slack * math.sqrt(var) + bound.constant - 1e-9))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BOUNDS))
+def test_counts_equal_the_reference_split(family: str) -> None:
+    texts = [t for kind in family_texts.KINDS for t in family_texts.texts(kind, "test", 8)]
+    texts += ["", " ", "x;\n/y", "a  \n  \n\tb", "Ünïcödé\n  text 😀\n"]
+    for text in texts:
+        expected = reference_family_count(text, family) if text else 0
+        assert estimate_family(text, family) == expected, text[:200]
