@@ -138,6 +138,20 @@ def test_split_text_is_the_pattern_split(text: str) -> None:
     assert split_text(text + "\nnext line") == REFERENCE_SPLIT(text + "\nnext line")
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(TRICKY), min_size=1, max_size=8).flatmap(
+        lambda alphabet: st.lists(st.sampled_from(alphabet), min_size=600, max_size=3000)
+    ),
+    st.lists(st.sampled_from(TRICKY), max_size=20),
+)
+def test_split_text_is_the_pattern_split_on_long_lines(dense: list[str], salt: list[str]) -> None:
+    # lines over 512 characters are cut after a word: dense runs of a few tricky
+    # characters put those cuts next to every kind of neighbour
+    for text in ("".join(dense), "".join(dense + salt), "ab " * 300 + "".join(dense)):
+        assert split_text(text) == REFERENCE_SPLIT(text)
+
+
 def test_split_text_on_the_whole_corpus() -> None:
     for r in corpus():
         assert split_text(r["text"]) == REFERENCE_SPLIT(r["text"]), r["text"][:200]

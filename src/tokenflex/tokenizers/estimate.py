@@ -106,9 +106,13 @@ _ASCII_SPLIT = re.compile(_ASCII_PATTERN).findall
 # breaks (``[\r\n/]*`` stops at a space or a non-"/"); letter and digit pieces hold no
 # line break. The pattern looks behind nothing, so the text from there on is cut the same
 # on its own. ``re``'s \s contains ``regex``'s, so [^\s/] is never a ``regex`` space.
-_CHUNK_END = re.compile(r"\n(?=[ \t]*[^\s/])")
-_CHUNK_CACHE_MAX = 20_000
-_CHUNK_CACHE_LEN = 1_000  # longer chunks are cut, not kept
+_LINE_END = re.compile(r"\n(?=[ \t]*[^\s/])")
+# Also after an ASCII letter or digit followed by an ASCII character that is neither (nor
+# "'", which may start "'s"): the letter or digit piece ends there, and only letter and
+# digit classes ever read past it, which fail on that character as on the end of text.
+_WORD_END = re.compile(r"[A-Za-z0-9](?=[\x00-\x26\x28-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f])")
+_LONG_LINE = 256  # a line longer than twice this is cut after a word about this often
+_CHUNK_CACHE_CHARS = 1_000_000  # the line cache is emptied when its keys pass this
 
 _GREEDY_MAX = 24  # the longest table entry tried by the greedy cut, in characters
 _DATA_FILE = "estimate.json.gz"
@@ -131,16 +135,19 @@ def split_pieces(text: str) -> list[str]:
 
 
 _chunk_cache: dict[str, list[str]] = {}
+_chunk_cache_chars = 0
 
 
 def _split_chunk(chunk: str) -> list[str]:
+    global _chunk_cache_chars
     pieces = _chunk_cache.get(chunk)
     if pieces is None:
         pieces = _ASCII_SPLIT(chunk) if chunk.isascii() else _SPLIT(chunk)
-        if len(chunk) <= _CHUNK_CACHE_LEN:
-            if len(_chunk_cache) >= _CHUNK_CACHE_MAX:
-                _chunk_cache.clear()
-            _chunk_cache[chunk] = pieces
+        if _chunk_cache_chars + len(chunk) > _CHUNK_CACHE_CHARS:
+            _chunk_cache.clear()
+            _chunk_cache_chars = 0
+        _chunk_cache[chunk] = pieces
+        _chunk_cache_chars += len(chunk)
     return pieces
 
 
@@ -148,9 +155,10 @@ def split_text(text: str) -> list[str]:
     """``text`` cut by ``PATTERN`` alone: the pieces the estimate prices, in order.
 
     The same list as ``regex.findall(PATTERN, text)``, made faster: the text is cut into
-    lines where a piece always ends, an ASCII line is cut by the stdlib ``re`` (the same
-    pattern spelled for ASCII), and the pieces of short lines are cached, so text seen
-    before (a conversation sent again with one more turn) is cut by a dictionary lookup.
+    lines (and long lines into runs of about 256 characters) where a piece always ends;
+    an ASCII run is cut by the stdlib ``re`` (the same pattern spelled for ASCII); the
+    pieces of each run are cached, so text seen before (a conversation sent again with
+    one more turn) is cut by dictionary lookups.
 
     >>> from tokenflex.tokenizers.estimate import split_text
     >>> split_text("Hello, world!\n  x = 1")
@@ -158,12 +166,18 @@ def split_text(text: str) -> list[str]:
     """
     out: list[str] = []
     start = 0
-    for m in _CHUNK_END.finditer(text):
-        end = m.end()
-        out += _split_chunk(text[start:end])
-        start = end
-    if start < len(text):
-        out += _split_chunk(text[start:] if start else text)
+    ends = [m.end() for m in _LINE_END.finditer(text)]
+    ends.append(len(text))
+    for end in ends:
+        while end - start > 2 * _LONG_LINE:
+            m = _WORD_END.search(text, start + _LONG_LINE, end)
+            if m is None:
+                break
+            out += _split_chunk(text[start : m.end()])
+            start = m.end()
+        if start < end:
+            out += _split_chunk(text[start:end])
+            start = end
     return out
 
 
