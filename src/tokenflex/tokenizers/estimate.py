@@ -111,6 +111,8 @@ _LINE_END = re.compile(r"\n(?=[ \t]*[^\s/])")
 # "'", which may start "'s"): the letter or digit piece ends there, and only letter and
 # digit classes ever read past it, which fail on that character as on the end of text.
 _WORD_END = re.compile(r"[A-Za-z0-9](?=[\x00-\x26\x28-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f])")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_MIXED_RUNS = 8  # non-ASCII runs cut out of a line one by one before the rest goes to regex
 _LONG_LINE = 256  # a line longer than twice this is cut after a word about this often
 _CHUNK_CACHE_CHARS = 1_000_000  # the line cache is emptied when its keys pass this
 
@@ -138,11 +140,41 @@ _chunk_cache: dict[str, list[str]] = {}
 _chunk_cache_chars = 0
 
 
+def _split_mixed(chunk: str) -> list[str]:
+    """Pieces of a run with non-ASCII characters: ``regex`` cuts only the words around them.
+
+    Each run of non-ASCII characters is cut out from the last word end before it to the
+    first after it (``_WORD_END``), and the ASCII between goes to ``re``: mostly-ASCII text
+    (an accented name, a curly quote) is not all cut by the slower ``regex``. After a few
+    runs (text in another script) the rest goes to ``regex`` whole.
+    """
+    out: list[str] = []
+    pos, n = 0, len(chunk)
+    for _ in range(_MIXED_RUNS):
+        m = _NON_ASCII.search(chunk, pos)
+        if m is None:
+            if pos < n:
+                out += _ASCII_SPLIT(chunk[pos:])
+            return out
+        cut = pos
+        for w in _WORD_END.finditer(chunk, max(pos, m.start() - 32), m.start()):
+            cut = w.end()
+        if cut > pos:
+            out += _ASCII_SPLIT(chunk[pos:cut])
+        word = _WORD_END.search(chunk, m.end())
+        after = word.end() if word is not None else n
+        out += _SPLIT(chunk[cut:after])
+        pos = after
+    if pos < n:
+        out += _SPLIT(chunk[pos:])
+    return out
+
+
 def _split_chunk(chunk: str) -> list[str]:
     global _chunk_cache_chars
     pieces = _chunk_cache.get(chunk)
     if pieces is None:
-        pieces = _ASCII_SPLIT(chunk) if chunk.isascii() else _SPLIT(chunk)
+        pieces = _ASCII_SPLIT(chunk) if chunk.isascii() else _split_mixed(chunk)
         if _chunk_cache_chars + len(chunk) > _CHUNK_CACHE_CHARS:
             _chunk_cache.clear()
             _chunk_cache_chars = 0
