@@ -195,8 +195,8 @@ def split_text(text: str) -> list[str]:
     one more turn) is cut by dictionary lookups.
 
     >>> from tokenflex.tokenizers.estimate import split_text
-    >>> split_text("Hello, world!\n  x = 1")
-    ['Hello', ',', ' world', '!\n', ' ', ' x', ' =', ' ', '1']
+    >>> split_text("Hello, world! It's 2024.")
+    ['Hello', ',', ' world', '!', " It's", ' ', '202', '4', '.']
     """
     out: list[str] = []
     start = 0
