@@ -114,7 +114,7 @@ _LINE_END = re.compile(r"\n(?=[ \t]*[^\s/])")
 # digit classes ever read past it, which fail on that character as on the end of text.
 _WORD_END = re.compile(r"[A-Za-z0-9](?=[\x00-\x26\x28-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f])")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
-_MIXED_RUNS = 8  # non-ASCII runs cut out of a line one by one before the rest goes to regex
+_MIXED_RUNS = 2  # non-ASCII runs cut out of a line one by one before the rest goes to regex
 _LONG_LINE = 256  # a line longer than twice this is cut after a word about this often
 _CHUNK_CACHE_CHARS = 1_000_000  # the line cache is emptied when its keys pass this
 
@@ -147,7 +147,7 @@ def _split_mixed(chunk: str) -> list[str]:
 
     Each run of non-ASCII characters is cut out from the last word end before it to the
     first after it (``_WORD_END``), and the ASCII between goes to ``re``: mostly-ASCII text
-    (an accented name, a curly quote) is not all cut by the slower ``regex``. After a few
+    (an accented name, a curly quote) is not all cut by the slower ``regex``. After two
     runs (text in another script) the rest goes to ``regex`` whole.
     """
     out: list[str] = []
