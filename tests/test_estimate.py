@@ -12,17 +12,20 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+import regex
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tokenflex.errors import TokenflexError
 from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.estimate import (
+    PATTERN,
     EstimatorTokenizer,
     estimate_tokens,
     estimate_tokens_range,
     piece_key,
     split_pieces,
+    split_text,
 )
 
 DATA = Path(__file__).parent / "data" / "estimator"
@@ -85,6 +88,83 @@ def test_pieces_join_back_and_every_piece_has_a_shape(text: str) -> None:
     for piece in pieces:
         key, units, cap = piece_key(piece, frozenset())
         assert key and units >= 1 and cap >= 1
+
+
+# ---------------------------------------------------------------- the fast split
+
+# The reference: the regex module running PATTERN over the whole text, as the estimator
+# did before split_text (which cuts lines, runs an ASCII spelling of the pattern on the
+# stdlib re and caches lines).
+REFERENCE_SPLIT = regex.compile(PATTERN).findall
+# characters where the two spellings or the line cut could go wrong: every kind of space
+# and line break (\x1c-\x1f are spaces to re, not to regex), "/" after a line break,
+# contractions in any case (and the long s, which folds to "s"), digits of other scripts,
+# combining marks, title-case and modifier letters, emoji with modifiers, CJK
+TRICKY = [
+    *" \t\n\r\v\f\x1c\x1d\x1e\x1f\x85\xa0\u2028\u2029\u3000/'sStTdDmMlLrReEvV",
+    *'ſ0123456789٣१éÉ\u0301\u0308ǅʰ😀👍🏽🇫🇷你好カナ한국!?.,;:-_(){}[]"#@\\',
+    "'ll",
+    "'RE",
+    "\r\n",
+    "\n  ",
+    "\n\t/",
+    ";\n/",
+    "  \n",
+]
+SPLIT_TEXTS = st.one_of(
+    st.text(max_size=300),
+    st.text(st.characters(max_codepoint=127), max_size=300),
+    st.lists(
+        st.one_of(st.sampled_from(TRICKY), st.characters(exclude_categories=("Cs",))),
+        max_size=120,
+    ).map("".join),
+    # a few tricky characters, densely: a random small alphabet per example
+    st.lists(st.sampled_from(TRICKY), min_size=1, max_size=5).flatmap(
+        lambda alphabet: st.lists(st.sampled_from(alphabet), max_size=60).map("".join)
+    ),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(SPLIT_TEXTS)
+@example("x;\n/y")  # punctuation takes the line break and the "/" after it
+@example("  \x1c")  # \x1c is a space to re, punctuation to regex
+@example("a  \n  \n\tb\n c")  # a space run that holds two line breaks
+@example("é\n b\r\n'S \u3000\n x")  # a non-ASCII line, CRLF, a Unicode space
+def test_split_text_is_the_pattern_split(text: str) -> None:
+    expected = REFERENCE_SPLIT(text)
+    assert split_text(text) == expected
+    assert split_text(text) == expected  # again, from the line cache
+    assert split_text(text + "\nnext line") == REFERENCE_SPLIT(text + "\nnext line")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(TRICKY), min_size=1, max_size=8).flatmap(
+        lambda alphabet: st.lists(st.sampled_from(alphabet), min_size=600, max_size=3000)
+    ),
+    st.lists(st.sampled_from(TRICKY), max_size=20),
+)
+def test_split_text_is_the_pattern_split_on_long_lines(dense: list[str], salt: list[str]) -> None:
+    # lines over 512 characters are cut after a word: dense runs of a few tricky
+    # characters put those cuts next to every kind of neighbour
+    for text in ("".join(dense), "".join(dense + salt), "ab " * 300 + "".join(dense)):
+        assert split_text(text) == REFERENCE_SPLIT(text)
+
+
+def test_split_text_on_the_whole_corpus() -> None:
+    for r in corpus():
+        assert split_text(r["text"]) == REFERENCE_SPLIT(r["text"]), r["text"][:200]
+
+
+def test_counts_equal_the_snapshot_taken_before_the_fast_split() -> None:
+    # [estimate_tokens, low, high] of every 8th corpus text, computed with the regex-only
+    # split (counts_snapshot.json says at which commit). A change here is a change of the
+    # estimate, not of its speed: refit and regenerate the snapshot together.
+    snap = json.loads((DATA / "counts_snapshot.json").read_text(encoding="utf-8"))
+    texts = [r["text"] for r in corpus()[:: snap["every"]]]
+    got = [[estimate_tokens(t), *estimate_tokens_range(t)] for t in texts]
+    assert got == snap["counts"]
 
 
 def test_whole_vocabulary_pieces_are_counted_exactly() -> None:

@@ -9,10 +9,13 @@ of ``tests/family_texts.py`` (the fit never saw them). The full table is
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 
 import family_texts
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,9 +24,11 @@ from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.estimate import (
     FAMILY_BOUNDS,
     FEATURES,
+    PATTERN,
     _load,
     estimate_family,
     family_singles,
+    piece_features,
 )
 
 FAMILIES = sorted(family_texts.FAMILY_REFERENCES)
@@ -189,3 +194,24 @@ def test_english_prose_is_not_padded_past_a_quarter() -> None:
             for t in texts
         ]
         assert sum(rel) / len(rel) <= 0.25, (family, sum(rel) / len(rel))
+
+
+def reference_family_count(text: str, family: str) -> int:
+    # FamilyEstimator.count as it was before the fast split: PATTERN run by the regex
+    # module over the whole text, the same per-piece cost and the same sums.
+    bound = FAMILY_BOUNDS[family]
+    total = var = 0.0
+    for piece, n in Counter(regex.findall(PATTERN, text)).items():
+        x, v = piece_features(piece, family_singles(family))
+        total += n * sum(w * value for w, value in zip(bound.weights, x, strict=True))
+        var += n * v
+    return max(1, math.ceil(total + bound.slack * math.sqrt(var) + bound.constant - 1e-9))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BOUNDS))
+def test_counts_equal_the_reference_split(family: str) -> None:
+    texts = [t for kind in family_texts.KINDS for t in family_texts.texts(kind, "test", 8)]
+    texts += ["", " ", "x;\n/y", "a  \n  \n\tb", "Ünïcödé\n  text 😀\n"]
+    for text in texts:
+        expected = reference_family_count(text, family) if text else 0
+        assert estimate_family(text, family) == expected, text[:200]
