@@ -569,6 +569,9 @@ def test_count_endpoint(proxy: ServerThread, client: httpx.Client) -> None:
     assert r.json()["tokens"] == 2
     r = client.post(f"{proxy.url}/tokenflex/count", json={"model": "gpt-4o"})
     assert_openai_error(r, 400, "missing_required_parameter")
+    # a model with an exact tokenizer installed names the one it counted with
+    r = client.post(f"{proxy.url}/tokenflex/count", json={"model": "mistral-nemo", "text": "hi"})
+    assert r.json()["tokenizer"] == "mistral:tekken" and r.json()["exact"] is True, r.text
 
 
 # -- bad input ----------------------------------------------------------------------------

@@ -409,7 +409,7 @@ class Proxy:
                 "model": model.name,
                 "tokens": tokens,
                 "exact": exact,
-                "tokenizer": model.tokenizer,
+                "tokenizer": model.counting().tokenizer,
                 "context_window": model.context_window,
             }
         )
