@@ -99,6 +99,12 @@ def model(window: int) -> tokenflex.Model:
     return tokenflex.Model(f"stable-{window}", window, tokenizer="o200k_base", chat_format="openai")
 
 
+def priced(window: int, **cache: Any) -> tokenflex.Model:
+    """A model with Anthropic's cache prices: ``low_water="auto"`` cuts by expected cost."""
+    prices = {"input_price": 3.0, "cache_read_price": 0.3, "cache_write_price": 3.75}
+    return model(window).replace(**prices, **cache)
+
+
 def check_plan(plan: tokenflex.Plan, m: tokenflex.Model, history: list[dict[str, Any]]) -> None:
     """The promise, recounted; tool pairs whole; every message of the conversation either
     sent as it is, sent shrunk (and listed), or listed as dropped."""
@@ -146,12 +152,12 @@ def first_kept(plan: tokenflex.Plan, history: list[dict[str, Any]]) -> int:
 @given(
     turns=sessions(),
     window=st.sampled_from([1500, 2500, 4000]),
-    low_water=st.sampled_from([0.4, 0.6, 0.9]),
+    low_water=st.sampled_from([0.4, 0.6, 0.9, "auto"]),
 )
 def test_the_cut_moves_only_when_the_window_forces_it(
-    turns: list[list[dict[str, Any]]], window: int, low_water: float
+    turns: list[list[dict[str, Any]]], window: int, low_water: float | str
 ) -> None:
-    m = model(window)
+    m = model(window) if low_water != "auto" else priced(window)
     conv = Conversation([SYSTEM], model=m, low_water=low_water)
     history: list[dict[str, Any]] = [SYSTEM]
     previous: tokenflex.Plan | None = None
@@ -435,3 +441,85 @@ def test_prompt_history_section_is_cache_stable() -> None:
     assert 0 < moves <= 8, cuts
     # the key is the first KEY_MESSAGES messages: from the second turn on it is the same
     assert all(p for p in prefixes[2:]), prefixes
+
+
+def growing(m: tokenflex.Model, turns: int, size: int, **options: Any) -> list[tokenflex.Plan]:
+    """Plans of a conversation that grows by a user turn of ``size`` words and an answer
+    each request, fitted each turn as a stateless caller would."""
+    store = MemoryStore()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    plans = []
+    options = {"cache_stable": True, **options}
+    for t in range(turns):
+        msgs.append({"role": "user", "content": text(size, t)})
+        plans.append(tokenflex.fit(list(msgs), model=m, max_tokens=300, state=store, **options))
+        msgs.append({"role": "assistant", "content": text(size, t + 1)})
+    return plans
+
+
+def kept_after_cuts(plans: list[tokenflex.Plan]) -> list[int]:
+    """History messages sent by each plan whose cut moved."""
+    out, cut = [], None
+    for plan in plans:
+        now = max((d.index for d in plan.dropped if d.reason != "reasoning"), default=0)
+        if cut is not None and now != cut:
+            out.append(len(plan.messages) - 1)
+        cut = now
+    return out
+
+
+def test_auto_mark_weighs_the_cache_prices_against_the_history_kept() -> None:
+    """With cache prices, ``low_water="auto"`` cuts by expected cost: a conversation that
+    grows fast in a small room cuts deeper than the fixed 0.6, one that grows slowly in a
+    large room keeps more; without prices it is the fixed 0.6."""
+    fast = kept_after_cuts(growing(priced(2500), 60, 120))
+    fixed = kept_after_cuts(growing(model(2500), 60, 120))
+    assert fast and fixed and max(fast) < min(fixed)
+    assert kept_after_cuts(growing(model(2500), 60, 120, low_water=0.6)) == fixed
+    slow = kept_after_cuts(growing(priced(6000), 250, 20))
+    slow_fixed = kept_after_cuts(growing(model(6000), 250, 20))
+    assert slow and slow_fixed and min(slow) > max(slow_fixed)
+
+
+def test_growth_per_request_is_remembered() -> None:
+    """The stored cut carries the mean tokens appended to the history per request,
+    counted with the model's own per-message counts (the history ends before the
+    current user turn; the key holds from the third message on)."""
+    from tokenflex.counting import get_counter
+    from tokenflex.session import StoreMemory
+
+    m = priced(100_000)
+    store = MemoryStore()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    count = get_counter(m).message
+    samples = []
+    for t in range(8):
+        if t:
+            msgs.append({"role": "assistant", "content": text(7 * t, t)})
+        msgs.append({"role": "user", "content": text(10 + 5 * t, t)})
+        if t >= 2:  # the previous user turn and this answer joined the history
+            samples.append(count(msgs[-3]) + count(msgs[-2]))
+        tokenflex.fit(list(msgs), model=m, max_tokens=300, cache_stable=True, state=store)
+    cut = StoreMemory(store, m.name, msgs).previous_cut(msgs)
+    assert cut is not None and cut.end == len(msgs) - 1
+    assert cut.grown == len(samples) == 6
+    assert cut.growth == pytest.approx(sum(samples) / len(samples))
+
+
+@pytest.mark.parametrize("gone", ["ttl", "min_tokens"])
+def test_a_cut_is_not_held_for_a_cache_that_is_gone(
+    gone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the provider no longer holds the previous request (its cache expired, or it
+    was too short to cache), the fit keeps all the history that fits, as drop-to-fit."""
+    if gone == "ttl":
+        m = priced(2500, cache_ttl_s=300)
+        clock = itertools.count(1_000_000, 301)  # every request 301 s after the last
+        monkeypatch.setattr("time.time", lambda: float(next(clock)))
+    else:
+        m = priced(2500, cache_min_tokens=1_000_000)
+    stable = growing(m, 40, 40)
+    plain = growing(m, 40, 40, cache_stable=False)
+    assert [p.messages for p in stable] == [p.messages for p in plain]
+    held = growing(priced(2500, cache_ttl_s=10**6, cache_min_tokens=100), 40, 40)
+    assert [p.messages for p in held] != [p.messages for p in plain]

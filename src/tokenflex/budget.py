@@ -98,11 +98,12 @@ class SectionSpec:
     oldest one kept. When the section is cut and its oldest kept item may not open it
     (history may not start with an answer whose question was dropped), that item is
     dropped too, with the reason ``orphan``, and the next one is tried."""
-    low_water: float | None = None
+    low_water: float | Callable[[int], int] | None = None
     """Cache-stable cutting (contiguous sections without required items): when the
-    section must be cut, keep only the newest items within this share of its room, so
-    the next turns append to an unchanged prefix until the room is full again. Items
-    kept out below the mark have the reason ``low_water``."""
+    section must be cut, keep only the newest items within this share of its room (or
+    within the tokens this function gives for the room), so the next turns append to an
+    unchanged prefix until the room is full again. Items kept out below the mark have
+    the reason ``low_water``."""
     hold: int | None = None
     """With ``low_water``: the previous plan's cut, as the number of newest items it kept.
     While those items fit, exactly they are kept (older ones stay out, reason ``held``),
@@ -318,7 +319,9 @@ def _stable_count(s: SectionSpec, cum: Sequence[int], k: int, cut: bool, soft_ro
         return s.hold
     if not cut or s.low_water is None:
         return k
-    low = _soft_prefix(cum, int(s.low_water * max(0, soft_room)))
+    room = max(0, soft_room)
+    mark = s.low_water(room) if callable(s.low_water) else int(s.low_water * room)
+    low = _soft_prefix(cum, mark)
     return max(min(low, k), min(s.min_items, k))
 
 

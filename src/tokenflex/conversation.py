@@ -48,9 +48,11 @@ class Conversation:
     defaults for every :meth:`fit`; keyword arguments to :meth:`fit` override them.
 
     Plans are cache-stable by default (``cache_stable=True``): when history must be cut,
-    it is cut down to ``low_water`` of its room and that cut is held while it fits, so
-    consecutive requests share a prefix a provider's prompt cache can reuse; each plan
-    reports it in ``prefix_tokens``. Pass ``cache_stable=False`` to keep as much history
+    it is cut down to ``low_water`` of its room (by default chosen by expected cost where
+    the model's cache prices are known: :func:`tokenflex.cost.stable_mark`) and that cut
+    is held while it fits and the provider still caches it, so consecutive requests share
+    a prefix a provider's prompt cache can reuse; each plan reports it in
+    ``prefix_tokens``. Pass ``cache_stable=False`` to keep as much history
     as fits on every fit.
 
     Chat messages' ``reasoning_content`` is handled as :func:`tokenflex.fit` handles it:

@@ -6,6 +6,7 @@ output. A model without a price gives ``None`` amounts rather than a made-up zer
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +19,11 @@ __all__ = [
     "Cost",
     "Savings",
     "cache_cost",
+    "cache_kept",
     "cached_tokens",
     "estimate_cost",
     "savings",
+    "stable_mark",
 ]
 
 _PER = 1_000_000
@@ -220,3 +223,66 @@ def cache_cost(model: str | Model, input_tokens: int, cached: int) -> CacheCost:
     return CacheCost(
         m.name, total, hit, cached_usd, written_usd, both, _price(total, m.input_price)
     )
+
+
+def cache_kept(model: str | Model, input_tokens: int, age_s: float) -> bool:
+    """Whether the provider still holds a request's prefix in its cache, ``age_s`` seconds
+    later: not if the request was shorter than the model's ``cache_min_tokens`` (nothing
+    was cached) or older than its ``cache_ttl_s`` (the cache expired). Unknown limits
+    count as kept.
+
+    A cache-stable fit holds its previous cut only to keep a cache: with none kept, a
+    rewrite throws nothing away, and the fit keeps all the history that fits.
+
+    >>> from tokenflex import Model
+    >>> m = Model("m", 200_000, cache_min_tokens=1024, cache_ttl_s=300)
+    >>> cache_kept(m, 5_000, 60), cache_kept(m, 5_000, 301), cache_kept(m, 900, 60)
+    (True, False, False)
+    """
+    m = get_model(model)
+    if m.cache_min_tokens is not None and input_tokens < m.cache_min_tokens:
+        return False
+    return m.cache_ttl_s is None or age_s <= m.cache_ttl_s
+
+
+STABLE_MARK_RANGE = (0.25, 0.95)
+"""The shares of the room :func:`stable_mark` keeps to: at least a quarter of the history
+whatever the prices, and room for at least a twentieth to grow."""
+
+
+def stable_mark(model: str | Model, room: int, growth: float) -> int | None:
+    """The history tokens a cache-stable cut keeps, by expected cost: the mark at which
+    the history kept is worth most over what it costs, given the model's cache prices and
+    how fast the conversation grows (``growth`` tokens appended per request). None when
+    the prices are not known (a fixed share applies).
+
+    The model, in units of the input price: after a cut to ``L`` of the ``room``, the
+    next ``(room - L) / growth`` requests append to an unchanged prefix, and then the cut
+    moves again and the kept ``L`` are written to the cache once more (at the write price
+    ``w`` instead of the read price ``r``). A token kept in the history is worth what
+    sending it costs without a cache, its input price: the user sends it for that. Per
+    request, rewriting costs ``(w - r) L growth / (room - L)``; the kept history is worth
+    ``(1 - r) (L + room) / 2`` more than it costs to read. The best ``L`` (the economic
+    order quantity) leaves ``sqrt(2 (w - r) growth room / (1 - r))`` tokens of room to
+    grow into, within :data:`STABLE_MARK_RANGE` of the room.
+
+    So a cache that is dear to rewrite, or a conversation that grows fast, cuts deeper
+    (fewer rewrites); a slowly growing one keeps more. With Anthropic's prices (reads
+    0.1x, writes 1.25x) a 7,000-token room growing 400 tokens a request keeps 62%:
+
+    >>> from tokenflex import Model
+    >>> m = Model("m", 8192, input_price=3.0, cache_read_price=0.3, cache_write_price=3.75)
+    >>> stable_mark(m, 7_000, 400.0), stable_mark(m, 7_000, 100.0), stable_mark(m, 28_000, 400.0)
+    (4325, 5662, 22650)
+    """
+    m = get_model(model)
+    price, read = m.input_price, m.cache_read_price
+    if not price or read is None or room <= 0 or not growth > 0:
+        return None
+    write = m.cache_write_price if m.cache_write_price is not None else price
+    r, w = read / price, write / price
+    if r >= 1 or w <= r:
+        return None  # a cache that saves nothing: nothing to trade
+    gap = math.sqrt(2 * (w - r) * growth * room / (1 - r))
+    lo, hi = STABLE_MARK_RANGE
+    return int(room * min(hi, max(lo, 1 - gap / room)))

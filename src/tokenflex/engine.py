@@ -31,13 +31,14 @@ from typing import Any, Literal, Protocol
 
 from ._types import Message, Tool
 from .budget import Allocation, BudgetSpec, SectionSpec, solve
+from .cost import cache_kept, cached_tokens, stable_mark
 from .counting import MessageCounter, get_counter
 from .counting.checks import BadMessage
 from .errors import ContextOverflowError, InvalidMessagesError
 from .fallback import Candidate, fallback_chain, no_model_fits
 from .history import cleared_tool_result, iter_groups, shrink_candidates, without_reasoning
 from .models import Model, get_model, unknown_model_warning
-from .options import FitOptions
+from .options import LOW_WATER, FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
 from .session import HistoryCut, SessionMemory
 from .summarize import summary_message
@@ -279,7 +280,7 @@ class MessageSection(Section):
         self.min_items, self.max_items = min_items, max_items
         self.scores = scores
         self.index = index
-        self.low_water: float | None = None
+        self.low_water: float | Callable[[int], int] | None = None
         """Cache-stable cutting (see :attr:`SectionSpec.low_water`)."""
         self.hold_from: int | None = None
         """The previous plan's first kept message index, held while it fits."""
@@ -671,6 +672,9 @@ def solve_history(
     costs, and the promise is checked on every plan.
     """
     stable, ladder = opts.cache_stable, opts.clear_tool_results or opts.drop_reasoning
+    cold = previous is not None and not _cache_kept(model, previous)
+    hold = None if cold else previous
+    mark = 1.0 if cold else _low_water(model, opts, previous)
     made: dict[int, Message] = {}
     clear: list[int] = []
     think: list[int] = []
@@ -683,8 +687,8 @@ def solve_history(
                 hist.note = True
                 hist.exact_render = False  # the note is counted on the rendered messages
             if stable:
-                hist.low_water = opts.low_water
-                hist.hold_from = previous.start if previous is not None else None
+                hist.low_water = mark
+                hist.hold_from = hold.start if hold is not None else None
             if n_clear or n_think:
                 _shrink(hist, clear[:n_clear], think[:n_think], made)
         p = run_pass(model, sections, tools=layout.tools, opts=opts, warnings=warnings)
@@ -693,14 +697,14 @@ def solve_history(
     if not stable and not ladder:
         return attempt(0, 0)[0], None  # (the note alone needs no cut memory)
     n_clear = n_think = 0
-    sticky = previous is not None and (previous.cleared_before or previous.reasoning_before)
+    sticky = hold is not None and (hold.cleared_before or hold.reasoning_before)
     if ladder and sticky and stable:
         hist0 = history_section(layout, layout.sections(model))
         if hist0 is not None:
             clear, think = _candidates(hist0, opts)
-            assert previous is not None
-            n_clear = sum(1 for i in clear if i < previous.cleared_before)
-            n_think = sum(1 for i in think if i < previous.reasoning_before)
+            assert hold is not None
+            n_clear = sum(1 for i in clear if i < hold.cleared_before)
+            n_think = sum(1 for i in think if i < hold.reasoning_before)
     p, hist = attempt(n_clear, n_think)
     if hist is None:
         return p, None
@@ -740,13 +744,57 @@ def solve_history(
             if not _forced(p, hist.name):
                 break
     kept = p.alloc.kept.get(hist.name, ())
-    before = previous if previous is not None else HistoryCut(0)
+    before = hold if hold is not None else HistoryCut(0)
     cut = HistoryCut(
         hist.first_kept(kept) if hist not in p.left_out else hist.hi,
         max(before.cleared_before, clear[n_clear - 1] + 1 if n_clear else 0),
         max(before.reasoning_before, think[n_think - 1] + 1 if n_think else 0),
+        end=max(previous.end if previous is not None else 0, hist.hi),
+        growth=previous.growth if previous is not None else 0.0,
+        grown=previous.grown if previous is not None else 0,
     )
     return p, cut
+
+
+def _cache_kept(model: Model, previous: HistoryCut) -> bool:
+    """Whether the provider still caches the previous plan's prefix (see
+    :func:`tokenflex.cost.cache_kept`). A cut is held only for a cache: with none left,
+    the fit keeps all the history that fits, as drop-to-fit does, and the next requests
+    hold that cut."""
+    if not previous.at:
+        return True  # not known (the plan being made now, or an older state)
+    age = time.time() - previous.at
+    if cache_kept(model, previous.input_tokens, age):
+        return True
+    log.info(
+        "tokenflex: %s's prompt cache no longer holds the previous request (%d tokens, "
+        "%.0f s ago; cache_min_tokens %s, cache_ttl_s %s): all the history that fits is kept",
+        model.name,
+        previous.input_tokens,
+        age,
+        model.cache_min_tokens,
+        model.cache_ttl_s,
+    )
+    return False
+
+
+def _low_water(
+    model: Model, opts: FitOptions, previous: HistoryCut | None
+) -> float | Callable[[int], int]:
+    """The low-water mark of a cache-stable cut: the option's share, or with ``"auto"``
+    the mark by expected cost (:func:`tokenflex.cost.stable_mark`) once the prices and
+    the conversation's growth per request are known, else :data:`LOW_WATER`."""
+    if opts.low_water != "auto":
+        return float(opts.low_water)
+    growth = previous.growth if previous is not None and previous.grown else 0.0
+    if stable_mark(model, 1_000, growth) is None:
+        return LOW_WATER
+
+    def mark(room: int) -> int:
+        tokens = stable_mark(model, room, growth)
+        return int(LOW_WATER * room) if tokens is None else tokens
+
+    return mark
 
 
 def _candidates(hist: MessageSection, opts: FitOptions) -> tuple[list[int], list[int]]:
@@ -953,9 +1001,14 @@ class _Outcome:
         if cut is None:
             hist = history_section(self.layout, self.first.sections)
             kept = () if hist is None else self.first.alloc.kept.get(hist.name, ())
-            cut = HistoryCut(target.hi if hist is None else hist.first_kept(kept))
-        from .cost import cached_tokens
-
+            before = self.previous if self.previous is not None else HistoryCut(0)
+            cut = HistoryCut(
+                target.hi if hist is None else hist.first_kept(kept),
+                end=max(before.end, target.hi),
+                growth=before.growth,
+                grown=before.grown,
+            )
+        cut = replace(cut, at=time.time(), input_tokens=plan.input_tokens)
         prefix = self.memory.remember(target.source, cut, plan.messages, self.first.counter)
         if prefix is None:
             return plan
@@ -1109,6 +1162,8 @@ def _first(
         target = stable_target(layout, primary)
         if target is not None:
             previous = memory.previous_cut(target.source)
+            if previous is not None:
+                previous = _grown(previous, target.source, target.hi, primary)
     if not opts.fallback_models:
         p, cut = solve_history(layout, primary, opts, previous)
         return _Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
@@ -1148,6 +1203,19 @@ def _first(
         )
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
     raise no_model_fits(tried, floor, opts.safety_margin, primary=primary.name)
+
+
+def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Model) -> HistoryCut:
+    """``previous`` with the history appended since counted in its growth per request
+    (O(the new messages); an invalid one is left to the pass to report)."""
+    if not previous.end:
+        return replace(previous, end=hi)  # a state without an end: start counting
+    count = get_counter(model).message
+    try:
+        tokens = sum(count(source[i]) for i in range(previous.end, hi))
+    except BadMessage:
+        return previous
+    return previous.appended(hi, tokens)
 
 
 def _candidate(model: Model, required: int, *, fits: bool) -> Candidate:

@@ -18,12 +18,15 @@ from typing import Any
 from .budget import MIN_OUTPUT_TOKENS, SAFETY_MARGIN, Policy
 from .errors import InvalidInputError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "FitOptions"]
+__all__ = ["DEFAULT_MAX_TOKENS", "LOW_WATER", "FitOptions"]
 
 DEFAULT_MAX_TOKENS = 4000
 """The output :class:`~tokenflex.settings.Settings` requests by default
 (``MAX_OUTPUT_TOKENS``); fit() without ``max_tokens`` does not use it (see
 :attr:`FitOptions.max_tokens`)."""
+LOW_WATER = 0.6
+"""The share of the history's room a cache-stable cut goes down to when ``low_water`` is
+``"auto"`` and the cost of a cut is not known (no cache prices, or a first request)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,11 @@ class FitOptions:
     """Keep the prefix sent stable across the turns of a session so provider prompt
     caches hit: when history must be cut, cut down to ``low_water`` of its room and hold
     that cut while it fits (on by default in :class:`~tokenflex.Conversation`)."""
-    low_water: float = 0.6
-    """Share of the history's room a cache-stable cut goes down to."""
+    low_water: float | str = "auto"
+    """Share of the history's room a cache-stable cut goes down to; ``"auto"``: by
+    expected cost where the model's cache prices are known and the conversation has
+    grown at least once (:func:`tokenflex.cost.stable_mark`), else
+    :data:`LOW_WATER`."""
     clear_tool_results: bool = False
     """Before dropping turns, replace old tool results with a short placeholder (the
     call and its id stay)."""
@@ -210,7 +216,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
     "strict": (lambda v: isinstance(v, bool), "True or False"),
     "page_size": (_int(1), "a positive int"),
     "cache_stable": (lambda v: isinstance(v, bool), "True or False"),
-    "low_water": (_share(), "a number in (0, 1]"),
+    "low_water": (lambda v: v == "auto" or _share()(v), '"auto" or a number in (0, 1]'),
     "clear_tool_results": (lambda v: isinstance(v, bool), "True or False"),
     "keep_tool_results": (_int(0), "an int >= 0"),
     "keep_tools": (

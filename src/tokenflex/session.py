@@ -16,13 +16,14 @@ import hashlib
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 from ._types import Message
 from .counting import MessageCounter
 
 __all__ = [
+    "GROWTH_REQUESTS",
     "KEY_MESSAGES",
     "SESSION_TTL_S",
     "HistoryCut",
@@ -32,6 +33,9 @@ __all__ = [
     "fingerprint",
 ]
 
+GROWTH_REQUESTS = 20
+"""A cut's growth per request is the mean of at most this many recent requests (an
+exponential mean past them), so a conversation that changes pace is followed."""
 KEY_MESSAGES = 3
 """Leading messages that name a stateless conversation (with the model)."""
 SESSION_TTL_S = 24 * 3600.0
@@ -50,6 +54,32 @@ class HistoryCut:
     """Reasoning before this index was dropped (0: none)."""
     summarized_before: int = 0
     """The plan's summary covers the history before this index (0: no summary)."""
+    end: int = 0
+    """The history's end at that plan: messages from here on were appended since."""
+    growth: float = 0.0
+    """Mean tokens appended to the history per request (over ``grown`` requests)."""
+    grown: int = 0
+    """Requests that appended to the history, counted in ``growth``."""
+    at: float = 0.0
+    """When the plan was made (``time.time()``; 0: not known)."""
+    input_tokens: int = 0
+    """The plan's input tokens (0: not known)."""
+
+    def appended(self, end: int, tokens: int) -> HistoryCut:
+        """This cut with ``tokens`` appended to the history up to ``end`` counted in its
+        growth per request (unchanged when nothing was appended).
+
+        >>> HistoryCut(0, end=4, growth=100.0, grown=1).appended(6, 300).growth
+        200.0
+        """
+        if end <= self.end:
+            return self
+        n = min(self.grown, GROWTH_REQUESTS - 1) + 1
+        growth = self.growth + (tokens - self.growth) / n
+        return replace(self, end=end, growth=growth, grown=self.grown + 1)
+
+
+_FLOAT_FIELDS = frozenset({"growth", "at"})
 
 
 def fingerprint(message: Any) -> str:
@@ -154,12 +184,15 @@ class StoreMemory:
             return None
         if start < len(source) and fingerprint(source[start]) != state["start_hash"]:
             return None  # not the conversation the key was made for: no previous cut
-        return HistoryCut(
-            start,
-            int(state["cleared_before"]),
-            int(state["reasoning_before"]),
-            int(state.get("summarized_before", 0)),
-        )
+        try:
+            saved: dict[str, Any] = {
+                f.name: (float if f.name in _FLOAT_FIELDS else int)(state[f.name])
+                for f in fields(HistoryCut)
+                if f.name in state and f.name != "start"
+            }
+        except (TypeError, ValueError):  # a state written by another version
+            return HistoryCut(start)
+        return HistoryCut(start, **saved)
 
     def remember(
         self,
@@ -171,11 +204,8 @@ class StoreMemory:
         previous = self._load()
         sent = [fingerprint(m) for m in messages]
         state = {
-            "start": cut.start,
+            **asdict(cut),
             "start_hash": fingerprint(source[cut.start]) if cut.start < len(source) else "",
-            "cleared_before": cut.cleared_before,
-            "reasoning_before": cut.reasoning_before,
-            "summarized_before": cut.summarized_before,
             "sent": sent,
         }
         self.store.set(self.key, json.dumps(state).encode(), ttl_s=SESSION_TTL_S)
