@@ -15,7 +15,9 @@ variant decides what each request sends. For each variant and window it prints:
 
 Variants: tokenflex drop-to-fit (``fit()`` each request, as before cache-stable plans),
 tokenflex cache-stable (a ``Conversation``; cut to the low-water mark, held while it
-fits), the same with the shrink ladder (old tool results cleared, old reasoning
+fits), the same with the model given Anthropic's or OpenAI's cache prices (so the default
+``low_water="auto"`` picks the mark by expected cost; without prices it is 0.6), the same
+with the shrink ladder (old tool results cleared, old reasoning
 dropped), the same with a summarizer (the offline extractive one), LangChain
 ``trim_messages``, litellm ``trim_messages`` (peers imported when installed, else "n/a"),
 and a compactor that summarizes when the input passes 70% of the window down to 40%.
@@ -96,6 +98,11 @@ def session_requests(kind: str, seed: int, requests: int) -> list[list[Message]]
         carry = [answer]
     return out[:requests]
 
+
+ANTHROPIC_PRICES = {"input_price": 3.0, "cache_read_price": 0.3, "cache_write_price": 3.75}
+"""Claude Sonnet's list prices (reads 0.1x, writes 1.25x): what ``low_water="auto"`` weighs."""
+OPENAI_PRICES = {"input_price": 2.5, "cache_read_price": 1.25}
+"""gpt-4o's (cached input 0.5x, no write premium)."""
 
 SYSTEM: Message = {"role": "system", "content": "You are a careful coding agent. " * 8}
 
@@ -316,6 +323,16 @@ def main() -> None:
             variants: list[tuple[str, Variant | None, Any]] = [
                 ("tokenflex drop-to-fit", tokenflex_drop(model, max_tokens), None),
                 ("tokenflex cache-stable", tokenflex_stable(model, max_tokens), None),
+                (
+                    "tokenflex cache-stable, auto mark, Anthropic prices",
+                    tokenflex_stable(model.replace(**ANTHROPIC_PRICES), max_tokens),
+                    None,
+                ),
+                (
+                    "tokenflex cache-stable, auto mark, OpenAI prices",
+                    tokenflex_stable(model.replace(**OPENAI_PRICES), max_tokens),
+                    None,
+                ),
                 (
                     "tokenflex cache-stable + ladder",
                     tokenflex_stable(
