@@ -177,10 +177,13 @@ def test_a_trickling_summarizer_is_cut_off_and_history_dropped_instead(
         )
         elapsed = time.monotonic() - t0
         assert r.status_code == 200, r.text
-        assert faulty.seen == ["trickle", "ok"]  # the summarizer was asked, and trickled
         assert r.headers["x-tokenflex-summary"] == "no"
         assert int(r.headers["x-tokenflex-dropped"]) > 0
         assert elapsed < 4, f"the summarizer held the request {elapsed:.1f} s"
+        # the summarizer was asked, and trickled (inline before the chat call, or in the
+        # background beside it when the span needs more than one call)
+        assert proxy.app.state.proxy.fitter.background.wait(10)
+        assert sorted(faulty.seen) == ["ok", "trickle"]
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
