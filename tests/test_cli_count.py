@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from _cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
 
+import tokenflex
 from tokenflex.cli import main
 
 COOKBOOK = COOKBOOK_MESSAGES
@@ -146,6 +148,106 @@ def test_models_without_match(capsys: pytest.CaptureFixture[str]) -> None:
     assert "No model matches" in capsys.readouterr().out
     assert main(["models", "zzz-no-such", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+MARKS = "¹²³⁴⁵⁶⁷⁸⁹⁰"
+
+
+def models_rows(out: str) -> dict[str, list[str]]:
+    """The rows of the ``tokenflex models`` table by model name, each as its cells (name
+    first): a name folded over several lines is joined back. The notes under the table
+    (lines that start with a mark) are not rows."""
+    rows: list[list[str]] = []
+    for line in out.split("───")[-1].splitlines()[1:]:  # the lines under the header rule
+        cells = line.split()
+        if not cells:
+            continue
+        if cells[0][0] in MARKS:  # the notes: the table is over
+            break
+        if len(cells) == 1:  # the rest of a folded name
+            rows[-1][0] += cells[0]
+        else:
+            rows.append(cells)
+    return {cells[0]: cells for cells in rows}
+
+
+def models_notes(out: str) -> list[str]:
+    return [line.strip() for line in out.splitlines() if line[:1] in MARKS]
+
+
+MISTRAL_EXACT = {
+    "mistral-nemo": "mistral:tekken",
+    "mistral-small": "mistral:tekken",
+    "mistral:7b": "mistral:v3",
+    "mixtral:8x7b": "mistral:v1",
+}
+
+
+def test_models_show_the_exact_tokenizer_when_it_loads(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mistral_common")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["models", "mistral"]) == 0
+    out = capsys.readouterr().out
+    rows = models_rows(out)
+    for name, exact in MISTRAL_EXACT.items():
+        assert rows[name][-1] == exact, rows[name]
+    assert rows["mistral-large"][-1] == "estimate:all"  # no exact tokenizer in the registry
+    assert models_notes(out) == []
+    assert main(["models", "mistral-nemo", "--json"]) == 0
+    (nemo,) = json.loads(capsys.readouterr().out)
+    assert nemo["tokenizer"] == "estimate:tekken"  # the registry entry, as written
+    assert nemo["exact_tokenizer"] == "mistral:tekken"
+    assert nemo["counting_tokenizer"] == "mistral:tekken"
+    assert nemo["counting_chat_format"] == "mistral"
+
+
+def test_models_show_the_estimate_and_what_the_exact_tokenizer_needs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "mistral_common", None)  # the extra is not installed
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["models", "mistral"]) == 0
+    out = capsys.readouterr().out
+    rows = models_rows(out)
+    marks = {exact: rows[name][-1][-1] for name, exact in MISTRAL_EXACT.items()}
+    assert len(set(marks.values())) == 3  # one mark per exact tokenizer: tekken, v3, v1
+    assert rows["mistral-nemo"][-1] == "estimate:tekken" + marks["mistral:tekken"]
+    assert rows["mistral-small"][-1] == "estimate:tekken" + marks["mistral:tekken"]
+    assert rows["mistral:7b"][-1] == "estimate:mistral-spm" + marks["mistral:v3"]
+    assert rows["mixtral:8x7b"][-1] == "estimate:mistral-spm" + marks["mistral:v1"]
+    assert rows["mistral-large"][-1] == "estimate:all"
+    assert models_notes(out) == [
+        f"{marks[exact]} estimate here: exact {exact} needs pip install 'tokenflex[mistral]'"
+        for exact in ("mistral:tekken", "mistral:v3", "mistral:v1")
+    ]
+    assert main(["models", "mistral-nemo", "--json"]) == 0
+    (nemo,) = json.loads(capsys.readouterr().out)
+    assert nemo["exact_tokenizer"] == "mistral:tekken"
+    assert nemo["counting_tokenizer"] == "estimate:tekken"
+    assert nemo["counting_chat_format"] == "generic"
+
+
+def test_models_say_when_an_exact_tokenizer_does_not_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("mistral_common")  # installed: the file is what is missing
+    missing = "mistral:no-such-file.json"  # a path, relative to the test's empty cwd
+    tokenflex.register_model(
+        tokenflex.Model(
+            name="house-model", context_window=32_768, tokenizer="estimate:all",
+            exact_tokenizer=missing,
+        )
+    )  # fmt: skip
+    assert main(["models", "house-model"]) == 0
+    out = capsys.readouterr().out
+    assert models_rows(out)["house-model"][-1] == "estimate:all¹"
+    assert models_notes(out) == [f"¹ estimate here: exact {missing} does not load here"]
+    assert main(["models", "gpt-4o-mini", "--json"]) == 0
+    (mini,) = json.loads(capsys.readouterr().out)
+    assert mini["exact_tokenizer"] is None
+    assert mini["counting_tokenizer"] == mini["tokenizer"] == "o200k_base"
 
 
 def test_error_messages_keep_brackets(capsys: pytest.CaptureFixture[str]) -> None:

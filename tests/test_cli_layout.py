@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.cells import cell_len
 from rich.console import Console
+from test_cli_count import MARKS, models_rows
 
 import tokenflex
 from tokenflex.cli import main
@@ -150,14 +151,31 @@ def test_count_per_message(capsys: pytest.CaptureFixture[str], long_chat: Path) 
         assert numbered[i][2] == f"{tokens:,}"
 
 
-def test_models_fit_80_with_every_number(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "mistral_extra",
+    [pytest.param(True, id="with-mistral-extra"), pytest.param(False, id="without")],
+)
+def test_models_fit_80_with_every_number_and_tokenizer(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, mistral_extra: bool
+) -> None:
+    """Every model's numbers and the tokenizer it counts with are whole at 80 columns (a
+    long name folds instead); without the extra the estimate is there, marked."""
+    if mistral_extra:
+        pytest.importorskip("mistral_common")
+    else:
+        monkeypatch.setitem(sys.modules, "mistral_common", None)
     out = run(capsys, "models")
     assert_fits_80(out)
-    lines = out.splitlines()
+    rows = models_rows(out)
     for m in tokenflex.list_models():
-        row = next(line.split() for line in lines if line.split()[:1] == [m.name])
+        row = rows[m.name]
         assert row[1] == f"{m.context_window:,}"
         assert row[2] == ("—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}")
+        counts_with = m.counting().tokenizer
+        assert row[-1].rstrip(MARKS) == counts_with
+        assert (row[-1] != counts_with) == (m.exact_tokenizer not in (None, counts_with))
+    marked = [name for name, row in rows.items() if row[-1][-1] in MARKS]
+    assert (marked == []) == mistral_extra, marked
 
 
 def test_models_with_very_long_names_fit_80(

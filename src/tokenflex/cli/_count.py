@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -287,6 +288,7 @@ def models_cmd(
         return check_models(check, query, as_json=as_json)
     found = list_models(query)
     if as_json:
+        counted = [m.counting() for m in found]
         console.print_json(
             data=[
                 {
@@ -297,6 +299,9 @@ def models_cmd(
                     "max_output_tokens": m.max_output_tokens,
                     "tokenizer": m.tokenizer,
                     "chat_format": m.chat_format,
+                    "exact_tokenizer": m.exact_tokenizer,
+                    "counting_tokenizer": c.tokenizer,
+                    "counting_chat_format": c.chat_format,
                     "input_price": m.input_price,
                     "output_price": m.output_price,
                     "max_input_tokens": m.max_input_tokens,
@@ -306,7 +311,7 @@ def models_cmd(
                     "aliases": list(m.aliases),
                     "source": m.source,
                 }
-                for m in found
+                for m, c in zip(found, counted, strict=True)
             ]
         )
         return
@@ -319,25 +324,61 @@ def models_cmd(
     console.print(_models_table(found, query))
 
 
-def _models_table(found: list[Model], query: str) -> Table:
-    """Fits 80 columns: numbers never wrap, the tokenizer gives way first, a very long name
-    folds. Provider, family, chat format and aliases are in ``--json``."""
+def _models_table(found: list[Model], query: str) -> RenderableType:
+    """Fits 80 columns: numbers and the tokenizer never wrap, a long name folds.
+
+    The tokenizer is the one the model counts with here (:meth:`Model.counting`). Where
+    its ``exact_tokenizer`` does not load, that is the estimate, marked ``¹``; a note under
+    the table names the exact tokenizer and what it needs. Provider, family, chat format
+    and aliases are in ``--json``.
+    """
     title = Text(f"{len(found)} models" + (f" matching {query!r}" if query else ""))
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1, 0, 0),  # two spaces between columns: room for the tokenizer
+    )
+    marks: dict[str, str] = {}  # exact tokenizer that does not load here -> its mark
+    tokenizers: list[str] = []
+    for m in found:
+        tokenizer = m.counting().tokenizer
+        if m.exact_tokenizer and tokenizer != m.exact_tokenizer:
+            tokenizer += marks.setdefault(m.exact_tokenizer, _superscript(len(marks) + 1))
+        tokenizers.append(tokenizer)
     longest = max(len(m.name) for m in found)
-    table.add_column("name", style="bold", overflow="fold", min_width=min(32, longest))
+    table.add_column("name", style="bold", overflow="fold", min_width=min(12, longest))
     table.add_column("window", justify="right", no_wrap=True)
     table.add_column("max out", justify="right", no_wrap=True)
     table.add_column("$/1M in", justify="right", no_wrap=True)
     table.add_column("$/1M out", justify="right", no_wrap=True)
-    table.add_column("tokenizer", overflow="ellipsis", min_width=8)
-    for m in found:
+    table.add_column("tokenizer", no_wrap=True)
+    for m, tokenizer in zip(found, tokenizers, strict=True):
         table.add_row(
             Text(m.name),
             f"{m.context_window:,}",
             "—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}",
             _money(m.input_price),
             _money(m.output_price),
-            Text(m.tokenizer),
+            Text(tokenizer),
         )
-    return table
+    notes = [
+        Text(f"{mark} estimate here: exact {exact} {_needs(exact)}", style="dim")
+        for exact, mark in marks.items()
+    ]
+    return Group(table, *notes)
+
+
+def _superscript(n: int) -> str:
+    return str(n).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def _needs(exact: str) -> str:
+    """Why an exact tokenizer does not load here, as briefly as that can be said."""
+    from ..tokenizers import mistral
+
+    if exact.startswith("mistral:") and not mistral.installed():
+        return f"needs {mistral.INSTALL_HINT}"
+    return "does not load here"

@@ -66,8 +66,15 @@ class BackgroundSummaries:
                 return False
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tokenflex-summ")
+            try:
+                job = self._pool.submit(self._run, key, make, store, ttl_s)
+            except RuntimeError:  # the interpreter is exiting: no new work is taken
+                return False
             self._keys.add(key)
-            self._pool.submit(self._run, key, make, store, ttl_s)
+        # The key is freed when the job is over, whether it ran or close() cancelled it
+        # before it started (a cancelled job never runs _run). Added outside the lock: on
+        # a job already over, the callback runs here at once, and it takes the lock.
+        job.add_done_callback(lambda _: self._forget(key))
         return True
 
     def _run(self, key: str, make: Callable[[], str], store: Any, ttl_s: float) -> None:
@@ -82,10 +89,11 @@ class BackgroundSummaries:
                 type(exc).__name__,
                 exc,
             )
-        finally:
-            with self._lock:
-                self._keys.discard(key)
-                self._idle.notify_all()
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._keys.discard(key)
+            self._idle.notify_all()
 
     @property
     def in_flight(self) -> int:
@@ -99,7 +107,8 @@ class BackgroundSummaries:
             return self._idle.wait_for(lambda: not self._keys, timeout)
 
     def close(self) -> None:
-        """Start no more jobs; the queued ones are cancelled, running ones finish."""
+        """Start no more jobs; the queued ones are cancelled, running ones finish (this
+        does not wait for them: :meth:`wait` does)."""
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None

@@ -1,0 +1,362 @@
+"""The background summary runner (:class:`~tokenflex.summarize.background.BackgroundSummaries`)
+with real worker threads and real state stores (in-process and a SQLite file).
+
+Jobs are held on a :class:`threading.Event` (a gate) so that a test decides what is
+running, what is queued and when they finish; every wait has a timeout, so a broken
+runner fails a test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenflex.state import StateStore, open_store
+from tokenflex.summarize.background import BackgroundSummaries
+
+WAIT_S = 10.0
+"""Longest any test waits for a job (a timeout here is a failure, not a slow pass)."""
+
+TTL_S = 60.0
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'state.db'}"
+    opened = open_store(url)
+    yield opened
+    close = getattr(opened, "close", None)
+    if close is not None:
+        close()
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """Jobs made by :func:`held` wait on this; opened at the end of every test, so no
+    worker thread outlives it."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+class Calls:
+    """What the jobs did, in order (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.running = threading.Event()
+        self.changed = threading.Condition()
+
+    def wait_started(self, n: int) -> bool:
+        """Wait until ``n`` jobs have started (False after :data:`WAIT_S`)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: len(self.started) >= n, WAIT_S)
+
+    def held(self, text: str, gate: threading.Event) -> Callable[[], str]:
+        """A job that records its start, waits for ``gate`` and returns ``text``."""
+
+        def make() -> str:
+            with self.changed:
+                self.started.append(text)
+                self.changed.notify_all()
+            self.running.set()
+            gate.wait(WAIT_S)
+            return text
+
+        return make
+
+
+@pytest.fixture
+def runners(gate: threading.Event) -> Iterator[list[BackgroundSummaries]]:
+    """Runners to close after the test (the gate is opened first, so they drain)."""
+    made: list[BackgroundSummaries] = []
+    yield made
+    gate.set()
+    for runner in made:
+        runner.close()
+        runner.wait(WAIT_S)
+
+
+def runner_for(runners: list[BackgroundSummaries], **options: Any) -> BackgroundSummaries:
+    runner = BackgroundSummaries(**options)
+    runners.append(runner)
+    return runner
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "tokenflex" and r.levelno == logging.WARNING
+    ]
+
+
+# -- the job limit ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "max_jobs,workers",
+    [
+        pytest.param(1, 1, id="one-job"),
+        pytest.param(3, 1, id="queued-jobs"),
+        pytest.param(3, 3, id="a-worker-each"),
+    ],
+)
+def test_the_job_after_max_jobs_is_refused_and_logged_until_jobs_finish(
+    max_jobs: int,
+    workers: int,
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners, max_jobs=max_jobs, workers=workers)
+    calls = Calls()
+    with caplog.at_level(logging.WARNING, logger="tokenflex"):
+        for i in range(max_jobs):
+            assert runner.submit(f"k{i}", calls.held(f"s{i}", gate), store, ttl_s=TTL_S)
+        assert runner.in_flight == max_jobs
+        assert warnings_of(caplog) == []
+        # the same key again: already being made, refused without a warning
+        assert not runner.submit("k0", calls.held("again", gate), store, ttl_s=TTL_S)
+        assert warnings_of(caplog) == []
+        # one distinct key too many: refused, and the log says why
+        assert not runner.submit("extra", calls.held("extra", gate), store, ttl_s=TTL_S)
+        (warning,) = warnings_of(caplog)
+        assert f"max_jobs={max_jobs}" in warning and "skipped" in warning
+        assert runner.in_flight == max_jobs
+
+        gate.set()
+        assert runner.wait(WAIT_S)
+        assert runner.in_flight == 0
+        assert [store.get(f"k{i}") for i in range(max_jobs)] == [
+            f"s{i}".encode() for i in range(max_jobs)
+        ]
+        assert store.get("extra") is None
+        assert sorted(calls.started) == sorted(f"s{i}" for i in range(max_jobs))
+
+        # room again: the refused key is made now
+        assert runner.submit("extra", calls.held("extra", gate), store, ttl_s=TTL_S)
+        assert runner.wait(WAIT_S)
+        assert store.get("extra") == b"extra"
+        assert len(warnings_of(caplog)) == 1
+
+
+def test_wait_times_out_while_a_job_runs(
+    store: StateStore, gate: threading.Event, runners: list[BackgroundSummaries]
+) -> None:
+    runner = runner_for(runners)
+    calls = Calls()
+    assert runner.wait(0)  # nothing submitted yet
+    assert runner.submit("k", calls.held("s", gate), store, ttl_s=TTL_S)
+    assert not runner.wait(0.05)
+    gate.set()
+    assert runner.wait(WAIT_S)
+
+
+# -- one job per key ----------------------------------------------------------------------
+
+
+def test_submits_racing_for_one_key_start_one_job(
+    store: StateStore, gate: threading.Event, runners: list[BackgroundSummaries]
+) -> None:
+    runner = runner_for(runners, max_jobs=4, workers=4)
+    calls = Calls()
+    threads_n = 32
+    barrier = threading.Barrier(threads_n)
+    results: list[bool] = []
+    results_lock = threading.Lock()
+
+    def racer() -> None:
+        barrier.wait(WAIT_S)
+        started = runner.submit("same", calls.held("the summary", gate), store, ttl_s=TTL_S)
+        with results_lock:
+            results.append(started)
+
+    threads = [threading.Thread(target=racer) for _ in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    # every submit is over before the job may finish: a later True would be a second job
+    assert len(results) == threads_n
+    assert results.count(True) == 1
+    assert runner.in_flight == 1
+    gate.set()
+    assert runner.wait(WAIT_S)
+    assert calls.started == ["the summary"]
+    assert store.get("same") == b"the summary"
+
+
+# -- failures -----------------------------------------------------------------------------
+
+
+def test_a_failing_job_is_logged_and_its_key_freed(
+    store: StateStore, runners: list[BackgroundSummaries], caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = runner_for(runners)
+
+    def broken() -> str:
+        raise ValueError("the summarizer said no")
+
+    with caplog.at_level(logging.WARNING, logger="tokenflex"):
+        assert runner.submit("k", broken, store, ttl_s=TTL_S)  # no exception here
+        assert runner.wait(WAIT_S)
+    (warning,) = warnings_of(caplog)
+    assert "ValueError: the summarizer said no" in warning
+    assert runner.in_flight == 0
+    assert store.get("k") is None
+    # the key is free: asked again, it is made
+    assert runner.submit("k", lambda: "made", store, ttl_s=TTL_S)
+    assert runner.wait(WAIT_S)
+    assert store.get("k") == b"made"
+
+
+def test_a_store_that_fails_to_write_is_logged_and_the_key_freed(
+    tmp_path: Path, runners: list[BackgroundSummaries], caplog: pytest.LogCaptureFixture
+) -> None:
+    from tokenflex.state.sqlite import SQLiteStore
+
+    broken = SQLiteStore(str(tmp_path / "state.db"))
+    broken.close()  # every set() now raises sqlite3.ProgrammingError
+    runner = runner_for(runners)
+    with caplog.at_level(logging.WARNING, logger="tokenflex"):
+        assert runner.submit("k", lambda: "summary", broken, ttl_s=TTL_S)
+        assert runner.wait(WAIT_S)
+    (warning,) = warnings_of(caplog)
+    assert "ProgrammingError" in warning
+    assert runner.in_flight == 0
+    working = open_store("memory://")
+    assert runner.submit("k", lambda: "summary", working, ttl_s=TTL_S)
+    assert runner.wait(WAIT_S)
+    assert working.get("k") == b"summary"
+
+
+def test_the_summary_is_stored_with_the_ttl_given(
+    store: StateStore, runners: list[BackgroundSummaries]
+) -> None:
+    runner = runner_for(runners)
+    assert runner.submit("short", lambda: "brief", store, ttl_s=0.3)
+    assert runner.submit("long", lambda: "lasting", store, ttl_s=TTL_S)
+    assert runner.wait(WAIT_S)
+    assert store.get("short") == b"brief"
+    time.sleep(0.4)
+    assert store.get("short") is None
+    assert store.get("long") == b"lasting"
+
+
+# -- close --------------------------------------------------------------------------------
+
+
+def test_close_cancels_queued_jobs_lets_running_ones_finish_and_frees_their_keys(
+    store: StateStore, gate: threading.Event, runners: list[BackgroundSummaries]
+) -> None:
+    runner = runner_for(runners, max_jobs=4, workers=1)
+    calls = Calls()
+    assert runner.submit("running", calls.held("running", gate), store, ttl_s=TTL_S)
+    assert calls.running.wait(WAIT_S)  # the one worker holds it: the next ones queue
+    assert runner.submit("queued-1", calls.held("queued-1", gate), store, ttl_s=TTL_S)
+    assert runner.submit("queued-2", calls.held("queued-2", gate), store, ttl_s=TTL_S)
+    assert runner.in_flight == 3
+
+    begun = time.monotonic()
+    runner.close()
+    assert time.monotonic() - begun < 1.0  # close() does not wait for the running job
+    assert not runner.submit("late", calls.held("late", gate), store, ttl_s=TTL_S)
+    # the queued jobs are cancelled: only the running one is still being made
+    assert runner.in_flight == 1
+    assert not runner.wait(0.05)
+
+    gate.set()
+    assert runner.wait(WAIT_S)
+    assert runner.in_flight == 0
+    assert calls.started == ["running"]
+    assert store.get("running") == b"running"
+    assert [store.get(k) for k in ("queued-1", "queued-2", "late")] == [None, None, None]
+    runner.close()  # twice: nothing more to do
+    assert runner.in_flight == 0
+
+
+def test_close_before_any_job(store: StateStore) -> None:
+    runner = BackgroundSummaries()
+    runner.close()
+    assert not runner.submit("k", lambda: "s", store, ttl_s=TTL_S)
+    assert runner.in_flight == 0
+    assert runner.wait(0)
+    assert store.get("k") is None
+
+
+def test_a_submit_at_interpreter_exit_is_refused_not_raised(tmp_path: Path) -> None:
+    """At interpreter exit the executor takes no new work: a fit running then (a daemon
+    thread, an atexit hook) gets False from submit, not a RuntimeError, and no key stays
+    held."""
+    script = tmp_path / "late.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import atexit
+            from tokenflex.state import open_store
+            from tokenflex.summarize.background import BackgroundSummaries
+
+            runner, store = BackgroundSummaries(), open_store("memory://")
+
+            def late():
+                started = runner.submit("k", lambda: "s", store, ttl_s=60)
+                print(started, runner.in_flight, runner.wait(0))
+
+            atexit.register(late)
+            """
+        )
+    )
+    src = Path(__file__).resolve().parent.parent / "src"
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(src)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "0", "True"], (done.stdout, done.stderr)
+
+
+def test_the_proxy_closes_its_runner_at_shutdown_without_waiting(
+    monkeypatch: pytest.MonkeyPatch, gate: threading.Event
+) -> None:
+    """The proxy's lifespan closes the runner: no job starts after shutdown, a queued one
+    is cancelled (its key freed), a running one is not waited for and still stored."""
+    from starlette.testclient import TestClient
+
+    from tokenflex.server import ServerConfig, create_app
+
+    monkeypatch.delenv("TOKENFLEX_CONFIG", raising=False)
+    app = create_app(ServerConfig.load(upstream="http://127.0.0.1:9"))
+    fitter = app.state.proxy.fitter
+    runner: BackgroundSummaries = fitter.background
+    calls = Calls()
+    with TestClient(app) as client:
+        assert client.get("/tokenflex/health").status_code == 200
+        for i in range(runner.workers):  # every worker busy, then one job queued
+            assert runner.submit(f"busy-{i}", calls.held("busy", gate), fitter.store, ttl_s=TTL_S)
+        assert calls.wait_started(runner.workers)
+        assert runner.submit("queued", calls.held("queued", gate), fitter.store, ttl_s=TTL_S)
+        begun = time.monotonic()
+    assert time.monotonic() - begun < 5.0  # shutdown did not wait for the gate
+    assert not runner.submit("late", calls.held("late", gate), fitter.store, ttl_s=TTL_S)
+    assert runner.in_flight == runner.workers  # the queued one is gone, the running remain
+    gate.set()
+    assert runner.wait(WAIT_S)
+    assert [fitter.store.get(f"busy-{i}") for i in range(runner.workers)] == [b"busy"] * (
+        runner.workers
+    )
+    assert fitter.store.get("queued") is None
+    assert calls.started == ["busy"] * runner.workers
