@@ -391,6 +391,7 @@ def test_routes_can_summarize_instead_of_dropping(
     assert r.status_code == 200, r.text
     assert r.headers["x-tokenflex-summary"] == "yes"
     assert len(fake.seen) == calls + 1  # the stored summary: no call, only the chat
+
     def summarizing(call: dict[str, Any]) -> bool:
         return str(call["body"]["messages"][0]["content"]).startswith("You summarize")
 
