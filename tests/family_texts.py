@@ -22,6 +22,7 @@ import os
 import random
 import string
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
@@ -40,6 +41,10 @@ KINDS = (
     "box-drawing",
     "base64",
 )
+# kinds the fit also tunes on, with no held-out column in the table (the table stays
+# comparable across refits): symbols from many Unicode blocks, most of which some
+# vocabulary lacks (Braille, newer emoji)
+TUNE_KINDS = ("symbols",)
 # family -> the reference tokenizers its bound must cover
 FAMILY_REFERENCES: dict[str, tuple[str, ...]] = {
     "openai": ("o200k", "cl100k"),
@@ -292,6 +297,54 @@ def _emoji(rng: random.Random) -> str:
     )
 
 
+SYMBOL_BLOCKS = (
+    (0x00A1, 0x00BF),  # Latin-1 punctuation and signs
+    (0x2010, 0x205E),  # general punctuation
+    (0x20A0, 0x20C0),  # currency signs
+    (0x2100, 0x214F),  # letterlike symbols
+    (0x2190, 0x21FF),  # arrows
+    (0x2200, 0x22FF),  # mathematical operators
+    (0x2300, 0x23FF),  # miscellaneous technical
+    (0x2500, 0x259F),  # box drawing, block elements
+    (0x25A0, 0x25FF),  # geometric shapes
+    (0x2600, 0x26FF),  # miscellaneous symbols
+    (0x2700, 0x27BF),  # dingbats
+    (0x2800, 0x28FF),  # Braille patterns (terminal spinners and plots)
+    (0x2B00, 0x2BFF),  # miscellaneous symbols and arrows
+    (0x3000, 0x303F),  # CJK symbols and punctuation
+    (0xFF01, 0xFF65),  # fullwidth and halfwidth punctuation
+    (0x1F300, 0x1F5FF),  # pictographs
+    (0x1F600, 0x1F64F),  # emoticons
+    (0x1F680, 0x1F6FF),  # transport and map symbols
+    (0x1F900, 0x1F9FF),  # supplemental symbols and pictographs
+    (0x1FA70, 0x1FAFF),  # symbols and pictographs extended-A
+)
+
+
+def _symbols(rng: random.Random) -> str:
+    """Symbols of one Unicode block: runs, mixes, string literals in code, or between
+    words (tuning only: ``TUNE_KINDS``)."""
+    first, last = rng.choice(SYMBOL_BLOCKS)
+    chars = [chr(c) for c in range(first, last + 1) if unicodedata.category(chr(c))[0] in "PS"]
+    n = rng.choice([rng.randint(1, 10), rng.randint(10, 100), rng.randint(100, 600)])
+    style = rng.randint(0, 3)
+    if style == 0:  # a run of one symbol
+        return rng.choice(chars) * n
+    if style == 1:
+        return "".join(rng.choice(chars) for _ in range(n))
+    if style == 2:  # string literals of symbols in code
+        lines = []
+        for i in range(max(1, n // 10)):
+            seq = "".join(rng.choice(chars) for _ in range(rng.randint(1, 40)))
+            quoted = ", ".join(f'"{ch}"' for ch in seq) if rng.random() < 0.3 else f'"{seq}"'
+            lines.append(f'    "{rng.choice(string.ascii_lowercase)}{i}": {quoted},')
+        return "{\n" + "\n".join(lines) + "\n}"
+    words = ["done", "failed", "loading", "see", "note", "total", "ok"]
+    return " ".join(
+        rng.choice(words) + " " + rng.choice(chars) * rng.randint(1, 3) for _ in range(n)
+    )
+
+
 def _box(rng: random.Random) -> str:
     from rich.box import DOUBLE, HEAVY, ROUNDED, SQUARE
     from rich.console import Console
@@ -345,6 +398,8 @@ def text_of(kind: str, half: str, rng: random.Random) -> str:
         return _box(rng)
     if kind == "base64":
         return _base64(rng)
+    if kind == "symbols":
+        return _symbols(rng)
     raise KeyError(kind)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import unicodedata
 from collections import Counter
 
 import family_texts
@@ -92,9 +93,25 @@ def test_digit_splitting_families_pay_per_digit() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(family_texts.EMOJI + list("─│┌┐└┘├┤┬┴┼═║")), st.integers(1, 3000))
 def test_runs_of_one_symbol_are_bounded(symbol: str, n: int) -> None:
+    # Qwen spends two tokens on "🥲" (one on "😀"): a run of 129 was under by 17% until
+    # the family's own single symbols were a feature.
     text = symbol * n
-    for family in ("openai", "llama3", "tekken", "gemma", "all"):
+    for family in ("openai", "llama3", "qwen2", "qwen3.5", "tekken", "gemma", "all"):
         assert estimate_family(text, family) >= family_texts.family_count(family, text), family
+
+
+def test_symbols_of_every_block_are_bounded() -> None:
+    # Braille spinner frames in a Python dict were under by 26% for Gemma and 20% for
+    # Qwen (a token per byte of a character the vocabulary lacks). The "symbols" kind is
+    # tuning-only; its held-out seeds draw other symbols, runs and layouts.
+    texts = list(family_texts.texts("symbols", "test", 30, seed=7))
+    for family in [*FAMILIES, "all"]:
+        under = [
+            (estimate_family(t, family), family_texts.family_count(family, t), t[:40])
+            for t in texts
+            if estimate_family(t, family) < family_texts.family_count(family, t)
+        ]
+        assert len(under) <= 1, (family, under)
 
 
 def sales_csv(rows: int, seed: int) -> str:
@@ -150,15 +167,21 @@ def test_registry_plan_for_a_csv_is_never_below_the_real_template_count(rows: in
 @pytest.mark.parametrize("family", [*FAMILIES, "all"])
 def test_family_singles_are_what_the_real_tokenizers_say(family: str) -> None:
     """The shipped bits (``family_vocab.json.gz``) against the family's real tokenizers:
-    a table piece is a single for the family when every reference spends exactly one
-    token on it after a newline."""
+    a table piece or a symbol character is a single for the family when every reference
+    spends exactly one token on it after a newline."""
     table = sorted(_load().table)
     singles = family_singles(family)
     refs = family_texts.FAMILY_REFERENCES.get(family) or sorted(
         {r for rs in family_texts.FAMILY_REFERENCES.values() for r in rs}
     )
     rng = random.Random(family)
-    for piece in rng.sample(table, 300):
+    symbols = [
+        chr(c)
+        for c in range(0x80, 0x110000)
+        if unicodedata.category(chr(c))[0] in "PS" or chr(c) == "\u200d"
+    ]
+    # symbol characters too (emoji, Braille, arrows): one token, or a token per byte or two
+    for piece in rng.sample(table, 300) + rng.sample(symbols, 300):
         one = all(
             family_texts.reference(r)("\n" + piece) - family_texts.reference(r)("\n") == 1
             for r in refs
@@ -169,8 +192,9 @@ def test_family_singles_are_what_the_real_tokenizers_say(family: str) -> None:
 def test_latin_scripts_with_diacritics_are_bounded() -> None:
     # Turkish was undercounted in 22% of texts for qwen2 and openai before every language
     # had its own tuning texts (docs/estimator.md, per script): 120 held-out texts of six
-    # languages, at most 2% more than 1% under (one language's 22% would be 4%), none by
-    # over 6%. (One Turkish catalog is under by 0.5% for openai in 4 windows of it.)
+    # languages, at most one more than 1% under (one language's 22% would be four), none
+    # by over 3%. Measured: one, tekken on Czech, -1.2%. (One Turkish catalog, which
+    # repeats a word, was under for openai until a repeated piece repeated its error.)
     texts = [
         t
         for lang in ("tr", "pl", "cs", "vi", "de", "fr")
@@ -180,8 +204,8 @@ def test_latin_scripts_with_diacritics_are_bounded() -> None:
         truth = [family_texts.family_count(family, t) for t in texts]
         rel = [estimate_family(t, family) / y - 1 for t, y in zip(texts, truth, strict=True)]
         under = [r for r in rel if r < -0.01]
-        assert len(under) <= 0.02 * len(texts), (family, len(under))
-        assert min(rel) >= -0.06, (family, min(rel))
+        assert len(under) <= 1, (family, len(under))
+        assert min(rel) >= -0.03, (family, min(rel))
 
 
 def test_english_prose_is_not_padded_past_a_quarter() -> None:
@@ -198,13 +222,14 @@ def test_english_prose_is_not_padded_past_a_quarter() -> None:
 
 def reference_family_count(text: str, family: str) -> int:
     # FamilyEstimator.count as it was before the fast split: PATTERN run by the regex
-    # module over the whole text, the same per-piece cost and the same sums.
+    # module over the whole text, the same per-piece cost and the same sums (a piece seen
+    # n times adds n * n times its variance: its error repeats).
     bound = FAMILY_BOUNDS[family]
     total = var = 0.0
     for piece, n in Counter(regex.findall(PATTERN, text)).items():
         x, v = piece_features(piece, family_singles(family))
         total += n * sum(w * value for w, value in zip(bound.weights, x, strict=True))
-        var += n * v
+        var += n * n * v
     return max(1, math.ceil(total + bound.slack * math.sqrt(var) + bound.constant - 1e-9))
 
 

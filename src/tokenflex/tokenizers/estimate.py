@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from itertools import compress, filterfalse
+from typing import Any
 
 import regex
 
@@ -502,6 +503,10 @@ class EstimatorTokenizer:
 # class slot, and raw counts (digits, whitespace characters, symbol bytes, ...). Weights
 # per family are fitted by a linear program (``scripts/bench_families.py --fit``)
 # so that no tuning text of any kind is undercounted, at the least total overcount.
+# The slack grows with the square root of the summed variance, where a piece seen n
+# times adds n * n times its variance: the same piece always costs the same number of
+# tokens, so its error repeats instead of averaging out (a catalog that repeats one
+# word the shape prices low is under by that word's error times n).
 
 FEATURES = (
     "ascii-word",  # ASCII word pieces that are one token in both OpenAI encodings
@@ -523,6 +528,7 @@ FEATURES = (
     "rare-word-chars",  # letters of the rare ASCII word pieces
     "caps-chars",  # letters of all-caps ASCII words ("WARRANTY": vocabularies differ most)
     "family-single",  # table pieces that are one token in the family's own vocabulary too
+    "rare-symbol-bytes",  # UTF-8 bytes of symbol characters the family's vocabulary lacks
 )
 _N_FEATURES = len(FEATURES)
 _CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
@@ -530,12 +536,15 @@ _CLASS_OF_SCRIPT.update({"k": 7, "z": 7, "K": 7, "f": 7})
 _Term = tuple[int, float]  # (index in FEATURES, value): a piece's feature that is not zero
 
 
-def _sparse_features(piece: str, common: bool, model: _Model) -> tuple[list[_Term], float]:
+def _sparse_features(
+    piece: str, common: bool, model: _Model, symbols: frozenset[str] = frozenset()
+) -> tuple[list[_Term], float]:
     """The non-zero features of a piece that is not a family single, in ``FEATURES``
-    order, and its cost's variance; ``common``: the piece is in the table.
+    order, and its cost's variance; ``common``: the piece is in the table; ``symbols``:
+    the non-ASCII characters that are one token in the family's vocabulary.
 
-    Sparse, because a family's cost is summed over these few terms instead of all 19
-    (the zeros add nothing to a float sum, plain or compensated: the same cost).
+    Sparse, because a family's cost is summed over these few terms instead of all of
+    them (the zeros add nothing to a float sum, plain or compensated: the same cost).
     """
     if common:
         cost, var = 1.0, 0.0
@@ -566,7 +575,12 @@ def _sparse_features(piece: str, common: bool, model: _Model) -> tuple[list[_Ter
         return [(3, cost), (14, 1.0), (15, len(piece))], var
     # UTF-8 bytes of the non-ASCII characters (an ASCII character is one byte)
     utf8 = len(piece.encode("utf-8", "surrogatepass")) - sum(map(str.isascii, piece))
-    return [(9, cost), (12, utf8), (14, 1.0)], var
+    terms = [(9, cost), (12, utf8), (14, 1.0)]
+    # ... and of those the family lacks (Braille, a newer emoji): a token per byte or two
+    rare = [ch for ch in piece if not ch.isascii() and ch not in symbols]
+    if rare:
+        terms.append((19, len("".join(rare).encode("utf-8", "surrogatepass"))))
+    return terms, var
 
 
 _SINGLE_TERMS: list[_Term] = [(14, 1.0), (18, 1.0)]  # a family single: one piece, one token
@@ -574,14 +588,14 @@ _SINGLE_TERMS: list[_Term] = [(14, 1.0), (18, 1.0)]  # a family single: one piec
 
 def piece_features(piece: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
     """The features of one piece (see ``FEATURES``) and its cost's variance; ``singles``
-    are the table pieces that are one token in the family's vocabulary (see
-    :func:`family_singles`)."""
+    are the table pieces and symbol characters that are one token in the family's
+    vocabulary (see :func:`family_singles`)."""
     model = _load()
     common = piece in model.table
     if common and piece in singles:
         terms, var = _SINGLE_TERMS, 0.0
     else:
-        terms, var = _sparse_features(piece, common, model)
+        terms, var = _sparse_features(piece, common, model, singles)
     x = [0.0] * _N_FEATURES
     for i, value in terms:
         x[i] = value
@@ -596,13 +610,13 @@ def text_features(text: str, singles: frozenset[str] = frozenset()) -> tuple[lis
         x, v = piece_features(piece, singles)
         for i, value in enumerate(x):
             total[i] += n * value
-        var += n * v
+        var += n * n * v  # a repeated piece repeats its error
     return total, var
 
 
 _VOCAB_FILE = "family_vocab.json.gz"
 _singles: dict[str, frozenset[str]] = {}
-_vocab: dict[str, str] | None = None  # family -> base64 of its bits, once read and checked
+_vocab: dict[str, Any] | None = None  # the family vocabulary file, once read and checked
 # a byte's eight bits, lowest first, as eight bytes 0 or 1 (for itertools.compress)
 _BITS = [bytes((byte >> k) & 1 for k in range(8)) for byte in range(256)]
 _FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
@@ -617,9 +631,7 @@ def table_digest(table: frozenset[str]) -> str:
     return _digest(sorted(table))
 
 
-def _family_flags(family: str) -> bytes:
-    """One byte per entry of the sorted table: 1 where it is a single for ``family``
-    (empty for a family not in the file)."""
+def _vocabulary() -> dict[str, Any]:
     global _vocab
     vocab = _vocab
     if vocab is None:
@@ -631,19 +643,50 @@ def _family_flags(family: str) -> bytes:
                 f"{_VOCAB_FILE} was measured on another estimator table; "
                 "re-run scripts/bench_families.py --vocab"
             )
-        vocab = _vocab = data["families"]
-    bits = base64.b64decode(vocab.get(family, ""))
-    return b"".join([_BITS[byte] for byte in bits])
+        vocab = _vocab = data
+    return vocab
+
+
+def _flags(bits: str) -> bytes:
+    """Base64 of bits, lowest first, as one byte 0 or 1 per bit (for itertools.compress)."""
+    return b"".join([_BITS[byte] for byte in base64.b64decode(bits)])
+
+
+def _family_flags(family: str) -> bytes:
+    """One byte per entry of the sorted table: 1 where it is a single for ``family``
+    (empty for a family not in the file)."""
+    return _flags(_vocabulary()["families"].get(family, ""))
+
+
+_table_chars: list[tuple[int, str]] | None = None  # (index, entry): one non-ASCII character
+
+
+def _family_symbols(family: str) -> frozenset[str]:
+    """The non-ASCII characters that are one token in ``family``'s vocabulary: the
+    punctuation and symbol characters the file measured (emoji, Braille, arrows, ...;
+    kept as runs of code points, first to last), and the table's one-character entries
+    that are singles (a variation selector, a combining mark)."""
+    global _table_chars
+    symbols = _vocabulary()["symbols"]
+    chars = "".join(chr(c) for first, last in symbols["ranges"] for c in range(first, last + 1))
+    out = set(compress(chars, _flags(symbols["families"].get(family, ""))))
+    if _table_chars is None:
+        ordered = _load().ordered
+        _table_chars = [(i, p) for i, p in enumerate(ordered) if len(p) == 1 and p > "\x7f"]
+    flags = _family_flags(family)
+    out.update(p for i, p in _table_chars if flags and flags[i])
+    return frozenset(out)
 
 
 def family_singles(family: str) -> frozenset[str]:
-    """The table pieces that are one token in ``family``'s real vocabulary as well
-    (measured per reference tokenizer by ``scripts/bench_families.py --vocab``; for a
-    family of several tokenizers, in every one). Empty for a family not in the file."""
+    """The table pieces, and the non-ASCII symbol characters (punctuation, symbols,
+    emoji), that are one token in ``family``'s real vocabulary (measured per reference
+    tokenizer by ``scripts/bench_families.py --vocab``; for a family of several
+    tokenizers, in every one). Empty for a family not in the file."""
     hit = _singles.get(family)
     if hit is not None:
         return hit
-    out = frozenset(compress(_load().ordered, _family_flags(family)))
+    out = frozenset(compress(_load().ordered, _family_flags(family))) | _family_symbols(family)
     with _lock:
         _singles[family] = out
     return out
@@ -668,17 +711,19 @@ class FamilyEstimator:
         flags = _family_flags(family)
         others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
         self._not_single = frozenset(compress(model.ordered, others))
+        self._symbols = _family_symbols(family)
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
         self._costs: dict[str, tuple[float, float]] = {}
 
     @property
     def singles(self) -> frozenset[str]:
-        """The table pieces that are one token in the family's vocabulary too."""
+        """The table pieces and symbol characters that are one token in the family's
+        vocabulary too."""
         return family_singles(self.family)
 
     def _weighted(self, terms: list[_Term]) -> float:
-        # sum() over the non-zero terms in FEATURES order: the same float as summing all
-        # 19 weighted features (a zero term leaves a sum, plain or compensated, unchanged)
+        # sum() over the non-zero terms in FEATURES order: the same float as summing every
+        # weighted feature (a zero term leaves a sum, plain or compensated, unchanged)
         weights = self.bound.weights
         return sum([weights[i] * value for i, value in terms])
 
@@ -688,7 +733,7 @@ class FamilyEstimator:
         if common and piece not in self._not_single:
             out = self._single
         else:
-            terms, var = _sparse_features(piece, common, model)
+            terms, var = _sparse_features(piece, common, model, self._symbols)
             out = (self._weighted(terms), var)
         if len(self._costs) >= _PIECE_CACHE_MAX:
             self._costs.clear()
@@ -703,7 +748,7 @@ class FamilyEstimator:
         for piece, n in Counter(split_text(text)).items():
             cost, cost_var = costs.get(piece) or self._cost(piece)
             total += n * cost
-            var += n * cost_var
+            var += n * n * cost_var  # a repeated piece repeats its error
         bound = self.bound
         raw = total + bound.slack * math.sqrt(var) + bound.constant
         return max(1, math.ceil(raw - 1e-9))
