@@ -21,16 +21,13 @@ run takes several minutes.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 import tokenflex
 from tokenflex.server import ServerConfig, create_app
@@ -40,34 +37,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "scripts")]
 
 from bench_cache import SYSTEM, session_requests  # noqa: E402
 from llama_server import LlamaCppServer  # noqa: E402
-
-
-class ProxyThread:
-    """The proxy app under uvicorn on a free loopback port, in a daemon thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", ws="none", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> ProxyThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the proxy did not start within 30 s")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
+from test_server import ServerThread  # noqa: E402
 
 
 @dataclass
@@ -103,7 +73,7 @@ def drive(
     result = Result()
     t0 = time.monotonic()
     with (
-        ProxyThread(create_app(config)) as proxy,
+        ServerThread(create_app(config)) as proxy,
         httpx.Client(timeout=600, trust_env=False) as client,
     ):
         for step in steps:

@@ -1282,14 +1282,7 @@ def fit_layout(
     if background is not None:
         calls = _calls(summarizer, r, outcome.first.counter)
         if calls > 1:
-            job = functools.partial(
-                summarize_span,
-                summarizer,
-                r.span,
-                previous_summary=r.previous,
-                max_tokens=r.max_tokens,
-                counter=outcome.first.counter,
-            )
+            job = _background_job(summarizer, r, outcome.first.counter)
             started = _defer(background, summaries, key, job)
             return outcome.deferred(calls, started, _name(summarizer))
     try:
@@ -1320,7 +1313,7 @@ async def afit_layout(
     """Async twin of :func:`fit_layout`: counting and solving run in a worker thread (a
     tokenizer may call a server), the summarizer is awaited (a background summary is
     made with the summarizer's sync method, in the runner's thread)."""
-    from .summarize import asummarize_span, summarize_span
+    from .summarize import asummarize_span
 
     begun = time.perf_counter() if started is None else started
     outcome = await asyncio.to_thread(_first, layout, opts, begun, memory)
@@ -1336,14 +1329,7 @@ async def afit_layout(
     if background is not None:
         calls = await asyncio.to_thread(_calls, summarizer, r, outcome.first.counter)
         if calls > 1:
-            job = functools.partial(
-                summarize_span,
-                summarizer,
-                r.span,
-                previous_summary=r.previous,
-                max_tokens=r.max_tokens,
-                counter=outcome.first.counter,
-            )
+            job = _background_job(summarizer, r, outcome.first.counter)
             started = _defer(background, summaries, key, job)
             return await asyncio.to_thread(outcome.deferred, calls, started, _name(summarizer))
     try:
@@ -1381,6 +1367,20 @@ def _calls(summarizer: Any, r: _SummaryRequest, counter: Any) -> int:
         )
     except SummarizerError:
         return 1
+
+
+def _background_job(summarizer: Any, r: _SummaryRequest, counter: Any) -> Callable[[], str]:
+    """The summary ``r`` asks for, made later by a background runner (sync calls)."""
+    from .summarize import summarize_span
+
+    return functools.partial(
+        summarize_span,
+        summarizer,
+        r.span,
+        previous_summary=r.previous,
+        max_tokens=r.max_tokens,
+        counter=counter,
+    )
 
 
 def _defer(background: Any, summaries: Any, key: str, job: Any) -> bool:
