@@ -42,6 +42,8 @@ from test_server import ServerThread  # noqa: E402
 
 @dataclass
 class Turn:
+    request: int
+    """Index of the request in the session."""
     prompt_tokens: int
     cached_tokens: int
     cache_n: int
@@ -99,6 +101,7 @@ def drive(
             usage, timings = body["usage"], body["timings"]
             result.turns.append(
                 Turn(
+                    request=len(result.turns) + len(result.refused),
                     prompt_tokens=usage["prompt_tokens"],
                     cached_tokens=(usage.get("prompt_tokens_details") or {}).get(
                         "cached_tokens", 0
@@ -113,22 +116,51 @@ def drive(
     return result
 
 
-def row(name: str, turns: list[Turn], seconds: float) -> str:
+def new_tokens(server: LlamaCppServer, steps: list[list[dict[str, Any]]]) -> list[int]:
+    """Per request, the tokens its appended messages add to the rendered history: what the
+    server computes for the first time whatever the cut (by the server's own template and
+    tokenizer, ``/apply-template`` and ``/tokenize``; ``reasoning_content`` left out, as
+    the proxy leaves it out)."""
+    out: list[int] = []
+    history: list[dict[str, Any]] = [SYSTEM]
+    before = 0
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        for step in steps:
+            history.extend({k: v for k, v in m.items() if k != "reasoning_content"} for m in step)
+            prompt = client.post(
+                f"{server.root_url}/apply-template", json={"messages": history}
+            ).json()["prompt"]
+            tokens = client.post(
+                f"{server.root_url}/tokenize", json={"content": prompt, "add_special": True}
+            ).json()["tokens"]
+            out.append(max(0, len(tokens) - before))
+            before = len(tokens)
+    return out
+
+
+def row(name: str, turns: list[Turn], seconds: float, new: list[int]) -> str:
     n = len(turns)
     if not n:
-        return f"| {name} | 0 | | | | | | |"
+        return f"| {name} | 0 | | | | | | | |"
     prompt = sum(t.prompt_tokens for t in turns)
     cache_n = sum(t.cache_n for t in turns)
     prompt_n = sum(t.prompt_n for t in turns)
     cached = sum(t.cached_tokens for t in turns)
     return (
         f"| {name} | {n} | {prompt / n:,.0f} | {cached / n:,.0f} | {cache_n / n:,.0f} | "
-        f"{prompt_n / n:,.0f} | {cache_n / max(1, cache_n + prompt_n):.0%} | {seconds:,.0f} |"
+        f"{prompt_n / n:,.0f} | {sent_before(turns, new):,.0f} | "
+        f"{cache_n / max(1, cache_n + prompt_n):.0%} | {seconds:,.0f} |"
     )
 
 
 def recomputed(turns: list[Turn]) -> float:
     return sum(t.prompt_n for t in turns) / max(1, len(turns))
+
+
+def sent_before(turns: list[Turn], new: list[int]) -> float:
+    """Mean prompt tokens computed per request that an earlier request had sent already:
+    ``prompt_n`` less the request's new tokens."""
+    return sum(max(0, t.prompt_n - new[t.request]) for t in turns) / max(1, len(turns))
 
 
 def main() -> None:
@@ -137,38 +169,41 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kind", default="chat", choices=["chat", "agent"])
     parser.add_argument("--threads", type=int, default=1, help="llama-server threads")
+    parser.add_argument("--ctx-size", type=int, default=2048, help="llama-server --ctx-size")
     parser.add_argument("--low-water", type=float, help="the proxy's [fit] low_water")
     args = parser.parse_args()
     steps = session_requests(args.kind, args.seed, args.turns)
     fit = {} if args.low_water is None else {"low_water": args.low_water}
     print(
         f"# bench_cache_server: {args.kind} session, {args.turns} requests, seed {args.seed}, "
-        f"llama-server --ctx-size 2048, SmolLM2-135M Q4_1, {args.threads} thread(s), "
+        f"llama-server --ctx-size {args.ctx_size}, SmolLM2-135M Q4_1, {args.threads} thread(s), "
         f"fit {fit}, "
         f"Python {sys.version.split()[0]}, tokenflex {tokenflex.__version__}\n"
     )
     results: dict[str, Result] = {}
-    with LlamaCppServer(n_threads=args.threads, startup_timeout=120) as server:
+    with LlamaCppServer(n_ctx=args.ctx_size, n_threads=args.threads, startup_timeout=120) as server:
+        new = new_tokens(server, steps)
         for name, stable in (("drop-to-fit", False), ("cache-stable", True)):
             results[name] = drive(server, steps, cache_stable=stable, fit=fit)
             print(f"{name}: {results[name].seconds:,.0f} s", file=sys.stderr, flush=True)
     print(
         "| variant | requests | prompt tokens | cached_tokens | cache_n | prompt_n "
-        "(recomputed) | share cached | seconds |"
+        "(computed) | of them sent before | share cached | seconds |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     # the turns once the history no longer fits: the first request that dropped something
     first_cut = min(
         (i for r in results.values() for i, t in enumerate(r.turns) if t.dropped),
         default=len(steps),
     )
     for name, r in results.items():
-        print(row(f"{name}, all requests", r.turns, r.seconds))
+        print(row(f"{name}, all requests", r.turns, r.seconds, new))
         print(
             row(
                 f"{name}, from request {first_cut + 1} (cut)",
                 r.turns[first_cut:],
                 sum(t.seconds for t in r.turns[first_cut:]),
+                new,
             )
         )
     drop, stable = results["drop-to-fit"], results["cache-stable"]
@@ -183,7 +218,9 @@ def main() -> None:
         )
     for label, a, b in pairs:
         ratio = recomputed(a) / max(1e-9, recomputed(b))
-        print(f"recomputed per turn, drop-to-fit / cache-stable, {label}: {ratio:.1f}x")
+        print(f"computed per turn (prompt_n), drop-to-fit / cache-stable, {label}: {ratio:.1f}x")
+        again = sent_before(a, new) / max(1e-9, sent_before(b, new))
+        print(f"of them sent before, drop-to-fit / cache-stable, {label}: {again:.1f}x")
 
 
 if __name__ == "__main__":
