@@ -171,10 +171,11 @@ def catalogs(half: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def script_texts(lang: str, half: str, n: int) -> list[str]:
-    """``n`` prose-scripts texts in one language (as ``prose-scripts`` makes them)."""
+def script_texts(lang: str, half: str, n: int, seed: int = 0) -> list[str]:
+    """``n`` prose-scripts texts in one language (as ``prose-scripts`` makes them); seed 0
+    is the draw the published tables use."""
     own = [values for code, values in catalogs(half) if code == lang]
-    rng = random.Random(f"script|{lang}|{half}")
+    rng = random.Random(f"script|{lang}|{half}" + (f"|{seed}" if seed else ""))
     out = []
     while own and len(out) < n:
         values = rng.choice(own)

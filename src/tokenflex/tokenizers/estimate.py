@@ -62,6 +62,7 @@ __all__ = [
     "estimate_tokens_range",
     "family_estimator",
     "family_singles",
+    "family_symbol_tokens",
     "piece_features",
     "piece_key",
     "split_pieces",
@@ -528,20 +529,22 @@ FEATURES = (
     "rare-word-chars",  # letters of the rare ASCII word pieces
     "caps-chars",  # letters of all-caps ASCII words ("WARRANTY": vocabularies differ most)
     "family-single",  # table pieces that are one token in the family's own vocabulary too
-    "rare-symbol-bytes",  # UTF-8 bytes of symbol characters the family's vocabulary lacks
+    "symbol-tokens",  # tokens the family spends on a symbol piece's characters one by one
 )
 _N_FEATURES = len(FEATURES)
 _CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
 _CLASS_OF_SCRIPT.update({"k": 7, "z": 7, "K": 7, "f": 7})
 _Term = tuple[int, float]  # (index in FEATURES, value): a piece's feature that is not zero
+_NO_SYMBOLS: Mapping[str, int] = {}  # no character measured: a token per UTF-8 byte
 
 
 def _sparse_features(
-    piece: str, common: bool, model: _Model, symbols: frozenset[str] = frozenset()
+    piece: str, common: bool, model: _Model, symbols: Mapping[str, int] = _NO_SYMBOLS
 ) -> tuple[list[_Term], float]:
     """The non-zero features of a piece that is not a family single, in ``FEATURES``
     order, and its cost's variance; ``common``: the piece is in the table; ``symbols``:
-    the non-ASCII characters that are one token in the family's vocabulary.
+    the tokens the family's vocabulary spends on each non-ASCII character it was measured
+    on (see :func:`family_symbol_tokens`).
 
     Sparse, because a family's cost is summed over these few terms instead of all of
     them (the zeros add nothing to a float sum, plain or compensated: the same cost).
@@ -575,39 +578,58 @@ def _sparse_features(
         return [(3, cost), (14, 1.0), (15, len(piece))], var
     # UTF-8 bytes of the non-ASCII characters (an ASCII character is one byte)
     utf8 = len(piece.encode("utf-8", "surrogatepass")) - sum(map(str.isascii, piece))
-    terms = [(9, cost), (12, utf8), (14, 1.0)]
-    # ... and of those the family lacks (Braille, a newer emoji): a token per byte or two
-    rare = [ch for ch in piece if not ch.isascii() and ch not in symbols]
-    if rare:
-        terms.append((19, len("".join(rare).encode("utf-8", "surrogatepass"))))
-    return terms, var
+    # ... and the tokens the family spends on the piece's characters one by one: one for
+    # a symbol in its vocabulary, two to four for one it lacks (Braille, a newer emoji: a
+    # token per byte or two), a token per byte for a character never measured (byte
+    # fallback, or byte-level BPE without the merge), one for an ASCII character, and a
+    # leading space with the symbol after it as the family spends on the two (" —" is
+    # one token in most vocabularies, " 〖" three in GPT-2's). The fit keeps this
+    # feature's weight at least 1: a run of one character, or a progress bar of blocks
+    # and underscores, is never priced below what the family spends on it one character
+    # at a time (merges only lower that), whatever its Unicode block's average.
+    tokens, rest = 0, piece
+    if piece[0] == " " and len(piece) > 1:
+        spaced = symbols.get(piece[:2])
+        if spaced is not None:
+            tokens, rest = spaced, piece[2:]
+    for ch in rest:
+        if ch.isascii():
+            tokens += 1
+        else:
+            tokens += symbols.get(ch) or len(ch.encode("utf-8", "surrogatepass"))
+    return [(9, cost), (12, utf8), (14, 1.0), (19, tokens)], var
 
 
 _SINGLE_TERMS: list[_Term] = [(14, 1.0), (18, 1.0)]  # a family single: one piece, one token
 
 
-def piece_features(piece: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
+def piece_features(
+    piece: str, singles: frozenset[str] = frozenset(), symbols: Mapping[str, int] | None = None
+) -> tuple[list[float], float]:
     """The features of one piece (see ``FEATURES``) and its cost's variance; ``singles``
     are the table pieces and symbol characters that are one token in the family's
-    vocabulary (see :func:`family_singles`)."""
+    vocabulary (see :func:`family_singles`), ``symbols`` the tokens it spends on each
+    symbol character (see :func:`family_symbol_tokens`; none: a token per UTF-8 byte)."""
     model = _load()
     common = piece in model.table
     if common and piece in singles:
         terms, var = _SINGLE_TERMS, 0.0
     else:
-        terms, var = _sparse_features(piece, common, model, singles)
+        terms, var = _sparse_features(piece, common, model, symbols or _NO_SYMBOLS)
     x = [0.0] * _N_FEATURES
     for i, value in terms:
         x[i] = value
     return x, var
 
 
-def text_features(text: str, singles: frozenset[str] = frozenset()) -> tuple[list[float], float]:
+def text_features(
+    text: str, singles: frozenset[str] = frozenset(), symbols: Mapping[str, int] | None = None
+) -> tuple[list[float], float]:
     """Summed piece features of ``text`` and the summed variance (for fitting)."""
     total = [0.0] * _N_FEATURES
     var = 0.0
     for piece, n in Counter(_SPLIT(text)).items():
-        x, v = piece_features(piece, singles)
+        x, v = piece_features(piece, singles, symbols)
         for i, value in enumerate(x):
             total[i] += n * value
         var += n * n * v  # a repeated piece repeats its error
@@ -659,23 +681,43 @@ def _family_flags(family: str) -> bytes:
 
 
 _table_chars: list[tuple[int, str]] | None = None  # (index, entry): one non-ASCII character
+_symbol_tokens: dict[str, dict[str, int]] = {}
 
 
-def _family_symbols(family: str) -> frozenset[str]:
-    """The non-ASCII characters that are one token in ``family``'s vocabulary: the
-    punctuation and symbol characters the file measured (emoji, Braille, arrows, ...;
-    kept as runs of code points, first to last), and the table's one-character entries
-    that are singles (a variation selector, a combining mark)."""
+def family_symbol_tokens(family: str) -> Mapping[str, int]:
+    """The tokens ``family``'s vocabulary spends on each non-ASCII character it was
+    measured on, alone after a newline (for a family of several tokenizers, the most
+    any one spends): the punctuation and symbol characters the file lists (emoji,
+    Braille, arrows, ...; kept as runs of code points, first to last, with a digit per
+    character and family), and the table's one-character entries that are singles (a
+    variation selector, a combining mark: one). Keyed by the character, and by a space
+    and the character for what the family spends on the two after a word (" ★").
+    Empty for a family not in the file."""
     global _table_chars
+    hit = _symbol_tokens.get(family)
+    if hit is not None:
+        return hit
     symbols = _vocabulary()["symbols"]
     chars = "".join(chr(c) for first, last in symbols["ranges"] for c in range(first, last + 1))
-    out = set(compress(chars, _flags(symbols["families"].get(family, ""))))
+    alone = list(map(int, symbols["tokens"].get(family, "")))
+    out = dict(zip(chars, alone, strict=False))
+    # " ★": stored as the difference from "★", plus 2
+    shift = map(int, symbols["spaced"].get(family, ""))
+    out.update((" " + ch, n + d - 2) for ch, n, d in zip(chars, alone, shift, strict=False))
     if _table_chars is None:
         ordered = _load().ordered
         _table_chars = [(i, p) for i, p in enumerate(ordered) if len(p) == 1 and p > "\x7f"]
     flags = _family_flags(family)
-    out.update(p for i, p in _table_chars if flags and flags[i])
-    return frozenset(out)
+    out.update((p, 1) for i, p in _table_chars if flags and flags[i])
+    with _lock:
+        _symbol_tokens[family] = out
+    return out
+
+
+def _family_symbols(family: str) -> frozenset[str]:
+    """The non-ASCII characters that are one token in ``family``'s vocabulary."""
+    tokens = family_symbol_tokens(family)
+    return frozenset(ch for ch, n in tokens.items() if n == 1 and len(ch) == 1)
 
 
 def family_singles(family: str) -> frozenset[str]:
@@ -711,7 +753,7 @@ class FamilyEstimator:
         flags = _family_flags(family)
         others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
         self._not_single = frozenset(compress(model.ordered, others))
-        self._symbols = _family_symbols(family)
+        self._symbols = family_symbol_tokens(family)
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
         self._costs: dict[str, tuple[float, float]] = {}
 
