@@ -219,7 +219,7 @@ _wide_split: Callable[[str], list[str]] | None = None
 def _split_wide(chunk: str) -> list[str]:
     global _wide_split
     split = _wide_split
-    if split is None:  # compiled on the first line that needs it (about 20 ms, once)
+    if split is None:  # compiled on the first line that needs it (20-25 ms, once)
         split = _wide_split = re.compile(_wide_pattern()).findall
     return split(chunk)
 
