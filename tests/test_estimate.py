@@ -93,16 +93,19 @@ def test_pieces_join_back_and_every_piece_has_a_shape(text: str) -> None:
 # ---------------------------------------------------------------- the fast split
 
 # The reference: the regex module running PATTERN over the whole text, as the estimator
-# did before split_text (which cuts lines, runs an ASCII spelling of the pattern on the
-# stdlib re and caches lines).
+# did before split_text (which cuts lines, runs spellings of the pattern for ASCII and for
+# the wide blocks on the stdlib re and caches lines).
 REFERENCE_SPLIT = regex.compile(PATTERN).findall
 # characters where the two spellings or the line cut could go wrong: every kind of space
 # and line break (\x1c-\x1f are spaces to re, not to regex), "/" after a line break,
 # contractions in any case (and the long s, which folds to "s"), digits of other scripts,
-# combining marks, title-case and modifier letters, emoji with modifiers, CJK
+# combining marks, title-case and modifier letters, emoji with modifiers, CJK; letters
+# that are neither upper nor lower case (ª, ʼ), digits that are not decimal (²), a format
+# character (U+070F)
 TRICKY = [
     *" \t\n\r\v\f\x1c\x1d\x1e\x1f\x85\xa0\u2028\u2029\u3000/'sStTdDmMlLrReEvV",
     *'ſ0123456789٣१éÉ\u0301\u0308ǅʰ😀👍🏽🇫🇷你好カナ한국!?.,;:-_(){}[]"#@\\',
+    *"ªʼ²\u070f\u0483Ω",
     "'ll",
     "'RE",
     "\r\n",
@@ -131,6 +134,8 @@ SPLIT_TEXTS = st.one_of(
 @example("  \x1c")  # \x1c is a space to re, punctuation to regex
 @example("a  \n  \n\tb\n c")  # a space run that holds two line breaks
 @example("é\n b\r\n'S \u3000\n x")  # a non-ASCII line, CRLF, a Unicode space
+@example("0\u033d\u070f\u0321")  # marks: letters to the letter classes, not to the prefix
+@example("ǅ\u2028\n ſ'ſ 😀é")  # a wide line, then one with an emoji
 def test_split_text_is_the_pattern_split(text: str) -> None:
     expected = REFERENCE_SPLIT(text)
     assert split_text(text) == expected

@@ -37,10 +37,12 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import reduce
 from importlib import resources
 from itertools import compress, filterfalse
+from operator import iadd
 from typing import Any
 
 import regex
@@ -91,17 +93,21 @@ _SPLIT = regex.compile(PATTERN).findall
 # \p{M} are empty) and \p{N} is [0-9]; ``regex``'s \s is [\t\n\v\f\r ] (``re``'s also takes
 # \x1c-\x1f, so it is spelled out). The two letter branches become one: on ASCII they
 # match an upper-case run and the lower-case run after it, or a lower-case run (without
-# the optional prefix they could only match where the prefix cannot). Possessive
-# quantifiers (Python 3.11+) where a branch, once its required part matched, never gives
-# characters back: the same matches, about 15% faster. tests/test_estimate.py checks the
-# pieces against PATTERN on arbitrary text.
+# the optional prefix they could only match where the prefix cannot), which is a letter
+# followed by [A-Z]*[a-z]* taken greedily. A newline run ``\s*[\r\n]+`` (the longest
+# space run that ends in a line break) is taken one stretch of spaces and line breaks at a
+# time. Possessive quantifiers (Python 3.11+) where a branch, once its required part
+# matched, never gives characters back; the contraction group ends its branch, so it
+# never has to either. The same matches, in about three quarters of the time PATTERN
+# spelled literally takes. tests/test_estimate.py checks the pieces against PATTERN on
+# arbitrary text.
 _ASCII_SPACE = r"[\t\n\v\f\r ]"
 _ASCII_PATTERN = "|".join(
     [
-        r"""[^\r\nA-Za-z0-9]?+(?:[A-Z]++[a-z]*+|[a-z]++)(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\nA-Za-z0-9]?+(?=[A-Za-z])[A-Z]*+[a-z]*+(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?+""",
         r"""[0-9]{1,3}""",
         r""" ?[^\t\n\v\f\r A-Za-z0-9]++[\r\n/]*+""",
-        rf"""{_ASCII_SPACE}*[\r\n]+""",
+        r"""(?:[\t\v\f ]*+[\r\n]++)++""",
         rf"""{_ASCII_SPACE}+(?![^\t\n\v\f\r ])""",
         rf"""{_ASCII_SPACE}+""",
     ]
@@ -114,12 +120,31 @@ _ASCII_SPLIT = re.compile(_ASCII_PATTERN).findall
 # breaks (``[\r\n/]*`` stops at a space or a non-"/"); letter and digit pieces hold no
 # line break. The pattern looks behind nothing, so the text from there on is cut the same
 # on its own. ``re``'s \s contains ``regex``'s, so [^\s/] is never a ``regex`` space.
-_LINE_END = re.compile(r"\n(?=[ \t]*[^\s/])")
+# _CHUNKS cuts a text there in one call: a chunk runs to and takes such a "\n"
+# (``\n(?=[ \t]*[^\s/])``; another "\n" stays in the chunk), or to the end of the text.
+_CHUNKS = re.compile(r"(?=[\s\S])[^\n]*+(?:\n(?![ \t]*[^\s/])[^\n]*+)*+\n?").findall
 # Also after an ASCII letter or digit followed by an ASCII character that is neither (nor
 # "'", which may start "'s"): the letter or digit piece ends there, and only letter and
 # digit classes ever read past it, which fail on that character as on the end of text.
 _WORD_END = re.compile(r"[A-Za-z0-9](?=[\x00-\x26\x28-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f])")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Blocks whose text the stdlib re cuts too (``_wide_pattern``): Latin, Greek, Cyrillic,
+# Armenian, Hebrew, Arabic; punctuation, symbols, arrows, box drawing; CJK punctuation,
+# kana, Han; Hangul. A line with another character (an emoji, an Indic script, a lone
+# surrogate) goes to ``_split_mixed``.
+_WIDE_BLOCKS = (
+    (0x80, 0x7FF),
+    (0x2000, 0x2BFF),
+    (0x3000, 0x30FF),
+    (0x4E00, 0x9FFF),
+    (0xAC00, 0xD7A3),
+)
+_ALL_BLOCKS = ((0, 0x7F), *_WIDE_BLOCKS)
+_OUT_OF_WIDE = re.compile(
+    "[^" + "".join(f"\\u{first:04x}-\\u{last:04x}" for first, last in _ALL_BLOCKS) + "]"
+).search
+_UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"  # PATTERN's upper-case (and caseless) letters
+_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"  # ... and lower-case ones
 _MIXED_RUNS = 2  # non-ASCII runs cut out of a line one by one before the rest goes to regex
 _LONG_LINE = 256  # a line longer than twice this is cut after a word about this often
 _CHUNK_CACHE_CHARS = 1_000_000  # the line cache is emptied when its keys pass this
@@ -144,17 +169,70 @@ def split_pieces(text: str) -> list[str]:
     return out
 
 
-_chunk_cache: dict[str, list[str]] = {}
-_chunk_cache_chars = 0
+def _wide_pattern() -> str:
+    """PATTERN spelled for ``re`` on text of ASCII and ``_WIDE_BLOCKS`` characters.
+
+    The same branches, each ``regex`` class written out as the characters ``regex``
+    puts in it (so the two agree whatever Unicode version either was built with), and the
+    case-insensitive contractions as the characters that fold to each letter ("ſ" is an
+    "s"). On such text no other character can occur, so a negated class means the same.
+    Only the branches' ends are possessive: unlike on ASCII, a combining mark is in the
+    letter prefix's class and in both letter classes, so the prefix may have to give it
+    back to them (and the letter classes to each other).
+    """
+    blocks = ["".join(map(chr, range(first, last + 1))) for first, last in _ALL_BLOCKS]
+
+    def members(cls: str) -> str:
+        out = []
+        for chars in blocks:
+            for m in regex.finditer(f"(?:{cls})+", chars):
+                first, last = re.escape(m[0][0]), re.escape(m[0][-1])
+                out.append(first if len(m[0]) == 1 else f"{first}-{last}")
+        return "".join(out)
+
+    letters, upper, lower = members(r"[\p{L}\p{N}]"), members(_UPPER), members(_LOWER)
+    digits, space, word = members(r"\p{N}"), members(r"\s"), members(r"[\s\p{L}\p{N}]")
+    inline = members(r"(?![\r\n])\s")  # spaces other than line breaks
+    folds = {c: f"[{members(f'(?i:{c})')}]" for c in "strevmld"}
+    contraction = (
+        "'(?:"
+        + "|".join(
+            "".join(folds[c] for c in ending) for ending in ("s", "t", "re", "ve", "m", "ll", "d")
+        )
+        + ")"
+    )
+    return "|".join(
+        [
+            rf"[^\r\n{letters}]?[{upper}]*[{lower}]+(?:{contraction})?+",
+            rf"[^\r\n{letters}]?[{upper}]+[{lower}]*(?:{contraction})?+",
+            rf"[{digits}]{{1,3}}",
+            rf" ?[^{word}]++[\r\n/]*+",
+            rf"(?:[{inline}]*+[\r\n]++)++",
+            rf"[{space}]+(?![^{space}])",
+            rf"[{space}]+",
+        ]
+    )
+
+
+_wide_split: Callable[[str], list[str]] | None = None
+
+
+def _split_wide(chunk: str) -> list[str]:
+    global _wide_split
+    split = _wide_split
+    if split is None:  # compiled on the first line that needs it (20-25 ms, once)
+        split = _wide_split = re.compile(_wide_pattern()).findall
+    return split(chunk)
 
 
 def _split_mixed(chunk: str) -> list[str]:
-    """Pieces of a run with non-ASCII characters: ``regex`` cuts only the words around them.
+    """Pieces of a run with characters out of ``_WIDE_BLOCKS``: ``regex`` cuts only the
+    words around them.
 
     Each run of non-ASCII characters is cut out from the last word end before it to the
     first after it (``_WORD_END``), and the ASCII between goes to ``re``: mostly-ASCII text
-    (an accented name, a curly quote) is not all cut by the slower ``regex``. After two
-    runs (text in another script) the rest goes to ``regex`` whole.
+    (an emoji in a chat line) is not all cut by the slower ``regex``. After two runs (text
+    in another script) the rest goes to ``regex`` whole.
     """
     out: list[str] = []
     pos, n = 0, len(chunk)
@@ -178,16 +256,53 @@ def _split_mixed(chunk: str) -> list[str]:
     return out
 
 
-def _split_chunk(chunk: str) -> list[str]:
-    """The pieces of a chunk not in the line cache, which keeps them."""
-    global _chunk_cache_chars
-    pieces = _ASCII_SPLIT(chunk) if chunk.isascii() else _split_mixed(chunk)
-    if _chunk_cache_chars + len(chunk) > _CHUNK_CACHE_CHARS:
-        _chunk_cache.clear()
-        _chunk_cache_chars = 0
-    _chunk_cache[chunk] = pieces
-    _chunk_cache_chars += len(chunk)
-    return pieces
+class _ChunkCache(dict[str, list[str]]):
+    """The pieces of every chunk (a line, or a run of a long line) cut so far: a lookup of
+    a chunk not in it cuts the chunk (``map(cache.__getitem__, chunks)`` runs in C for the
+    chunks seen before)."""
+
+    chars = 0  # the length of the keys: the cache is emptied past _CHUNK_CACHE_CHARS
+
+    def __missing__(self, chunk: str) -> list[str]:
+        if len(chunk) <= 2 * _LONG_LINE:
+            return self.cut(chunk)
+        # a long line is cut after a word about every _LONG_LINE characters, and the runs
+        # are kept one by one (a run, like any chunk, is never empty, nor are its pieces)
+        out: list[str] = []
+        start, end = 0, len(chunk)
+        while end - start > 2 * _LONG_LINE:
+            m = _WORD_END.search(chunk, start + _LONG_LINE, end)
+            if m is None:
+                break
+            run = chunk[start : m.end()]
+            out += self.get(run) or self.cut(run)
+            start = m.end()
+        if start == 0:
+            return self.cut(chunk)
+        run = chunk[start:]
+        out += self.get(run) or self.cut(run)
+        return out
+
+    def cut(self, chunk: str) -> list[str]:
+        """The pieces of ``chunk``, kept."""
+        if chunk.isascii():
+            pieces = _ASCII_SPLIT(chunk)
+        elif _OUT_OF_WIDE(chunk) is None:
+            pieces = _split_wide(chunk)
+        else:
+            pieces = _split_mixed(chunk)
+        if self.chars + len(chunk) > _CHUNK_CACHE_CHARS:
+            self.clear()
+        self[chunk] = pieces
+        self.chars += len(chunk)
+        return pieces
+
+    def clear(self) -> None:
+        super().clear()
+        self.chars = 0
+
+
+_chunk_cache = _ChunkCache()
 
 
 def split_text(text: str) -> list[str]:
@@ -195,32 +310,16 @@ def split_text(text: str) -> list[str]:
 
     The same list as ``regex.findall(PATTERN, text)``, made faster: the text is cut into
     lines (and long lines into runs of about 256 characters) where a piece always ends;
-    an ASCII run is cut by the stdlib ``re`` (the same pattern spelled for ASCII); the
-    pieces of each run are cached, so text seen before (a conversation sent again with
-    one more turn) is cut by dictionary lookups.
+    a run of ASCII, Latin, Greek, Cyrillic, CJK ... (``_WIDE_BLOCKS``) is cut by the stdlib
+    ``re`` (the same pattern spelled for ``re``); the pieces of each run are cached, so text
+    seen before (a conversation sent again with one more turn) is cut by dictionary lookups.
 
     >>> from tokenflex.tokenizers.estimate import split_text
     >>> split_text("Hello, world! It's 2024.")
     ['Hello', ',', ' world', '!', " It's", ' ', '202', '4', '.']
     """
-    out: list[str] = []
-    cached = _chunk_cache.get  # a chunk is never empty, nor is its list of pieces
-    start = 0
-    ends = [m.end() for m in _LINE_END.finditer(text)]
-    ends.append(len(text))
-    for end in ends:
-        while end - start > 2 * _LONG_LINE:
-            m = _WORD_END.search(text, start + _LONG_LINE, end)
-            if m is None:
-                break
-            chunk = text[start : m.end()]
-            out += cached(chunk) or _split_chunk(chunk)
-            start = m.end()
-        if start < end:
-            chunk = text[start:end]
-            out += cached(chunk) or _split_chunk(chunk)
-            start = end
-    return out
+    # the chunks' lists of pieces joined by list += in C; the first joins a new list
+    return reduce(iadd, map(_chunk_cache.__getitem__, _CHUNKS(text)), [])
 
 
 def _greedy(piece: str, table: frozenset[str]) -> tuple[int, int]:
@@ -298,8 +397,19 @@ class _Model:
 
 _model: _Model | None = None
 _lock = threading.Lock()
-_piece_cache: dict[str, tuple[float, float, float, float]] = {}
 _PIECE_CACHE_MAX = 100_000
+
+
+class _PieceCache(dict[str, tuple[float, float, float, float]]):
+    """The statistics of every piece out of the table priced so far: a lookup of a piece
+    not in it prices the piece (``map(cache.__getitem__, pieces)`` runs in C for the
+    pieces priced before)."""
+
+    def __missing__(self, piece: str) -> tuple[float, float, float, float]:
+        return _piece_stats(piece, _load())
+
+
+_piece_cache = _PieceCache()
 
 
 def _load() -> _Model:
@@ -373,16 +483,13 @@ def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float]
 def _sums(text: str) -> tuple[_Model, int, float, float, float, float]:
     model = _load()
     table = model.table
-    exact = 0
     hm = hv = lm = lv = 0.0
     pieces = split_text(text)
     # Most pieces are table entries; the sums run over the others in text order (the
     # same additions in the same order as one loop over all pieces: the same floats).
     rest = list(filterfalse(table.__contains__, pieces))
     exact = len(pieces) - len(rest)
-    cache = _piece_cache
-    for piece in rest:
-        a, b, c, d = cache.get(piece) or _piece_stats(piece, model)
+    for a, b, c, d in map(_piece_cache.__getitem__, rest):
         hm += a
         hv += b
         lm += c
@@ -734,6 +841,20 @@ def family_singles(family: str) -> frozenset[str]:
     return out
 
 
+class _Costs(dict[str, tuple[float, float]]):
+    """A family's cost and variance of every piece priced so far: a lookup of a piece not
+    in it prices the piece."""
+
+    __slots__ = ("_price",)
+
+    def __init__(self, price: Callable[[str], tuple[float, float]]) -> None:
+        super().__init__()
+        self._price = price
+
+    def __missing__(self, piece: str) -> tuple[float, float]:
+        return self._price(piece)
+
+
 class FamilyEstimator:
     """The bound for one tokenizer family: per-piece costs cached, summed per text."""
 
@@ -749,13 +870,15 @@ class FamilyEstimator:
         self._model = model = _load()
         # Nearly every table piece is a single for every family (99% for qwen2): the
         # estimator keeps the few others, which are cheap to collect, and prices a single
-        # with one precomputed cost (the sum of its two terms, as for any piece).
+        # with one precomputed cost (the sum of its two terms, as for any piece). The cost
+        # cache is not filled with the singles ahead: a cache of the pieces met is small
+        # and looked up faster than one of the 84,374 entries (cold and warm).
         flags = _family_flags(family)
         others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
         self._not_single = frozenset(compress(model.ordered, others))
         self._symbols = family_symbol_tokens(family)
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
-        self._costs: dict[str, tuple[float, float]] = {}
+        self._costs = _Costs(self._cost)
 
     @property
     def singles(self) -> frozenset[str]:
@@ -770,6 +893,7 @@ class FamilyEstimator:
         return sum([weights[i] * value for i, value in terms])
 
     def _cost(self, piece: str) -> tuple[float, float]:
+        """The cost of a piece not in the cache, and its variance; cached."""
         model = self._model
         common = piece in model.table
         if common and piece not in self._not_single:
@@ -777,8 +901,6 @@ class FamilyEstimator:
         else:
             terms, var = _sparse_features(piece, common, model, self._symbols)
             out = (self._weighted(terms), var)
-        if len(self._costs) >= _PIECE_CACHE_MAX:
-            self._costs.clear()
         self._costs[piece] = out
         return out
 
@@ -786,11 +908,17 @@ class FamilyEstimator:
         if not text:
             return 0
         costs = self._costs
+        if len(costs) >= _PIECE_CACHE_MAX:  # bounded: emptied when full
+            costs.clear()
+        counts = Counter(split_text(text))
         total = var = 0.0
-        for piece, n in Counter(split_text(text)).items():
-            cost, cost_var = costs.get(piece) or self._cost(piece)
+        # the costs looked up by map in C (a miss prices the piece)
+        for n, (cost, cost_var) in zip(
+            counts.values(), map(costs.__getitem__, counts), strict=True
+        ):
             total += n * cost
-            var += n * n * cost_var  # a repeated piece repeats its error
+            if cost_var:  # zero but for pieces out of the table (adding a zero: the same sum)
+                var += n * n * cost_var  # a repeated piece repeats its error
         bound = self.bound
         raw = total + bound.slack * math.sqrt(var) + bound.constant
         return max(1, math.ceil(raw - 1e-9))
