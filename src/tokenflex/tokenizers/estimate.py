@@ -450,9 +450,23 @@ def _lookup(
 ) -> tuple[float, float]:
     st = stats.get(key)
     if st is None:
-        st = stats.get(coarse_key(key))
+        head = coarse_key(key)
+        length = key[len(head) + 1 :]
+        st = stats.get(head)
         if st is None:  # a shape never seen: a token per unit (high), one token (low)
             return (float(units), float(units)) if scale else (1.0, 0.0)
+        if scale and length.isdigit():
+            # The back-off key averages the shape over every length, mostly short ones:
+            # a word of 8+ parts (" zachodniosłowiańskie") would be priced like a word of
+            # three. Price it no lower than the longest length seen of its shape, per part.
+            for seen in range(int(length) - 1, 0, -1):
+                longer = stats.get(f"{head}|{seen}")
+                if longer is not None:
+                    mean, var = st
+                    times = units / seen
+                    if longer[0] * times > mean * max(1.0, units / cap):
+                        return longer[0] * times, longer[1] * times
+                    break
     mean, var = st
     if scale and units > cap:
         times = units / cap
