@@ -387,3 +387,20 @@ def test_held_out_corpus_low_bound_rate() -> None:
     for cat, above in by_cat.items():
         rate = sum(above) / len(above)
         assert rate <= 0.015, f"{cat}: low above the exact count in {rate:.1%}"
+
+
+LONG_WORD_PARTS = (
+    "zachodnio", "słowiańskie", "południowo", "sudański", "wschodnio", "malajsko",
+    "polinezyjskie", "azerbajdžán", "ština", "najprawdo", "podobniej", "przeciw",
+    "działanie", "nejneob", "hospodařo", "vávatel", "nějšímu", "Konstantyno", "politańczyk",
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(LONG_WORD_PARTS), min_size=2, max_size=5))
+def test_long_words_with_diacritics_are_bounded(parts: list[str]) -> None:
+    # Words the greedy cut needs eight or more table entries for have no shape of their
+    # own in the statistics; backing off to the all-lengths average priced them like a
+    # word of three (" zachodniosłowiańskie": 6 where cl100k spends 10).
+    for word in (" " + "".join(parts), "".join(parts)):
+        assert estimate_tokens(word) >= exact(word), word
