@@ -360,3 +360,10 @@ def test_the_proxy_closes_its_runner_at_shutdown_without_waiting(
     )
     assert fitter.store.get("queued") is None
     assert calls.started == ["busy"] * runner.workers
+
+    # the same app started again (a second lifespan) makes background summaries again
+    with TestClient(app) as client:
+        assert client.get("/tokenflex/health").status_code == 200
+        assert runner.submit("again", lambda: "again", fitter.store, ttl_s=TTL_S)
+        assert runner.wait(WAIT_S)
+    assert fitter.store.get("again") == b"again"

@@ -183,6 +183,7 @@ class Proxy:
         A long-running proxy counts OpenAI encodings with fastokens when it is installed
         (same ids as tiktoken, faster); without it, tiktoken."""
         _ = self.upstream.client
+        self.fitter.background.open()  # closed by a previous shutdown of this app
         fast = prefer_fast_backend()
         log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")
         log.info("tokenflex proxy: forwarding to %s", redact(self.config.upstream))

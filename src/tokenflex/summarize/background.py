@@ -106,6 +106,11 @@ class BackgroundSummaries:
         with self._lock:
             return self._idle.wait_for(lambda: not self._keys, timeout)
 
+    def open(self) -> None:
+        """Take jobs again after :meth:`close` (an app whose lifespan runs again)."""
+        with self._lock:
+            self._closed = False
+
     def close(self) -> None:
         """Start no more jobs; the queued ones are cancelled, running ones finish (this
         does not wait for them: :meth:`wait` does)."""
