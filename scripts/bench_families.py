@@ -507,10 +507,63 @@ def speed(load_runs: int = 3, rounds: int = 2) -> str:
     return "\n".join(out)
 
 
+RUN_LENGTHS = range(8, 97)
+"""The run lengths measured for ``--runs``: shorter runs are priced as any piece."""
+
+
+def run_lines(family: str) -> dict[str, tuple[float, float]]:
+    """Per ASCII punctuation character, a line ``a + b * n`` over the tokens the family's
+    real tokenizers spend on a run of ``n`` of it (after a newline, or after a word with a
+    space, the space counted with the run) for every ``n`` in ``RUN_LENGTHS``: ``b`` the
+    most tokens per character on runs of the longer half, ``a`` what the line must add to
+    stay above every run. Both rounded up."""
+    import string
+
+    refs = (
+        [n for names in family_texts.FAMILY_REFERENCES.values() for n in names]
+        if family == "all"
+        else list(family_texts.FAMILY_REFERENCES[family])
+    )
+    out: dict[str, tuple[float, float]] = {}
+    for ch in string.punctuation:
+        spent = dict.fromkeys(RUN_LENGTHS, 0)
+        for name in refs:
+            count = family_texts.reference(name)
+            for lead in ("x\n", "x "):
+                base = count(lead.rstrip(" "))
+                for n in RUN_LENGTHS:
+                    spent[n] = max(spent[n], count(lead + ch * n) - base)
+        half = RUN_LENGTHS.stop // 2
+        slope = math.ceil(max(spent[n] / n for n in RUN_LENGTHS if n >= half) * 10_000) / 10_000
+        lift = math.ceil(max(0.0, *(spent[n] - slope * n for n in RUN_LENGTHS)) * 100) / 100
+        out[ch] = (lift, slope)
+    return out
+
+
+def runs() -> None:
+    """Rewrite src/tokenflex/data/family_runs.json from the real tokenizers."""
+    families = [*family_texts.FAMILY_REFERENCES, "all"]
+    data = {
+        "note": (
+            "per family and ASCII punctuation character, [a, b]: a run of n >= "
+            f"{RUN_LENGTHS.start} of it costs at most a + b * n tokens in the family's real "
+            f"tokenizers (measured for n up to {RUN_LENGTHS.stop - 1}, after a newline or "
+            "after a word and a space); written by scripts/bench_families.py --runs"
+        ),
+        "min_run": RUN_LENGTHS.start,
+        "lines": {f: run_lines(f) for f in families},
+    }
+    path = ROOT / "src" / "tokenflex" / "data" / "family_runs.json"
+    text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--fit", action="store_true", help="refit tokenizers/family_bounds.py")
     ap.add_argument("--vocab", action="store_true", help="rewrite data/family_vocab.json.gz")
+    ap.add_argument("--runs", action="store_true", help="rewrite data/family_runs.json")
     ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
     ap.add_argument("--corpus", type=int, default=3000, help="estimator-corpus texts to fit")
     ap.add_argument("--markdown", action="store_true")
@@ -531,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.vocab:
         vocab()
+        return 0
+    if args.runs:
+        runs()
         return 0
     if args.fit:
         fit(args.per_kind, args.corpus)

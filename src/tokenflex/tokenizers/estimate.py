@@ -63,6 +63,7 @@ __all__ = [
     "estimate_tokens",
     "estimate_tokens_range",
     "family_estimator",
+    "family_run_lines",
     "family_singles",
     "family_symbol_tokens",
     "piece_features",
@@ -869,6 +870,29 @@ class _Costs(dict[str, tuple[float, float]]):
         return self._price(piece)
 
 
+_RUNS_FILE = "family_runs.json"
+_runs: dict[str, Any] | None = None
+
+
+def family_run_lines(family: str) -> tuple[int, Mapping[str, tuple[float, float]]]:
+    """``(min_run, lines)``: a run of ``n >= min_run`` of one ASCII punctuation character
+    costs at most ``a + b * n`` tokens in ``family``'s real tokenizers, ``lines[ch] ==
+    (a, b)`` (measured by ``scripts/bench_families.py --runs``). Empty for a family not in
+    the file."""
+    global _runs
+    data = _runs
+    if data is None:
+        raw = resources.files("tokenflex").joinpath("data", _RUNS_FILE).read_text("utf-8")
+        data = _runs = json.loads(raw)
+    lines = data["lines"].get(family, {})
+    return int(data["min_run"]), {ch: (float(a), float(b)) for ch, (a, b) in lines.items()}
+
+
+def _punct_runs(min_run: int) -> re.Pattern[str]:
+    """Runs of one ASCII punctuation character, ``min_run`` long or more."""
+    return re.compile(r"([!-/:-@\[-`{-~])\1{" + str(min_run - 1) + ",}")
+
+
 class FamilyEstimator:
     """The bound for one tokenizer family: per-piece costs cached, summed per text."""
 
@@ -891,6 +915,8 @@ class FamilyEstimator:
         others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
         self._not_single = frozenset(compress(model.ordered, others))
         self._symbols = family_symbol_tokens(family)
+        min_run, self._run_lines = family_run_lines(family)
+        self._punct_runs = _punct_runs(min_run).finditer
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
         self._costs = _Costs(self._cost)
 
@@ -914,9 +940,26 @@ class FamilyEstimator:
             out = self._single
         else:
             terms, var = _sparse_features(piece, common, model, self._symbols)
-            out = (self._weighted(terms), var)
+            cost = self._weighted(terms)
+            if piece.isascii() and self._run_lines:
+                cost = max(cost, self._run_floor(piece))
+            out = (cost, var)
         self._costs[piece] = out
         return out
+
+    def _run_floor(self, piece: str) -> float:
+        """What the family's tokenizers may spend on the long runs of one punctuation
+        character in ``piece`` (a rule of 72 "*", a quote of ">>>>"), the rest of the piece
+        a token a character; 0 without such runs. The features price a run by its shape,
+        and vocabularies differ most there: SentencePiece spends 17 tokens on 72 "*"."""
+        covered = 0
+        floor = 0.0
+        for run in self._punct_runs(piece):
+            a, b = self._run_lines[run.group(1)]
+            n = run.end() - run.start()
+            floor += a + b * n
+            covered += n
+        return floor + (len(piece) - covered) if covered else 0.0
 
     def count(self, text: str) -> int:
         if not text:
