@@ -463,9 +463,8 @@ def _lookup(
             for seen in range(int(length) - 1, 0, -1):
                 longer = stats.get(f"{head}|{seen}")
                 if longer is not None:
-                    mean, var = st
                     times = units / seen
-                    if longer[0] * times > mean * max(1.0, units / cap):
+                    if longer[0] * times > st[0] * max(1.0, units / cap):
                         return longer[0] * times, longer[1] * times
                     break
     mean, var = st
