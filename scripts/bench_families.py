@@ -42,8 +42,9 @@ FOCUS = {"prose-en": 10.0, "code": 10.0, "corpus-prose": 10.0, "corpus-code": 10
 MAX_CHARS = 8000
 # least weights: a symbol piece costs at least the tokens the family spends on its
 # characters one by one, so a run of one character the family does not merge is never
-# under, whatever the tuning texts' runs were made of
-FLOORS = {"symbol-tokens": 1.0}
+# under, whatever the tuning texts' runs were made of; an indentation at least what the
+# family's tokenizers add for it (measured), whatever the tuning texts' indentations were
+FLOORS = {"symbol-tokens": 1.0, "indent-tokens": 1.0}
 
 
 def focus(kind: str) -> float:
@@ -179,7 +180,19 @@ def counts(texts: list[tuple[str, str]]) -> dict[str, list[int]]:
     return {fam: [family_texts.family_count(fam, t) for _, t in texts] for fam in fams}
 
 
-def fit(per_kind: int, corpus_n: int) -> None:
+def kept(fam: str) -> tuple[tuple[float, ...], float, float, tuple[str, ...]]:
+    """``fam``'s bound as ``family_bounds.py`` has it, for a fit of other families: a
+    feature it was not fitted with gets its least weight (``FLOORS``); the bound never
+    sees a value of it (an indentation feature for a family without indentation data)."""
+    bound = estimate.FAMILY_BOUNDS[fam]
+    names = estimate.FEATURES
+    w = list(bound.weights) + [FLOORS.get(name, 0.0) for name in names[len(bound.weights) :]]
+    return tuple(w), bound.slack, bound.constant, bound.references
+
+
+def fit(per_kind: int, corpus_n: int, only: list[str] | None = None) -> None:
+    """Fit every family (or those in ``only``, the others kept as they are) and rewrite
+    ``family_bounds.py``."""
     import numpy as np
     from scipy.optimize import linprog
 
@@ -189,7 +202,8 @@ def fit(per_kind: int, corpus_n: int) -> None:
     def features(fam: str) -> np.ndarray:  # type: ignore[type-arg]
         singles = estimate.family_singles(fam)
         symbols = estimate.family_symbol_tokens(fam)
-        feats = [estimate.text_features(t, singles, symbols) for _, t in texts]
+        indents = estimate.family_indent_tokens(fam)
+        feats = [estimate.text_features(t, singles, symbols, indents) for _, t in texts]
         x = np.array([f[0] for f in feats])
         root_var = np.sqrt(np.array([f[1] for f in feats]))
         return np.column_stack([x, root_var, np.ones(len(texts))])
@@ -200,6 +214,9 @@ def fit(per_kind: int, corpus_n: int) -> None:
     per = {k: kinds.count(k) for k in set(kinds)}
     bounds = {}
     for fam, y in ys.items():
+        if only is not None and fam not in only:
+            bounds[fam] = kept(fam)
+            continue
         a = features(fam)
         yv = np.maximum(np.array(y, dtype=float), 1.0)
         weight = np.array([focus(kinds[i]) / (yv[i] * per[kinds[i]]) for i in range(len(texts))])
@@ -552,6 +569,37 @@ def run_lines(family: str) -> dict[str, tuple[float, float]]:
     return out
 
 
+MAX_INDENT = 128
+"""The longest indentation piece measured for ``--runs``: a longer one is priced as any
+whitespace piece."""
+# where an indentation is measured: after a line break (alone, after a colon, after a
+# blank line), before a word, an opening bracket or a closing brace
+INDENT_BEFORE = ("x\n", "x:\n", "x\n\n", "x\r\n")
+INDENT_AFTER = ("return", "(", "}")
+
+
+def indent_tokens(family: str) -> list[int]:
+    """The tokens the family's real tokenizers add for an indentation piece of ``n`` spaces
+    (``n + 1`` spaces after a line break and before a word or punctuation, which takes the
+    last space), per ``n`` from 0 to ``MAX_INDENT``: the most any of them adds in any of
+    the contexts measured, never below 0. A vocabulary with tokens for a line break and
+    the spaces after it (command-r: up to 67 spaces) adds none."""
+    refs = (
+        [n for names in family_texts.FAMILY_REFERENCES.values() for n in names]
+        if family == "all"
+        else list(family_texts.FAMILY_REFERENCES[family])
+    )
+    spent = [0] * (MAX_INDENT + 1)
+    for name in refs:
+        count = family_texts.reference(name)
+        for before in INDENT_BEFORE:
+            for after in INDENT_AFTER:
+                base = count(before + after)
+                for n in range(1, MAX_INDENT + 1):
+                    spent[n] = max(spent[n], count(before + " " * (n + 1) + after) - base)
+    return spent
+
+
 def runs() -> None:
     """Rewrite src/tokenflex/data/family_runs.json from the real tokenizers."""
     families = [*family_texts.FAMILY_REFERENCES, "all"]
@@ -560,10 +608,18 @@ def runs() -> None:
             "per family and ASCII punctuation character, [a, b]: a run of n >= "
             f"{RUN_LENGTHS.start} of it costs at most a + b * n tokens in the family's real "
             f"tokenizers (measured for n up to {RUN_LENGTHS.stop - 1}, after a newline or "
-            "after a word and a space); written by scripts/bench_families.py --runs"
+            "after a word and a space); indents: per family whose tokenizers take a line "
+            "break and the spaces after it together, the tokens they add for an indentation "
+            f"piece of n spaces, n from 0 to {MAX_INDENT} (n + 1 spaces after a line break, "
+            "before a word or punctuation, the most in any context measured); written by "
+            "scripts/bench_families.py --runs"
         ),
         "min_run": RUN_LENGTHS.start,
         "lines": {f: run_lines(f) for f in families},
+        # only for a family whose tokenizers take a line break and the spaces after it
+        # together (an indentation that adds no token): for the others an indentation is
+        # a whitespace piece like any other, priced by the whitespace features
+        "indents": {f: spent for f in families if 0 in (spent := indent_tokens(f))[1:]},
     }
     path = ROOT / "src" / "tokenflex" / "data" / "family_runs.json"
     text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
@@ -574,6 +630,11 @@ def runs() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--fit", action="store_true", help="refit tokenizers/family_bounds.py")
+    ap.add_argument(
+        "--only",
+        metavar="FAMILY,...",
+        help="--fit: refit only these families, the others kept as family_bounds.py has them",
+    )
     ap.add_argument("--vocab", action="store_true", help="rewrite data/family_vocab.json.gz")
     ap.add_argument("--runs", action="store_true", help="rewrite data/family_runs.json")
     ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
@@ -601,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         runs()
         return 0
     if args.fit:
-        fit(args.per_kind, args.corpus)
+        fit(args.per_kind, args.corpus, args.only.split(",") if args.only else None)
         return 0
     if args.scripts:
         print(scripts_table(args.scripts, args.seed))

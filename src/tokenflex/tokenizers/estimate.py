@@ -629,6 +629,11 @@ class EstimatorTokenizer:
 # times adds n * n times its variance: the same piece always costs the same number of
 # tokens, so its error repeats instead of averaging out (a catalog that repeats one
 # word the shape prices low is under by that word's error times n).
+# An indentation (the spaces after a line break, but the one the next word takes) is a
+# whitespace piece of its own in the OpenAI split, but some vocabularies have tokens for a
+# line break with the spaces after it (command-r: up to 67 spaces in one token, so the
+# indentation adds none): it is priced by its own two features instead of the whitespace
+# ones, what the family's real tokenizers add for it (data/family_runs.json) and a count.
 
 FEATURES = (
     "ascii-word",  # ASCII word pieces that are one token in both OpenAI encodings
@@ -651,6 +656,8 @@ FEATURES = (
     "caps-chars",  # letters of all-caps ASCII words ("WARRANTY": vocabularies differ most)
     "family-single",  # table pieces that are one token in the family's own vocabulary too
     "symbol-tokens",  # tokens the family spends on a symbol piece's characters one by one
+    "indents",  # indentation pieces (spaces after a line break), instead of the above
+    "indent-tokens",  # tokens the family's real tokenizers add for those indentations
 )
 _N_FEATURES = len(FEATURES)
 _CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
@@ -744,9 +751,15 @@ def piece_features(
 
 
 def text_features(
-    text: str, singles: frozenset[str] = frozenset(), symbols: Mapping[str, int] | None = None
+    text: str,
+    singles: frozenset[str] = frozenset(),
+    symbols: Mapping[str, int] | None = None,
+    indents: tuple[int, ...] = (),
 ) -> tuple[list[float], float]:
-    """Summed piece features of ``text`` and the summed variance (for fitting)."""
+    """Summed piece features of ``text`` and the summed variance (for fitting); an
+    indentation piece has its indentation features instead of its own where ``indents``
+    (see :func:`family_indent_tokens`) covers its length. The variance is every piece's,
+    indentations' too."""
     total = [0.0] * _N_FEATURES
     var = 0.0
     for piece, n in Counter(_SPLIT(text)).items():
@@ -754,7 +767,39 @@ def text_features(
         for i, value in enumerate(x):
             total[i] += n * value
         var += n * n * v  # a repeated piece repeats its error
+    if indents:
+        for piece, n in Counter(_indents(text, len(indents) - 1)).items():
+            x, _ = piece_features(piece, singles, symbols)
+            for i, value in enumerate(x):
+                total[i] -= n * value
+            for i, value in _indent_terms(piece, indents):
+                total[i] += n * value
     return total, var
+
+
+def _indent_pattern(max_indent: int) -> re.Pattern[str]:
+    """The indentation pieces of a text, up to ``max_indent`` spaces: the spaces after a
+    line break and before a printable ASCII character, but the last one. ``PATTERN`` cuts
+    them as one whitespace piece whatever comes next: a letter or punctuation takes the
+    last space, before a digit it is a piece of its own; the piece before ends at the line
+    break (a newline run, or punctuation with the line breaks after it)."""
+    return re.compile(r"(?<=[\r\n]) {1," + str(max_indent) + r"}(?= [!-~])")
+
+
+_indent_patterns: dict[int, Callable[[str], list[str]]] = {}
+
+
+def _indents(text: str, max_indent: int) -> list[str]:
+    """The indentation pieces of ``text`` (see :func:`_indent_pattern`), in order."""
+    find = _indent_patterns.get(max_indent)
+    if find is None:
+        find = _indent_patterns[max_indent] = _indent_pattern(max_indent).findall
+    return find(text)
+
+
+def _indent_terms(piece: str, indents: tuple[int, ...]) -> list[_Term]:
+    """The features of an indentation piece: one, and the tokens the family adds for it."""
+    return [(20, 1.0), (21, float(indents[len(piece)]))]
 
 
 _VOCAB_FILE = "family_vocab.json.gz"
@@ -873,18 +918,32 @@ _RUNS_FILE = "family_runs.json"
 _runs: dict[str, Any] | None = None
 
 
-def family_run_lines(family: str) -> tuple[int, Mapping[str, tuple[float, float]]]:
-    """``(min_run, lines)``: a run of ``n >= min_run`` of one ASCII punctuation character
-    costs at most ``a + b * n`` tokens in ``family``'s real tokenizers, ``lines[ch] ==
-    (a, b)`` (measured by ``scripts/bench_families.py --runs``). Empty for a family not in
-    the file."""
+def _runs_data() -> dict[str, Any]:
     global _runs
     data = _runs
     if data is None:
         raw = resources.files("tokenflex").joinpath("data", _RUNS_FILE).read_text("utf-8")
         data = _runs = json.loads(raw)
+    return data
+
+
+def family_run_lines(family: str) -> tuple[int, Mapping[str, tuple[float, float]]]:
+    """``(min_run, lines)``: a run of ``n >= min_run`` of one ASCII punctuation character
+    costs at most ``a + b * n`` tokens in ``family``'s real tokenizers, ``lines[ch] ==
+    (a, b)`` (measured by ``scripts/bench_families.py --runs``). Empty for a family not in
+    the file."""
+    data = _runs_data()
     lines = data["lines"].get(family, {})
     return int(data["min_run"]), {ch: (float(a), float(b)) for ch, (a, b) in lines.items()}
+
+
+def family_indent_tokens(family: str) -> tuple[int, ...]:
+    """The tokens ``family``'s real tokenizers add for an indentation piece of ``n`` spaces,
+    indexed by ``n`` (0 to the longest measured; see :func:`_indent_pattern`): the most any
+    of them adds after a line break (alone, after a colon, a blank line, ``\\r\\n``) and
+    before a word or punctuation (measured by ``scripts/bench_families.py --runs``). Empty
+    for a family not in the file: its indentations are priced as any whitespace piece."""
+    return tuple(int(n) for n in _runs_data().get("indents", {}).get(family, ()))
 
 
 def _punct_runs(min_run: int) -> re.Pattern[str]:
@@ -916,6 +975,8 @@ class FamilyEstimator:
         self._symbols = family_symbol_tokens(family)
         min_run, self._run_lines = family_run_lines(family)
         self._punct_runs = _punct_runs(min_run).finditer
+        self._indent_tokens = family_indent_tokens(family)
+        self._indent_deltas: dict[str, float] = {}
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
         self._costs = _Costs(self._cost)
 
@@ -975,6 +1036,15 @@ class FamilyEstimator:
             total += n * cost
             if cost_var:  # zero but for pieces out of the table (adding a zero: the same sum)
                 var += n * n * cost_var  # a repeated piece repeats its error
+        # an indentation piece: its indentation cost instead of its own (its variance kept)
+        if self._indent_tokens and ("\n  " in text or "\r  " in text):
+            deltas = self._indent_deltas
+            for piece, n in Counter(_indents(text, len(self._indent_tokens) - 1)).items():
+                delta = deltas.get(piece)
+                if delta is None:
+                    delta = self._weighted(_indent_terms(piece, self._indent_tokens))
+                    delta = deltas[piece] = delta - costs[piece][0]
+                total += n * delta
         bound = self.bound
         raw = total + bound.slack * math.sqrt(var) + bound.constant
         return max(1, math.ceil(raw - 1e-9))
