@@ -63,6 +63,7 @@ __all__ = [
     "estimate_tokens",
     "estimate_tokens_range",
     "family_estimator",
+    "family_indent_tokens",
     "family_run_lines",
     "family_singles",
     "family_symbol_tokens",
