@@ -974,8 +974,8 @@ class FamilyEstimator:
         others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
         self._not_single = frozenset(compress(model.ordered, others))
         self._symbols = family_symbol_tokens(family)
-        min_run, self._run_lines = family_run_lines(family)
-        self._punct_runs = _punct_runs(min_run).finditer
+        self._min_run, self._run_lines = family_run_lines(family)
+        self._punct_runs = _punct_runs(self._min_run).finditer
         self._indent_tokens = family_indent_tokens(family)
         self._indent_deltas: dict[str, float] = {}
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
@@ -1002,7 +1002,8 @@ class FamilyEstimator:
         else:
             terms, var = _sparse_features(piece, common, model, self._symbols)
             cost = self._weighted(terms)
-            if piece.isascii() and self._run_lines:
+            # (a piece shorter than the shortest run measured has no run to floor)
+            if len(piece) >= self._min_run and self._run_lines and piece.isascii():
                 cost = max(cost, self._run_floor(piece))
             out = (cost, var)
         self._costs[piece] = out
