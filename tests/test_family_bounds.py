@@ -398,7 +398,7 @@ def test_indentations_are_pieces_of_the_split(parts: list[str]) -> None:
     for m in regex.finditer(PATTERN, text):
         starts[m.start()] = m.group(0)
     for m in _indent_pattern(128).finditer(text):
-        assert starts.get(m.start()) == m.group(0), (text, m.span())
+        assert starts.get(m.start(1)) == m.group(1), (text, m.span(1))
 
 
 def test_indent_tokens_are_what_the_real_tokenizers_say() -> None:

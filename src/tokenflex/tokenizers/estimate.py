@@ -783,8 +783,10 @@ def _indent_pattern(max_indent: int) -> re.Pattern[str]:
     line break and before a printable ASCII character, but the last one. ``PATTERN`` cuts
     them as one whitespace piece whatever comes next: a letter or punctuation takes the
     last space, before a digit it is a piece of its own; the piece before ends at the line
-    break (a newline run, or punctuation with the line breaks after it)."""
-    return re.compile(r"(?<=[\r\n]) {1," + str(max_indent) + r"}(?= [!-~])")
+    break (a newline run, or punctuation with the line breaks after it). The line break is
+    matched, not looked behind for, and the spaces are the group ``findall`` returns: ``re``
+    then only tries where a line break is, twice as fast."""
+    return re.compile(r"[\r\n]( {1," + str(max_indent) + r"})(?= [!-~])")
 
 
 _indent_patterns: dict[int, Callable[[str], list[str]]] = {}
