@@ -5,6 +5,13 @@ Each family's count is ``ceil(sum(weights[i] * feature_i) + slack * sqrt(varianc
 constant)`` over the pieces of a text (features in ``estimate.FEATURES`` order; a piece
 seen n times adds n * n times its variance). Registry models name a family as
 ``tokenizer = "estimate:FAMILY"``.
+
+The weights are data, kept as measured: each family's were fitted when its features
+last changed (``command-r`` last, with ``--fit --only command-r``), and the held-out
+tables in ``docs/estimator.md`` were measured on exactly these numbers. A refit of every
+family on today's features gives other weights (moving cells by a point or two, and
+leaving a held-out text under that these leave above): re-run the held-out tables
+(``--pivot``, other ``--seed`` draws, ``--scripts``) before committing one.
 """
 
 from __future__ import annotations
