@@ -34,6 +34,7 @@ from tokenflex.tokenizers.estimate import (
     family_run_lines,
     family_singles,
     family_symbol_tokens,
+    family_table_tokens,
     piece_features,
 )
 
@@ -222,6 +223,35 @@ def test_family_symbol_tokens_are_what_the_real_tokenizers_say(family: str) -> N
         assert (tokens[ch], tokens[" " + ch]) == (alone, spaced), (family, ch)
 
 
+def entry_tokens(refs: list[str] | tuple[str, ...], entry: str) -> int:
+    """What the references spend on a table entry in context (the most any spends): one
+    with a leading space after a word, any other after a line break."""
+    before = "x" if entry[0] == " " else "x\n"
+    return max(
+        family_texts.reference(r)(before + entry) - family_texts.reference(r)(before) for r in refs
+    )
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "all"])
+def test_family_table_tokens_are_what_the_real_tokenizers_say(family: str) -> None:
+    """The shipped token counts of the table entries a family splits
+    (``family_table_tokens.json.gz``, a byte per entry) against the family's real
+    tokenizers: every entry that is not a single has one, the most any reference spends
+    on it in context (at least 1, at most 255)."""
+    tokens = family_table_tokens(family)
+    singles = family_singles(family)
+    table = _load().table
+    assert set(tokens) == table - singles
+    refs = family_texts.FAMILY_REFERENCES.get(family) or sorted(
+        {r for rs in family_texts.FAMILY_REFERENCES.values() for r in rs}
+    )
+    rng = random.Random(f"table-tokens|{family}")
+    entries = sorted(tokens)
+    picked = rng.sample(entries, min(300, len(entries)))
+    for entry in [*picked, *(p for p in (" Redistributions", " WARRANTIES") if p in tokens)]:
+        assert tokens[entry] == min(255, max(1, entry_tokens(refs, entry))), (family, entry)
+
+
 # runs of one character from each block of the "symbols" kind: a few drawn per block,
 # and those issue 14 found under (a block's average price was below the character's)
 _RUN_RNG = random.Random("runs")
@@ -336,6 +366,8 @@ def reference_family_count(text: str, family: str) -> int:
     bound = FAMILY_BOUNDS[family]
     min_run, lines = family_run_lines(family)
     indents = family_indent_tokens(family)
+    # a table piece the family splits: its measured tokens, where the bound weighs them
+    split = family_table_tokens(family) if bound.weights[-1] else {}
     total = var = 0.0
     pieces = list(regex.finditer(PATTERN, text))
     indent_at = {
@@ -353,7 +385,7 @@ def reference_family_count(text: str, family: str) -> int:
             x[FEATURES.index("indent-tokens")] = indents[len(ind)]
             total += sum(w * value for w, value in zip(bound.weights, x, strict=True))
     for piece, n in Counter(regex.findall(PATTERN, text)).items():
-        x, v = piece_features(piece, family_singles(family), family_symbol_tokens(family))
+        x, v = piece_features(piece, family_singles(family), family_symbol_tokens(family), split)
         cost = sum(w * value for w, value in zip(bound.weights, x, strict=True))
         var += n * n * v  # the variance of every piece, indentations' too
         n -= sum(ind == piece for ind in indent_at.values())
