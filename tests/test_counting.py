@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from _cookbook import COOKBOOK_MESSAGES, COOKBOOK_TOOL_MESSAGES, COOKBOOK_TOOLS
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tokenflex.counting import MessageCounter, count_messages, count_tokens, get_counter
@@ -672,3 +672,28 @@ def test_a_million_spaces_never_panics_and_stays_an_upper_bound(name: str) -> No
     assert len(enc.encode_ordinary(" " * 64_000)) == 500
     assert 2 + 1_000_000 // 128 <= n <= 2 + 1_000_000 // 128 + 20
     assert tok.count(" " * 400_000) >= len(enc.encode_ordinary(" " * 400_000))
+
+
+_SEAM_TEXT = st.lists(
+    st.sampled_from(["[INST]", "ü", "]", " the", "код", "😀", "1,", " ", "\n", "x", "{json:"]),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@example(a="код the 😀 1, [INST]", b="ü [INST] pump")
+@given(a=_SEAM_TEXT, b=_SEAM_TEXT)
+def test_adjacent_text_parts_cost_no_less_than_their_join(a: str, b: str) -> None:
+    # A conversion to another API joins a message's adjacent text parts into one string
+    # (two Responses assistant items, Anthropic text blocks); the join may cost more than
+    # the parts where a piece spans the seam: "[INST]" + "ü" is 22 + 9 parts but 32 joined
+    # for estimate:all (glm-4.6). Parts are counted no lower than either.
+    for model in ("gpt-4o", "glm-4.6"):
+        counter = get_counter(model)
+
+        def cost(content: Any, counter: MessageCounter = counter) -> int:
+            return counter.count([{"role": "assistant", "content": content}])
+
+        parts = cost([{"type": "text", "text": a}, {"type": "output_text", "text": b}])
+        assert parts >= cost(a + b), (model, a, b)
+        assert parts >= cost(a) + cost(b) - cost(""), (model, a, b)

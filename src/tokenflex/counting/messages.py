@@ -152,9 +152,19 @@ class MessageCounter:
             self._images[key] = n
         return n
 
+    def _texts(self, run: list[str]) -> int:
+        """Tokens of a run of adjacent text parts: each on its own, or joined, whichever is
+        more. A conversion to another API joins them (two Responses assistant items, or
+        Anthropic text blocks, become one chat string), and a joined text may cost more
+        than its parts where a piece spans the seam ("[INST]" + "ü"); a server that
+        tokenizes each part may spend more than on the join."""
+        each = sum(map(self._count, run))
+        return max(each, self._count("".join(run))) if len(run) > 1 else each
+
     def _parts(self, parts: list[Any], *, text: bool = True) -> int:
         """Tokens of a list of content parts (text parts only when ``text``)."""
         total = 0
+        run: list[str] = []  # the text parts since the last part of another kind
         for j, part in enumerate(parts):
             ptype = part.get("type") if isinstance(part, Mapping) else None
             if not isinstance(ptype, str):
@@ -164,8 +174,12 @@ class MessageCounter:
                 if not isinstance(value, str):
                     raise bad_part(j, part)
                 if text:
-                    total += self._count(value)
-            elif ptype in IMAGE_PARTS:
+                    run.append(value)
+                continue
+            if run:
+                total += self._texts(run)
+                run = []
+            if ptype in IMAGE_PARTS:
                 image = part.get("image_url")
                 url = image.get("url") if isinstance(image, Mapping) else image
                 if not isinstance(url, str):
@@ -182,7 +196,7 @@ class MessageCounter:
                 total += audio_tokens(data, audio.get("format"))
             else:
                 raise bad_part(j, part)
-        return total
+        return total + self._texts(run) if run else total
 
     def _file(self, file: Any, j: int, part: Any) -> int:
         """An estimate for one ``file`` part (see :mod:`tokenflex.counting.media`)."""
