@@ -152,7 +152,7 @@ class MessageCounter:
             self._images[key] = n
         return n
 
-    def _texts(self, run: list[str]) -> int:
+    def _text_run(self, run: list[str]) -> int:
         """Tokens of a run of adjacent text parts: each on its own, or joined, whichever is
         more. A conversion to another API joins them (two Responses assistant items, or
         Anthropic text blocks, become one chat string), and a joined text may cost more
@@ -177,7 +177,7 @@ class MessageCounter:
                     run.append(value)
                 continue
             if run:
-                total += self._texts(run)
+                total += self._text_run(run)
                 run = []
             if ptype in IMAGE_PARTS:
                 image = part.get("image_url")
@@ -196,7 +196,7 @@ class MessageCounter:
                 total += audio_tokens(data, audio.get("format"))
             else:
                 raise bad_part(j, part)
-        return total + self._texts(run) if run else total
+        return total + self._text_run(run) if run else total
 
     def _file(self, file: Any, j: int, part: Any) -> int:
         """An estimate for one ``file`` part (see :mod:`tokenflex.counting.media`)."""
