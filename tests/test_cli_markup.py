@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import tokenflex
@@ -123,9 +123,10 @@ def test_component_name_verbatim(
 
 
 @PROPERTY
+@example(query="-[")  # a query that looks like an option: after "--", as a user types it
 @given(query=user_text)
 def test_model_query_verbatim(capsys: pytest.CaptureFixture[str], query: str) -> None:
-    assert squash(repr(query)) in squash(run(capsys, "models", query))
+    assert squash(repr(query)) in squash(run(capsys, "models", "--", query))
 
 
 @PROPERTY
