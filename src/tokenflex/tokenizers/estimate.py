@@ -853,19 +853,25 @@ def table_digest(table: frozenset[str]) -> str:
     return _digest(sorted(table))
 
 
+def _table_data(name: str, option: str) -> dict[str, Any]:
+    """A gzipped JSON data file measured on the estimator's table, checked to be for the
+    table shipped (its ``"table"`` digest); ``option``: the ``bench_families.py`` option
+    that rewrites it."""
+    raw = resources.files("tokenflex").joinpath("data", name).read_bytes()
+    data: dict[str, Any] = json.loads(gzip.decompress(raw))
+    if data.get("table") != _digest(_load().ordered):
+        raise ConfigError(
+            f"{name} was measured on another estimator table; "
+            f"re-run scripts/bench_families.py {option}"
+        )
+    return data
+
+
 def _vocabulary() -> dict[str, Any]:
     global _vocab
     vocab = _vocab
     if vocab is None:
-        model = _load()
-        raw = resources.files("tokenflex").joinpath("data", _VOCAB_FILE).read_bytes()
-        data = json.loads(gzip.decompress(raw))
-        if data.get("table") != _digest(model.ordered):
-            raise ConfigError(
-                f"{_VOCAB_FILE} was measured on another estimator table; "
-                "re-run scripts/bench_families.py --vocab"
-            )
-        vocab = _vocab = data
+        vocab = _vocab = _table_data(_VOCAB_FILE, "--vocab")
     return vocab
 
 
@@ -943,15 +949,7 @@ def _table_tokens_file() -> dict[str, Any]:
     global _table_tokens_data
     data = _table_tokens_data
     if data is None:
-        model = _load()
-        raw = resources.files("tokenflex").joinpath("data", _TABLE_TOKENS_FILE).read_bytes()
-        data = json.loads(gzip.decompress(raw))
-        if data.get("table") != _digest(model.ordered):
-            raise ConfigError(
-                f"{_TABLE_TOKENS_FILE} was measured on another estimator table; "
-                "re-run scripts/bench_families.py --table-tokens"
-            )
-        _table_tokens_data = data
+        data = _table_tokens_data = _table_data(_TABLE_TOKENS_FILE, "--table-tokens")
     return data
 
 
