@@ -510,3 +510,20 @@ def test_command_r_code_is_not_padded_past_a_fifth() -> None:
         for t in texts
     ]
     assert sum(rel) / len(rel) <= 0.20, sum(rel) / len(rel)
+
+
+@pytest.mark.parametrize(
+    ("name", "option"),
+    [("family_vocab.json.gz", "--vocab"), ("family_table_tokens.json.gz", "--table-tokens")],
+)
+def test_a_data_file_of_another_table_is_refused_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, name: str, option: str
+) -> None:
+    # The family data files are indexed by the shipped table's order: one measured on
+    # another table would price every piece by someone else's entry. Checked on load.
+    from tokenflex.tokenizers import estimate
+
+    assert estimate._table_data(name, option)["table"]  # the shipped files load
+    monkeypatch.setattr(estimate, "_digest", lambda ordered: "another table")
+    with pytest.raises(TokenflexError, match=f"{name}.*bench_families.py {option}"):
+        estimate._table_data(name, option)
