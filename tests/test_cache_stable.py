@@ -133,7 +133,7 @@ def check_plan(plan: tokenflex.Plan, m: tokenflex.Model, history: list[dict[str,
         assert i in listed, f"message {i} neither sent nor listed in plan.dropped"
         d = listed[i]
         assert d.item is x
-        if d.reason in ("cleared", "reasoning"):
+        if d.reason in ("cleared", "reasoning", "truncated"):
             assert d.tokens >= 0
         else:
             assert d.reason in {"budget", "share", "orphan", "low_water", "held", "summarized"}
@@ -143,7 +143,7 @@ def first_kept(plan: tokenflex.Plan, history: list[dict[str, Any]]) -> int:
     """Index of the first history message sent (``len``: none)."""
     cut = 1
     for d in plan.dropped:
-        if d.reason not in ("cleared", "reasoning"):
+        if d.reason not in ("cleared", "reasoning", "truncated"):
             cut = max(cut, d.index + 1)
     return cut
 
@@ -158,7 +158,7 @@ def test_the_cut_moves_only_when_the_window_forces_it(
     turns: list[list[dict[str, Any]]], window: int, low_water: float | str
 ) -> None:
     m = model(window) if low_water != "auto" else priced(window)
-    conv = Conversation([SYSTEM], model=m, low_water=low_water)
+    conv = Conversation([SYSTEM], model=m, low_water=low_water, pin=0)
     history: list[dict[str, Any]] = [SYSTEM]
     previous: tokenflex.Plan | None = None
     cut_before = 1
@@ -177,7 +177,7 @@ def test_the_cut_moves_only_when_the_window_forces_it(
             current = max(i for i, x in enumerate(history) if x.get("role") == "user")
             if cut_before <= current:
                 tail = [SYSTEM, *history[cut_before:]]
-                plain = tokenflex.fit(tail, model=m, max_tokens=300)
+                plain = tokenflex.fit(tail, model=m, max_tokens=300, pin=0)
                 fits = not any(d.section == "history" for d in plain.dropped)
                 event(f"cut moved: {cut != cut_before}")
                 assert (cut == cut_before) == fits, (cut, cut_before, fits)
@@ -210,6 +210,7 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
         keep_tool_results=keep,
         drop_reasoning=True,
         cut_note=note,
+        pin=0,
     )
     history: list[dict[str, Any]] = [SYSTEM]
     for turn in turns:
@@ -221,7 +222,9 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
             return
         check_plan(plan, m, history)
         reasons = plan.dropped.by_reason()
-        omitted = sum(n for r, n in reasons.items() if r not in ("cleared", "reasoning"))
+        omitted = sum(
+            n for r, n in reasons.items() if r not in ("cleared", "reasoning", "truncated")
+        )
         notes = [x for x in plan.messages if NOTE.fullmatch(str(x.get("content")))]
         if note and omitted:  # told, with the number, at the cut
             assert len(notes) == 1, (reasons, [x.get("role") for x in plan.messages])
@@ -240,13 +243,13 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
             # turns were dropped only after every step of the ladder was taken
             sent_ids = {id(x) for x in plan.messages}
             for d in plan.dropped:
-                if d.reason in ("cleared", "reasoning"):
+                if d.reason in ("cleared", "reasoning", "truncated"):
                     assert id(d.item) not in sent_ids
 
 
 def test_only_as_far_as_needed_then_dropping() -> None:
     """Without cache stability the ladder clears the fewest oldest results that fit."""
-    m = model(3000)
+    m = model(2400)  # 2,130 input + 300 output + 100 margin: history must be cut
     msgs: list[dict[str, Any]] = [SYSTEM]
     for t in range(8):
         msgs.append({"role": "user", "content": text(10, t)})
@@ -268,6 +271,8 @@ def test_only_as_far_as_needed_then_dropping() -> None:
     msgs.append({"role": "user", "content": "and now?"})
     plain = tokenflex.fit(msgs, model=m, max_tokens=300)
     assert plain.dropped.by_reason().get("share")
+    roomy = tokenflex.fit(msgs, model=model(3000), max_tokens=300, clear_tool_results=True)
+    assert not roomy.dropped, "a request that fits is sent as it is: nothing cleared"
     plan = tokenflex.fit(
         msgs, model=m, max_tokens=300, clear_tool_results=True, keep_tool_results=2
     )

@@ -73,9 +73,10 @@ def test_long_history_is_trimmed_oldest_first_and_logged(caplog: pytest.LogCaptu
         plan = fit(msgs, model="gpt-4", max_tokens=1000)
     _check_promise(plan, msgs)
     assert plan.messages[0] is msgs[0] and plan.messages[-1] is msgs[-1]
+    assert plan.messages[1] is msgs[1]  # the opening question is pinned (pin=1)
     assert len(plan.dropped) > 0
-    assert plan.dropped[0].index == 1 and plan.dropped[0].section == "history"
-    assert plan.dropped[0].tokens == get_counter("gpt-4").message(msgs[1])
+    assert plan.dropped[0].index == 2 and plan.dropped[0].section == "history"
+    assert plan.dropped[0].tokens == get_counter("gpt-4").message(msgs[2])
     assert any("dropped history" in r.getMessage() for r in caplog.records)
     # the soft share (0.8) leaves room; share=1.0 fills it
     full = fit(msgs, model="gpt-4", max_tokens=1000, history_share=1.0)
@@ -296,7 +297,7 @@ def test_without_max_tokens_history_is_kept_and_the_output_takes_what_is_left() 
     assert not any(w.startswith("max_tokens reduced") for w in default.warnings)
     for plan in (default, explicit):
         (w,) = [w for w in plan.warnings if w.startswith("history: dropped ")]
-        kept = len(plan.messages) - 2  # system and current turn
+        kept = len(plan.messages) - 3  # system, the pinned opening and the current turn
         assert f"dropped {len(plan.dropped):,} of {len(plan.dropped) + kept:,} messages" in w
         _check_promise(plan, msgs)
     short = fit(msgs[:6], model="gpt-4o")

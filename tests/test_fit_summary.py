@@ -31,7 +31,9 @@ def test_summary_replaces_old_history_and_is_counted() -> None:
     assert plan.summary is not None
     assert is_summary_message(plan.messages[1])
     start, stop = plan.summary.covers
-    assert (start, stop) == (1, len(msgs) - 6)  # system pinned, the last 6 kept verbatim
+    # system and the opening question pinned (after the summary), the last 6 verbatim
+    assert (start, stop) == (2, len(msgs) - 6)
+    assert plan.messages[2] is msgs[1]
     assert plan.messages[-6:] == msgs[-6:]
     assert plan.summary.saved_tokens > 0
     assert plan.input_tokens == tokenflex.count_messages(plan.messages, model="gpt-4")
@@ -64,7 +66,9 @@ def test_rolling_summary_summarizes_only_the_newly_aged_out() -> None:
     plan2 = tokenflex.fit(convo, model="gpt-4", max_tokens=1500, summarizer=summarizer)
     assert plan2.summary is not None
     assert seen and seen[0][1] == plan.summary.text  # rolled from the previous summary
-    assert sum(n for n, _ in seen) == len(convo) - 1 - 1 - 6  # only the newly aged-out
+    # only the newly aged-out: not the system prompt, the summary, the pinned opening
+    # question or the last 6
+    assert sum(n for n, _ in seen) == len(convo) - 1 - 1 - 1 - 6
 
 
 class _Broken:

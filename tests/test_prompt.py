@@ -174,7 +174,7 @@ def test_same_plan_as_fit_for_fits_own_layout() -> None:
     msgs = [{"role": "system", "content": "You are helpful."}, *chat(60), QUESTION[0]]
     for window, share in ((1500, 0.8), (3000, 1.0), (900, 0.5)):
         model = small(window)
-        expected = tokenflex.fit(msgs, model=model, max_tokens=300, history_share=share)
+        expected = tokenflex.fit(msgs, model=model, max_tokens=300, history_share=share, pin=0)
         p = Prompt(model, max_tokens=300)
         p.add("system", msgs[:1], required=True)
         p.add("history", msgs[1:-1], share=share)

@@ -90,6 +90,10 @@ def msg_cost(m: dict[str, Any], model: tokenflex.Model) -> int:
 
 
 def is_answer(m: dict[str, Any]) -> bool:
+    """May not open a cut history: an answer whose question was dropped. A tool round
+    (an assistant message with tool calls) stands on its own and may."""
+    if m.get("role") == "assistant" and m.get("tool_calls"):
+        return False
     return m.get("role") in ANSWER_ROLES
 
 
@@ -146,6 +150,8 @@ def expected_history_groups(
 ) -> int:
     """The newest groups kept: all that fit the soft share of the room, more (up to
     ``min_items``) if the hard room allows, at most ``max_items``, then the orphan rule."""
+    if sum(costs) <= room and (max_items is None or len(costs) <= max_items):
+        return len(costs)  # do no harm: a history that fits is kept whole, share or not
     hard = newest_that_fit(costs, room)
     soft = hard if share is None else newest_that_fit(costs, math.floor(share * max(0, room)))
     k = max(soft, min(min_items, hard))
@@ -164,11 +170,16 @@ def room_for_optional(
     required: int,
     *,
     given: bool = True,
+    sensible: int = 0,
 ) -> int:
     """Tokens optional items may take: ``reserve`` keeps the request, ``flex`` only the
     floor; without a max_tokens from the caller (``given`` False) only the floor too;
     ``max_input_tokens`` caps the input."""
-    total = window - margin - (request if policy == "reserve" and given else floor)
+    reserve = request if policy == "reserve" and given else floor
+    if policy == "reserve" and given and request > window - margin - required:
+        # an output the window cannot give: the input is fitted for a sensible output
+        reserve = max(floor, sensible)
+    total = window - margin - reserve
     if cap is not None:
         total = min(total, cap)
     return total - required
@@ -449,7 +460,12 @@ def fit_cases(draw: st.DrawFn, *, maximal: bool = False) -> FitCase:
     probe = tokenflex.get_model("gpt-4o")
     full = count_messages(msgs, model=probe, tools=tools)
     model = draw(small_models(full, max_tokens or 1000))
-    case = FitCase(msgs, len(system), len(system) + len(history), model, tools, max_tokens, options)
+    # pin=0: the history rules on their own (pinning is tested in test_agents.py). The
+    # current turn is the newest tool round when one follows the last user message.
+    options["pin"] = 0
+    options["truncate_tool_results"] = False  # (truncation: tests/test_agents.py)
+    cur = len(system) + len(history) + (1 if len(current) > 1 else 0)
+    case = FitCase(msgs, len(system), cur, model, tools, max_tokens, options)
     if draw(st.integers(0, 3)) == 0:  # the required part, the floor and the margin fill it
         ref = reference(case)
         window = ref.required + ref.floor + options["safety_margin"]
@@ -507,6 +523,7 @@ def reference(case: FitCase) -> Reference:
         case.opt("max_input_tokens", None),
         required,
         given=case.max_tokens is not None,
+        sensible=min(m.max_output_tokens or m.context_window // 4, m.context_window // 4, request),
     )
     bounds = groups_of(msgs, case.sys_end, case.cur)
     costs = [sum(msg_cost(msgs[i], m) for i in range(a, b)) for a, b in bounds]
@@ -1093,7 +1110,8 @@ def test_without_max_tokens_history_is_kept_and_the_output_takes_what_is_left(
     when the history and the floor fit, and max_tokens = min(model's max output, what the
     input leaves); history is cut only when it must be, and then a warning says so."""
     case.max_tokens = None
-    case.options = {k: case.options[k] for k in ("policy", "min_output_tokens", "safety_margin")}
+    kept = ("policy", "min_output_tokens", "safety_margin", "pin", "truncate_tool_results")
+    case.options = {k: case.options[k] for k in kept}
     ref = reference(case)
     plan = fit_or_overflow(case, ref)
     if plan is None:

@@ -134,6 +134,12 @@ class BudgetSpec:
     whatever the policy, the output takes what is left, and no "reduced" note is
     written (nothing the caller asked for was reduced)."""
 
+    history_output: int | None = None
+    """Set when the output request is larger than the window can give even with no
+    optional input (window - required input - margin): optional input is then cut as if
+    this much output had been asked for, and the output takes what is left, up to
+    ``requested_output`` (see :func:`sensible_output`)."""
+
     @property
     def floor(self) -> int:
         """The output floor: the minimum, never above the request."""
@@ -143,6 +149,8 @@ class BudgetSpec:
     def reserved_output(self) -> int:
         """The output optional input must leave room for: the request under ``reserve``
         with a request the caller gave, else the floor."""
+        if self.history_output is not None:
+            return max(self.floor, self.history_output)
         if self.policy == "reserve" and self.output_given:
             return max(0, self.requested_output)
         return self.floor
@@ -325,6 +333,20 @@ def _stable_count(s: SectionSpec, cum: Sequence[int], k: int, cut: bool, soft_ro
     return max(min(low, k), min(s.min_items, k))
 
 
+def _within(items: Iterable[int], room: int, max_items: int | None) -> list[int]:
+    """Items read (lazily) until their sum passes ``room`` or there are more than
+    ``max_items``: the first item that does not fit is read too, so the caller knows
+    why the section stopped."""
+    out: list[int] = []
+    total = 0
+    for t in items:
+        out.append(t)
+        total += t
+        if total > room or (max_items is not None and len(out) > max_items):
+            break
+    return out
+
+
 def _prefix_sums(tokens: Sequence[int]) -> list[int]:
     out = [0]
     for t in tokens:
@@ -412,21 +434,35 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
             soft_room = int(s.share * max(0, soft_room))
         soft_room = min(soft_room, hard_room)
 
-        if s.cumulative is not None and s.contiguous and not req:
-            k, reason = _bisect_section(s, s.cumulative, soft_room, hard_room, window_room)
-            yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
-            if s.low_water is not None:
+        cum = s.cumulative if s.contiguous and not req else None
+        if cum is None and s.contiguous and not req:
+            cum = _prefix_sums(_within(iters[s.name], hard_room, s.max_items))
+        if cum is not None:
+            n = len(cum) - 1
+            if cum[n] <= hard_room and (s.max_items is None or n <= s.max_items):
+                # Do no harm: the whole section fits, so it is kept as it is: a soft
+                # share, a low-water mark or a held cut apply only when it must be cut.
+                k, reason, yielded_soft = n, None, False
+            else:
+                k, reason = _bisect_section(s, cum, soft_room, hard_room, window_room)
+                yielded_soft = k > _soft_prefix(cum, soft_room)
+            if s.low_water is not None and reason is not None:
                 fit_k = k
-                k = _stable_count(s, s.cumulative, k, reason is not None, soft_room)
+                hard_k = max(0, bisect.bisect_right(cum, hard_room) - 1)
+                if s.max_items is not None:
+                    hard_k = min(hard_k, s.max_items)
+                if s.hold is not None and fit_k < s.hold <= hard_k:
+                    # The held cut still fits the window: kept, beyond the soft share,
+                    # so the prefix sent does not change.
+                    k, reason = s.hold, "held"
+                else:
+                    k = _stable_count(s, cum, k, True, soft_room)
                 if k < fit_k:
                     stable = "held" if k == s.hold else "low_water"
-                    if reason is None:
-                        reason = stable
-                    else:
-                        dropped.append(DropRecord(s.name, k, fit_k - k, stable))
-                        dropped.append(DropRecord(s.name, fit_k, None, reason))
-                        reason = "moved"
-                yielded_soft = k > _soft_prefix(s.cumulative, soft_room)
+                    dropped.append(DropRecord(s.name, k, fit_k - k, stable))
+                    dropped.append(DropRecord(s.name, fit_k, None, reason))
+                    reason = "moved"
+                yielded_soft = k > _soft_prefix(cum, soft_room) and reason != "held"
             if reason is not None:
                 cut = k
                 while k > 0 and s.opens is not None and not s.opens(k - 1):
@@ -442,7 +478,7 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                     f"{s.name}: kept {k} items beyond its soft share "
                     f"({s.share}) to honour min_items={s.min_items}."
                 )
-            taken = s.cumulative[k]
+            taken = cum[k]
             used += taken
             kept[s.name] = tuple(range(k))
             section_tokens[s.name] = taken
@@ -485,20 +521,6 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
                     break
                 dropped.append(DropRecord(s.name, pos, 1, reason))
             pos += 1
-        if s.low_water is not None and s.contiguous and not req:
-            fit_k = len(positions)
-            cut = any(d.section == s.name for d in dropped)
-            sums = _prefix_sums(taken_items)
-            k = _stable_count(s, sums, fit_k, cut, soft_room)
-            if k < fit_k:
-                yielded_soft = yielded_soft and k > _soft_prefix(sums, soft_room)
-                stable = "held" if k == s.hold else "low_water"
-                at = next((i for i, d in enumerate(dropped) if d.section == s.name), len(dropped))
-                dropped.insert(at, DropRecord(s.name, k, fit_k - k, stable))
-                del positions[k:]
-                taken -= sum(taken_items[k:])
-                del taken_items[k:]
-                taken -= _unorphan(s, positions, taken_items, dropped)
         if (
             s.min_items
             and len(positions) < s.min_items

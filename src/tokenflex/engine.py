@@ -36,7 +36,14 @@ from .counting import MessageCounter, get_counter
 from .counting.checks import BadMessage
 from .errors import ContextOverflowError, InvalidMessagesError
 from .fallback import Candidate, fallback_chain, no_model_fits
-from .history import cleared_tool_result, iter_groups, shrink_candidates, without_reasoning
+from .history import (
+    cleared_tool_result,
+    iter_groups,
+    shrink_candidates,
+    tool_text,
+    truncated_tool_result,
+    without_reasoning,
+)
 from .models import Model, get_model, unknown_model_warning
 from .options import LOW_WATER, FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
@@ -57,6 +64,7 @@ __all__ = [
     "dropped_messages_warnings",
     "fit_layout",
     "history_section",
+    "large_output",
     "opens_history",
     "output_request",
     "run_pass",
@@ -87,8 +95,15 @@ def cut_note(omitted: int) -> Message:
 
 
 def opens_history(message: Any) -> bool:
-    """Whether ``message`` may be the first kept message of a cut history."""
-    return not (isinstance(message, Mapping) and message.get("role") in ANSWER_ROLES)
+    """Whether ``message`` may be the first kept message of a cut history: not an answer
+    whose question was dropped (assistant text, a tool result without its call). A tool
+    round may open it: an agent's call stands on its own (the task is pinned before it)."""
+    if not isinstance(message, Mapping):
+        return True
+    role = message.get("role")
+    if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
+        return True
+    return role not in ANSWER_ROLES
 
 
 def output_request(
@@ -288,6 +303,9 @@ class MessageSection(Section):
         """Render a counted note where the history was cut (see :func:`cut_note`)."""
         self.changed: dict[int, tuple[Message, str]] = {}
         """Messages of ``source`` that are shrunk copies: index -> (original, reason)."""
+        self.truncatable = False
+        """Required tool results here may be truncated when the required input does not
+        fit (the newest tool round of an agent loop)."""
         self._first_kept: int | None = None
         self._span: tuple[int, int] | None = None  # the index's groups [g_lo, g_hi)
         self._groups: list[tuple[int, int, int]] = []  # (start, stop, tokens) in keep order
@@ -411,8 +429,14 @@ class MessageSection(Section):
 
     def runs(self, alloc: Allocation | None) -> list[DropRun]:
         name = self.name
+        if self.mode == "all" and alloc is not None:  # sent whole; shrunk copies listed
+            return [DropRun(name, i, i + 1, self.changed[i][1]) for i in sorted(self.changed)]
         if self.mode == "all" or self.lo >= self.hi:
-            return []
+            return (
+                [DropRun(name, self.lo, self.hi, "budget")]
+                if alloc is None and self.lo < self.hi
+                else []
+            )
         if alloc is None:
             return [DropRun(name, self.lo, self.hi, "budget")]
         records = [d for d in alloc.dropped if d.section == name]
@@ -459,6 +483,8 @@ class MessageSection(Section):
     def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
         if index in self.changed:
             full = counter.message(item)
+            if self.mode == "all":  # sent shrunk: what shrinking saved
+                return full - counter.message(self.source[index])
             first = self._first_kept
             if first is not None and index >= first:  # sent shrunk: what shrinking saved
                 return full - counter.message(self.source[index])
@@ -531,6 +557,15 @@ def run_pass(
         if not s.needs_room:
             specs[s.name] = s.spec(counter, 0)
     required = base + sum(_required(sp) for sp in specs.values())
+    sensible = large_output(model, budget, required)
+    if sensible is not None:
+        budget = replace(budget, history_output=sensible)
+        notes.append(
+            f"max_tokens={request:,} is more than {model.name}'s {model.context_window:,}-token "
+            "window can give after the required input and the margin: the history was fitted "
+            "as if the smaller of the model's max output and a quarter of the window were "
+            "asked, and the output takes what is left."
+        )
     if any(s.needs_room for s in sections):
         room = model.context_window - opts.safety_margin
         room -= budget.reserved_output
@@ -585,6 +620,38 @@ def run_pass(
     return Pass(model, counter, sections, left_out, alloc, rendered, tokens, base, required, notes)
 
 
+LARGE_OUTPUT_SHARE = 0.25
+"""The share of the window a too-large output request is fitted for when the model's
+max output is not known or larger (see :func:`large_output`)."""
+
+
+def large_output(model: Model, budget: BudgetSpec, required: int) -> int | None:
+    """The output the history is fitted for when the output request is larger than the
+    window can give even with no history (``window - required - margin``), else None.
+
+    Clients send output requests sized for the largest models (Claude Code 32,000,
+    LangChain's ChatAnthropic 4,096); on a smaller window, reserving them would cost the
+    whole history for room the model cannot use. Such a request is treated as ``flex``:
+    the history keeps what it would keep at a sensible output, the smaller of the
+    model's max output and :data:`LARGE_OUTPUT_SHARE` of the window, and the output
+    takes the rest (down to the floor). A request the window can give is reserved as
+    asked.
+
+    >>> from tokenflex.models import get_model
+    >>> b = BudgetSpec(context_window=2048, requested_output=32_000)
+    >>> large_output(get_model("gpt-4"), replace(b, context_window=8192), 100)
+    2048
+    """
+    if not budget.output_given or budget.policy != "reserve":
+        return None
+    room = budget.context_window - budget.safety_margin - required
+    if budget.requested_output <= room:
+        return None
+    share = int(LARGE_OUTPUT_SHARE * model.context_window)
+    sensible = min(model.max_output_tokens or share, share, budget.requested_output)
+    return max(sensible, budget.floor)
+
+
 def _required(spec: SectionSpec) -> int:
     if spec.required == -1:
         return sum(spec.items)  # required sections carry lists
@@ -632,25 +699,153 @@ def _forced(p: Pass, name: str) -> bool:
     return any(d.section == name and d.reason in _FORCED for d in p.alloc.dropped)
 
 
+class ShrinkStep:
+    """One rung of the shrink ladder: which history messages it may shrink (oldest
+    first) and how it shrinks one. A cache-stable fit keeps what a step shrank shrunk
+    on later turns: :class:`~tokenflex.session.HistoryCut` keeps one mark per step (the
+    field named :attr:`mark`)."""
+
+    name: str
+    reason: str
+    """The reason a shrunk message is listed with in ``plan.dropped``."""
+    mark: str
+    """The :class:`~tokenflex.session.HistoryCut` field: shrunk before this index."""
+
+    def on(self, opts: FitOptions) -> bool:
+        raise NotImplementedError
+
+    def candidates(
+        self, hist: MessageSection, opts: FitOptions, counter: MessageCounter, cap: int
+    ) -> list[int]:
+        """Indices in the history, oldest first, this step may shrink."""
+        raise NotImplementedError
+
+    def shrink(self, message: Message, counter: MessageCounter, cap: int) -> Message:
+        """A shrunk copy (the caller's message is never modified)."""
+        raise NotImplementedError
+
+
+class ClearToolResults(ShrinkStep):
+    """Old tool results replaced by a placeholder (the call and its id stay); the
+    newest ``keep_tool_results`` and those of ``keep_tools`` are kept."""
+
+    name, reason, mark = "clear", "cleared", "cleared_before"
+
+    def on(self, opts: FitOptions) -> bool:
+        return opts.clear_tool_results
+
+    def candidates(
+        self, hist: MessageSection, opts: FitOptions, counter: MessageCounter, cap: int
+    ) -> list[int]:
+        return _candidates(hist, opts)[0]
+
+    def shrink(self, message: Message, counter: MessageCounter, cap: int) -> Message:
+        return cleared_tool_result(message)
+
+
+class TruncateToolResults(ShrinkStep):
+    """Tool results longer than their share of the room (:data:`TOOL_RESULT_SHARE`)
+    that the clearing step keeps: head and tail kept, with a counted marker."""
+
+    name, reason, mark = "truncate", "truncated", "truncated_before"
+
+    def on(self, opts: FitOptions) -> bool:
+        return opts.truncate_tool_results and (opts.clear_tool_results or opts.drop_reasoning)
+
+    def candidates(
+        self, hist: MessageSection, opts: FitOptions, counter: MessageCounter, cap: int
+    ) -> list[int]:
+        src = hist.source
+        cleared = set(_candidates(hist, opts)[0]) if opts.clear_tool_results else set()
+        return [
+            i
+            for i in range(hist.lo, hist.hi)
+            if i not in cleared
+            and isinstance(src[i], Mapping)
+            and src[i].get("role") in ("tool", "function")
+            and counter.text(tool_text(src[i])) > cap
+        ]
+
+    def shrink(self, message: Message, counter: MessageCounter, cap: int) -> Message:
+        return truncated_tool_result(message, counter.text, cap)
+
+
+class DropReasoning(ShrinkStep):
+    """Old reasoning (``reasoning_content``, thinking parts) dropped."""
+
+    name, reason, mark = "reasoning", "reasoning", "reasoning_before"
+
+    def on(self, opts: FitOptions) -> bool:
+        return opts.drop_reasoning
+
+    def candidates(
+        self, hist: MessageSection, opts: FitOptions, counter: MessageCounter, cap: int
+    ) -> list[int]:
+        return _candidates(hist, opts)[1]
+
+    def shrink(self, message: Message, counter: MessageCounter, cap: int) -> Message:
+        return without_reasoning(message)
+
+
+LADDER: tuple[ShrinkStep, ...] = (ClearToolResults(), TruncateToolResults(), DropReasoning())
+"""The shrink ladder, in the order its steps are taken before whole turns are dropped
+(a summary, then dropping, follow it)."""
+
+TOOL_RESULT_SHARE = 0.25
+"""A tool result longer than this share of the input room (the window less the margin
+and the output reserved) is over-long: truncated in history, and in the newest tool
+round when the request cannot be served otherwise."""
+
+
+def tool_result_cap(model: Model, opts: FitOptions) -> int:
+    """Tokens a single tool result may keep when it is truncated."""
+    reserve = opts.max_tokens if opts.max_tokens is not None else opts.min_output_tokens
+    reserve = min(reserve, model.context_window // 4)
+    room = model.context_window - opts.safety_margin - reserve
+    return max(64, int(TOOL_RESULT_SHARE * room))
+
+
 def _shrink(
-    hist: MessageSection, clear: Sequence[int], think: Sequence[int], made: dict[int, Message]
+    hist: MessageSection,
+    steps: Sequence[tuple[ShrinkStep, Sequence[int]]],
+    made: dict[tuple[str, int], Message],
+    counter: MessageCounter,
+    cap: int,
 ) -> None:
-    """Send shrunk copies of the history's messages at ``clear`` (tool results) and
-    ``think`` (reasoning); the caller's messages are never modified."""
+    """Send shrunk copies of the history's messages: each step's indices shrunk by it
+    (the caller's messages are never modified)."""
     src = list(hist.source)
-    for indices, shrink, reason in (
-        (clear, cleared_tool_result, "cleared"),
-        (think, without_reasoning, "reasoning"),
-    ):
+    for step, indices in steps:
         for i in indices:
             original = hist.source[i]
-            copy = made.get(i)
+            copy = made.get((step.name, i))
             if copy is None:
-                copy = made[i] = shrink(original)
+                copy = made[step.name, i] = step.shrink(src[i], counter, cap)
             src[i] = copy
-            hist.changed[i] = (original, reason)
+            hist.changed[i] = (original, step.reason)
     hist.source = src
     hist.index = None  # the running counts are the originals'
+
+
+def _truncate_newest(
+    sections: Sequence[Section], counter: MessageCounter, cap: int, made: dict[int, Message]
+) -> None:
+    """Truncate the tool results of the required newest round to ``cap`` tokens each."""
+    for s in sections:
+        if not (isinstance(s, MessageSection) and s.truncatable):
+            continue
+        src = list(s.source)
+        for i in range(s.lo, s.hi):
+            m = src[i]
+            if not (isinstance(m, Mapping) and m.get("role") in ("tool", "function")):
+                continue
+            copy = made.get(i)
+            if copy is None:
+                copy = made[i] = truncated_tool_result(m, counter.text, cap)
+            if copy is not m:
+                src[i] = copy
+                s.changed[i] = (m, "truncated")
+        s.source = src
 
 
 def solve_history(
@@ -661,27 +856,40 @@ def solve_history(
     warnings: Sequence[str] = (),
 ) -> tuple[Pass, HistoryCut | None]:
     """One pass of ``layout`` for ``model``, with the history's cache-stable cut and the
-    shrink ladder applied; and where this pass cut the history.
+    shrink ladder applied; and where this pass cut the history (None: a cut that must
+    not be held, see below).
 
-    The ladder runs only when the room forces a cut, each step only as far as needed:
-    clear old tool results (the fewest oldest ones that let the history fit), then drop
-    old reasoning; what is still over is cut (the summary step and dropping follow).
-    A cache-stable fit keeps what the previous plan shrank shrunk, and when the room
-    forces more, takes each step whole, so the next turns append to an unchanged prefix.
-    Every pass is solved by :func:`tokenflex.budget.solve`: the solver sees the shrunk
-    costs, and the promise is checked on every plan.
+    The ladder (:data:`LADDER`) runs only when the room forces a cut, each step only as
+    far as needed: clear old tool results (the fewest oldest ones that let the history
+    fit), truncate over-long ones, then drop old reasoning; what is still over is cut
+    (the summary step and dropping follow). A cache-stable fit keeps what the previous
+    plan shrank shrunk, and when the room forces more, takes each step whole, so the
+    next turns append to an unchanged prefix. When the required input (the newest tool
+    round) cannot fit, its over-long tool results are truncated rather than the request
+    refused. Every pass is solved by :func:`tokenflex.budget.solve`: the solver sees the
+    shrunk costs, and the promise is checked on every plan.
+
+    A cut is not held (None is returned for it) when it was forced by an output request
+    larger than the window can give, or when no history message fits at all (one
+    oversized message): the next request of the conversation starts afresh.
     """
-    stable, ladder = opts.cache_stable, opts.clear_tool_results or opts.drop_reasoning
+    stable = opts.cache_stable
+    steps = [step for step in LADDER if step.on(opts)]
     cold = previous is not None and not _cache_kept(model, previous)
     hold = None if cold else previous
     mark = 1.0 if cold else _low_water(model, opts, previous)
-    made: dict[int, Message] = {}
-    clear: list[int] = []
-    think: list[int] = []
+    counter = get_counter(model)
+    cap = tool_result_cap(model, opts)
+    made: dict[tuple[str, int], Message] = {}
+    newest: dict[int, Message] = {}
+    newest_cap: list[int] = []  # set when the required newest round must be truncated
+    found: list[list[int]] = [[] for _ in steps]
 
-    def attempt(n_clear: int, n_think: int) -> tuple[Pass, MessageSection | None]:
+    def attempt(n: Sequence[int]) -> tuple[Pass, MessageSection | None]:
         sections = layout.sections(model)
         hist = history_section(layout, sections)
+        if newest_cap:
+            _truncate_newest(sections, counter, newest_cap[-1], newest)
         if hist is not None:
             if opts.cut_note:
                 hist.note = True
@@ -689,43 +897,61 @@ def solve_history(
             if stable:
                 hist.low_water = mark
                 hist.hold_from = hold.start if hold is not None else None
-            if n_clear or n_think:
-                _shrink(hist, clear[:n_clear], think[:n_think], made)
+            if any(n):
+                shrunk = [(st, found[k][: n[k]]) for k, st in enumerate(steps) if n[k]]
+                _shrink(hist, shrunk, made, counter, cap)
         p = run_pass(model, sections, tools=layout.tools, opts=opts, warnings=warnings)
         return p, hist
 
-    if not stable and not ladder:
-        return attempt(0, 0)[0], None  # (the note alone needs no cut memory)
-    n_clear = n_think = 0
-    sticky = hold is not None and (hold.cleared_before or hold.reasoning_before)
-    if ladder and sticky and stable:
+    def first_attempt(n: Sequence[int]) -> tuple[Pass, MessageSection | None]:
+        try:
+            return attempt(n)
+        except ContextOverflowError:
+            if not opts.truncate_tool_results or not _has_truncatable(layout, model):
+                raise
+        # The newest tool round alone does not fit: truncate its results, halving the
+        # cap until it fits (a round of many results), else the error stands.
+        limit = cap
+        while True:
+            newest_cap.append(limit)
+            newest.clear()
+            try:
+                return attempt(n)
+            except ContextOverflowError:
+                if limit <= 64:
+                    raise
+                limit = max(64, limit // 2)
+
+    zero = [0] * len(steps)
+    if not stable and not steps:
+        return first_attempt(zero)[0], None  # (the note needs no memory)
+    n_now = list(zero)
+    if steps and stable and hold is not None:
         hist0 = history_section(layout, layout.sections(model))
         if hist0 is not None:
-            clear, think = _candidates(hist0, opts)
-            assert hold is not None
-            n_clear = sum(1 for i in clear if i < hold.cleared_before)
-            n_think = sum(1 for i in think if i < hold.reasoning_before)
-    p, hist = attempt(n_clear, n_think)
+            for k, step in enumerate(steps):
+                before = getattr(hold, step.mark)
+                if before:
+                    found[k] = step.candidates(hist0, opts, counter, cap)
+                    n_now[k] = sum(1 for i in found[k] if i < before)
+    p, hist = first_attempt(n_now)
     if hist is None:
         return p, None
-    if ladder and _forced(p, hist.name):
-        if not (clear or think):
-            clear, think = _candidates(hist, opts)
-        for step in ("clear", "think"):
-            n_max = len(clear) if step == "clear" else len(think)
-            n_now = n_clear if step == "clear" else n_think
-
-            def at(
-                n: int, step: str = step, c: int = n_clear, t: int = n_think
-            ) -> tuple[Pass, MessageSection | None]:
-                return attempt(n, t) if step == "clear" else attempt(c, n)
-
-            if n_max <= n_now:
+    if steps and _forced(p, hist.name):
+        if not any(found):
+            found = [step.candidates(hist, opts, counter, cap) for step in steps]
+        for k in range(len(steps)):
+            n_max = len(found[k])
+            if n_max <= n_now[k]:
                 continue
+
+            def at(n: int, k: int = k) -> tuple[Pass, MessageSection | None]:
+                return attempt([n if j == k else n_now[j] for j in range(len(steps))])
+
             best = at(n_max)
             n_best = n_max
             if not stable and not _forced(best[0], hist.name):
-                lo_n, hi_n = n_now, n_max  # forced at lo_n, fits at hi_n: bisect
+                lo_n, hi_n = n_now[k], n_max  # forced at lo_n, fits at hi_n: bisect
                 while hi_n - lo_n > 1:
                     mid = (lo_n + hi_n) // 2
                     trial = at(mid)
@@ -734,26 +960,53 @@ def solve_history(
                     else:
                         hi_n, best = mid, trial
                 n_best = hi_n
-            if step == "clear":
-                n_clear = n_best
-            else:
-                n_think = n_best
+            n_now[k] = n_best
             p, h = best
             assert h is not None
             hist = h
             if not _forced(p, hist.name):
                 break
     kept = p.alloc.kept.get(hist.name, ())
-    before = hold if hold is not None else HistoryCut(0)
+    before_cut = hold if hold is not None else HistoryCut(0)
+    marks = {
+        step.mark: max(
+            getattr(before_cut, step.mark), found[k][n_now[k] - 1] + 1 if n_now[k] else 0
+        )
+        for k, step in enumerate(steps)
+    }
     cut = HistoryCut(
         hist.first_kept(kept) if hist not in p.left_out else hist.hi,
-        max(before.cleared_before, clear[n_clear - 1] + 1 if n_clear else 0),
-        max(before.reasoning_before, think[n_think - 1] + 1 if n_think else 0),
         end=max(previous.end if previous is not None else 0, hist.hi),
         growth=previous.growth if previous is not None else 0.0,
         grown=previous.grown if previous is not None else 0,
+        **marks,
     )
+    if not _holdable(p, hist, kept):
+        return p, None
     return p, cut
+
+
+def _has_truncatable(layout: Layout, model: Model) -> bool:
+    return any(
+        isinstance(s, MessageSection)
+        and s.truncatable
+        and any(
+            isinstance(m, Mapping) and m.get("role") in ("tool", "function")
+            for m in s.source[s.lo : s.hi]
+        )
+        for s in layout.sections(model)
+    )
+
+
+def _holdable(p: Pass, hist: MessageSection, kept: tuple[int, ...]) -> bool:
+    """Whether the history cut of ``p`` may be held by the next requests: not when the
+    output request was larger than the window can give (the cut was made for a
+    sensible output, not for the history), nor when no history fits at all while there
+    was some (one oversized message forced it)."""
+    spec = p.alloc.spec
+    if spec is not None and spec.history_output is not None and _forced(p, hist.name):
+        return False
+    return not (not kept and hist.hi > hist.lo and _forced(p, hist.name))
 
 
 def _cache_kept(model: Model, previous: HistoryCut) -> bool:

@@ -7,9 +7,15 @@ of a chat request sits; the engine counts, solves, renders, falls back and summa
 - ``documents``: retrieved chunks packed into ``min(documents_cap, what is left)`` and
   sent as a system message after the pinned ones.
 - ``summary``: a previous summary message right after them (pinned; rolled forward).
-- ``history``: everything up to the last user message, newest first, in atomic groups
-  (a tool call stays with its results); optional, contiguous, a soft share of the room.
-- ``current``: the last user message and anything after it (required).
+- ``pinned``: the opening of the history up to its first ``pin`` user messages (the task
+  of an agent loop); sent whole, or left out whole (listed) when it cannot fit.
+- ``history``: everything after it up to the current turn, newest first, in atomic groups
+  (a tool call stays with its results); optional, contiguous, a soft share of the room
+  once it must be cut (a history that fits is sent as it is).
+- ``current``: the newest group: the last user message and anything after it, or, when
+  tool rounds follow the last user message (an agent loop), the newest tool round: the
+  last tool call with all its results (required; an over-long result is truncated
+  rather than the request refused).
 - tool schemas and reply priming: the fixed base cost.
 
 Reading a lazy history source happens here, before the engine, and only as far as the
@@ -39,7 +45,13 @@ from .engine import (
 from .errors import InvalidInputError, InvalidMessagesError
 from .formats.fitting import check_prepared, finish, prepare
 from .formats.objects import plain_message
-from .history import HistorySource, aread_newest_first, iter_groups, read_newest_first
+from .history import (
+    HistorySource,
+    aread_newest_first,
+    is_tool_round,
+    iter_groups,
+    read_newest_first,
+)
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan
@@ -157,6 +169,11 @@ class FitLayout:
     sys_end: int = -1
     summary_idx: int | None = None
     hist_start: int = -1
+    pin_end: int = -1
+    """The pinned opening is ``[hist_start, pin_end)``; history starts at ``pin_end``."""
+    recent: int = -1
+    """With a new summary: the history kept verbatim starts here (after the span the
+    summary stands for)."""
     cur_start: int = -1
 
     def __post_init__(self) -> None:
@@ -174,17 +191,8 @@ class FitLayout:
         self.sys_end = i
         self.summary_idx = i if i < n and is_summary_message(msgs[i]) else None
         self.hist_start = i + 1 if self.summary_idx is not None else i
-        cur = n - 1
-        while cur >= self.hist_start:
-            m = msgs[cur]
-            if isinstance(m, Mapping) and m.get("role") == "user":
-                break
-            cur -= 1
-        if cur < self.hist_start:
-            # No user message after the system prompt: the current turn is the last group.
-            last = next(iter_groups(msgs, self.hist_start, n, lambda _m: 0), (n, n, 0))
-            cur = last[0]
-        self.cur_start = cur
+        self.cur_start = _current(msgs, self.hist_start, n)
+        self.pin_end = _pinned(msgs, self.hist_start, self.cur_start, self.opts.pin)
 
     def sections(self, model: Model) -> list[Section]:
         msgs, o = self.messages, self.opts
@@ -196,11 +204,15 @@ class FitLayout:
         elif self.summary_idx is not None:
             i = self.summary_idx
             out.append(MessageSection("summary", msgs, i, i + 1, priority=80))
+        if self.pin_end > self.hist_start:
+            pinned = MessageSection("pinned", msgs, self.hist_start, self.pin_end, priority=85)
+            pinned.may_leave_out = True
+            out.append(pinned)
         out.append(
             MessageSection(
                 "history",
                 msgs,
-                self.hist_start,
+                max(self.pin_end, self.recent),
                 self.cur_start,
                 mode="newest",
                 priority=10,
@@ -212,21 +224,52 @@ class FitLayout:
                 index=self.index,
             )
         )
-        out.append(MessageSection("current", msgs, self.cur_start, len(msgs), priority=90))
+        current = MessageSection("current", msgs, self.cur_start, len(msgs), priority=90)
+        current.truncatable = o.truncate_tool_results
+        out.append(current)
         return out
 
     def summary_target(self) -> SummaryTarget | None:
         return SummaryTarget(
             "history",
             self.messages,
-            self.hist_start,
+            self.pin_end,
             self.cur_start,
             tail=len(self.messages) - self.cur_start,
             previous=self.summary_idx,
         )
 
     def with_summary(self, summary: Message, recent_start: int) -> Layout:
-        return replace(self, summary=summary, summary_idx=None, hist_start=recent_start)
+        return replace(self, summary=summary, summary_idx=None, recent=recent_start)
+
+
+def _current(msgs: Sequence[Message], lo: int, n: int) -> int:
+    """Where the current turn of ``msgs[lo:n]`` starts: the newest tool round when tool
+    rounds follow the last user message (an agent loop: one task, then calls and
+    results), else the last user message; with neither, the last group. Read newest
+    first only as far as that group (an agent's task may lie thousands of rounds back)."""
+    last = n
+    for start, _stop, _ in iter_groups(msgs, lo, n, lambda _m: 0):
+        m = msgs[start]
+        if is_tool_round(msgs, start) or (isinstance(m, Mapping) and m.get("role") == "user"):
+            return start
+        if last == n:
+            last = start  # the newest group, if no user message or tool round
+    return last
+
+
+def _pinned(msgs: Sequence[Message], lo: int, hi: int, pin: int) -> int:
+    """The end of the pinned opening of ``msgs[lo:hi]``: after its ``pin``-th user
+    message (``lo``: nothing pinned)."""
+    end, seen = lo, 0
+    for i in range(lo, hi):
+        if seen >= pin:
+            break
+        m = msgs[i]
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            seen += 1
+            end = i + 1
+    return end
 
 
 def _with_history(

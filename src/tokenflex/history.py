@@ -36,10 +36,15 @@ __all__ = [
     "aread_newest_first",
     "cleared_tool_result",
     "has_reasoning",
+    "is_tool_round",
     "iter_groups",
     "read_newest_first",
     "shrink_candidates",
     "tool_name",
+    "tool_text",
+    "truncated_text",
+    "truncated_tool_result",
+    "with_tool_text",
     "without_reasoning",
 ]
 
@@ -62,6 +67,13 @@ def _role(m: Any) -> Any:
 
 def _is_tool_call(m: Any) -> bool:
     return _role(m) == "assistant" and bool(m.get("tool_calls") or m.get("function_call"))
+
+
+def is_tool_round(messages: Sequence[Message], start: int) -> bool:
+    """Whether the group starting at ``start`` is a tool round: an assistant message with
+    tool calls (and its results), or tool results whose call is not in the list."""
+    m = messages[start]
+    return _is_tool_call(m) or _role(m) in ("tool", "function")
 
 
 def iter_groups(
@@ -347,12 +359,76 @@ def tool_name(messages: Sequence[Message], i: int) -> str | None:
     return None
 
 
+def tool_text(message: Message) -> str:
+    """The text of a tool result, as one string (text parts joined)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def with_tool_text(message: Message, text: Callable[[str], str]) -> Message:
+    """A copy of a tool result whose text is ``text(old text)``; the role, ``tool_call_id``
+    and ``name`` stay, so the call keeps its answer. A message that stands for another
+    API's items (Anthropic ``tool_result`` blocks, Responses ``function_call_output``
+    items) shrinks those items too, through its own ``with_tool_text``, so the body sent
+    is one that API accepts."""
+    own = getattr(message, "with_tool_text", None)
+    if callable(own):
+        shrunk: Message = own(text)
+        return shrunk
+    out = dict(message)
+    out["content"] = text(tool_text(message))
+    return out
+
+
 def cleared_tool_result(message: Message) -> Message:
     """A copy of a tool result whose content is a short placeholder saying it was cleared
-    (the role, ``tool_call_id`` and ``name`` stay, so the call keeps its answer)."""
-    out = dict(message)
-    out["content"] = f"{CLEARED_PREFIX} to fit the context window]"
-    return out
+    (see :func:`with_tool_text`)."""
+    return with_tool_text(message, lambda _old: f"{CLEARED_PREFIX} to fit the context window]")
+
+
+TRUNCATED_MARK = "[... {n:,} tokens of this tool result truncated to fit the context window ...]"
+"""The counted marker between the head and the tail of a truncated tool result."""
+
+
+def truncated_text(text: str, count: Callable[[str], int], cap: int) -> str:
+    """``text`` cut to at most ``cap`` tokens (by ``count``, or as near as a marker
+    allows): its head (two thirds) and tail (one third) kept, with a marker between them
+    that says how many tokens were left out."""
+    total = count(text)
+    if total <= cap:
+        return text
+    keep = len(text) * cap // max(total, 1)
+    while True:
+        head, tail = keep * 2 // 3, keep // 3
+        end = text[len(text) - tail :] if tail else ""
+        mark = TRUNCATED_MARK.format(n=max(0, total - count(text[:head] + end)))
+        cut = f"{text[:head]}\n{mark}\n{end}"
+        if keep == 0 or count(cut) <= cap:
+            return cut
+        keep = keep * 4 // 5
+
+
+def truncated_tool_result(message: Message, count: Callable[[str], int], cap: int) -> Message:
+    """A copy of a tool result whose text is cut to about ``cap`` tokens (each result it
+    carries to its share of ``cap``, see :func:`truncated_text`); a result within
+    ``cap`` is returned as it is.
+
+    >>> m = {"role": "tool", "tool_call_id": "a", "content": "x " * 1000}
+    >>> out = truncated_tool_result(m, lambda t: len(t.split()), 100)
+    >>> len(out["content"].split()) <= 100, "truncated" in out["content"]
+    (True, True)
+    """
+    total = count(tool_text(message))
+    if total <= cap:
+        return message
+
+    def cut(old: str) -> str:
+        n = count(old)
+        return truncated_text(old, count, max(1, cap * n // total)) if n else old
+
+    return with_tool_text(message, cut)
 
 
 def has_reasoning(message: Message) -> bool:
@@ -392,8 +468,8 @@ def shrink_candidates(
     clear = [
         i
         for i in results
-        if len(str(messages[i].get("content") or "")) > short
-        and not str(messages[i].get("content")).startswith(CLEARED_PREFIX)
+        if len(text := tool_text(messages[i])) > short
+        and not text.startswith(CLEARED_PREFIX)
         and (not keep_tools or tool_name(messages, i) not in keep_tools)
     ]
     reasoning = [i for i in range(lo, hi) if has_reasoning(messages[i])]

@@ -95,6 +95,16 @@ class FitOptions:
     drop_reasoning: bool = False
     """Before dropping turns, drop old reasoning (``reasoning_content``, thinking parts)
     from history."""
+    pin: int = 1
+    """User messages at the opening of the history that are always sent, with what lies
+    between them: the task of an agent loop (one user task, then tool rounds), the
+    question a chat began with. 0 pins none. A pinned opening that cannot fit with the
+    newest round is left out (listed in ``dropped``) rather than the request refused."""
+    truncate_tool_results: bool = True
+    """A tool result longer than a quarter of the input room is truncated (head and
+    tail kept, with a counted marker) instead of refusing the request, when it is in
+    the newest tool round and the request cannot be served otherwise, and as a step of
+    the shrink ladder (with ``clear_tool_results`` or ``drop_reasoning``)."""
     cut_note: bool = False
     """Tell the model: where history was cut, send a short system note ("12 earlier
     messages omitted to fit the context window"), counted like any message."""
@@ -224,5 +234,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
         "a list of tool names",
     ),
     "drop_reasoning": (lambda v: isinstance(v, bool), "True or False"),
+    "pin": (_int(0), "an int >= 0"),
+    "truncate_tool_results": (lambda v: isinstance(v, bool), "True or False"),
     "cut_note": (lambda v: isinstance(v, bool), "True or False"),
 }

@@ -52,6 +52,8 @@ class HistoryCut:
     """Tool results before this index were cleared (0: none)."""
     reasoning_before: int = 0
     """Reasoning before this index was dropped (0: none)."""
+    truncated_before: int = 0
+    """Over-long tool results before this index were truncated (0: none)."""
     summarized_before: int = 0
     """The plan's summary covers the history before this index (0: no summary)."""
     end: int = 0

@@ -12,7 +12,8 @@ field the converter did not need (``cache_control``, ids, signatures) untouched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,63 @@ class NativeMessage(dict[str, Any]):
 
     def __reduce__(self) -> Any:  # copy/pickle keep the origin
         return (NativeMessage, (dict(self), self.native, self.start))
+
+    def with_tool_text(self, text: Callable[[str], str]) -> NativeMessage:
+        """This tool result with the text of each result it carries replaced by
+        ``text(old)``, in the caller's own shape (Anthropic ``tool_result`` blocks,
+        Responses ``function_call_output`` items, chat ``tool`` messages), so the body
+        sent is one the API accepts; the chat dict counted is rebuilt from them."""
+        native: list[Any] = []
+        parts: list[dict[str, Any]] = []
+        for item in self.native:
+            shrunk, texts = _tool_item(item, text)
+            native.append(shrunk)
+            parts += ({"type": "text", "text": t} for t in texts)
+        chat = dict(self)
+        chat["content"] = parts
+        return NativeMessage(chat, native, self.start)
+
+
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)  # an SDK's pydantic object
+    return dump(mode="json", exclude_none=True) if callable(dump) else value
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in value)
+    return "" if value is None else json.dumps(value, default=str)
+
+
+def _tool_item(item: Any, text: Callable[[str], str]) -> tuple[Any, list[str]]:
+    """``item`` with its tool output text replaced, and the texts it now carries."""
+    data = _plain(item)
+    if not isinstance(data, Mapping):
+        return item, [str(data)]
+    if data.get("type") == "function_call_output":  # Responses
+        new = text(_text_of(data.get("output")))
+        return {**data, "output": new}, [new]
+    content = data.get("content")
+    if data.get("role") in ("tool", "function"):  # chat
+        new = text(_text_of(content))
+        return {**data, "content": new}, [new]
+    if not isinstance(content, list):  # an Anthropic message with string content
+        return item, [_text_of(content)]
+    blocks: list[Any] = []
+    texts: list[str] = []
+    for block in content:
+        b = _plain(block)
+        if isinstance(b, Mapping) and b.get("type") == "tool_result":
+            new = text(_text_of(b.get("content")))
+            blocks.append({**b, "content": new})
+            texts.append(new)
+        else:
+            blocks.append(block)
+            is_text = isinstance(b, Mapping) and b.get("type") == "text"
+            texts.append(str(b.get("text", "")) if is_text else json.dumps(b, default=str))
+    return {**data, "content": blocks}, texts
 
 
 @dataclass

@@ -310,7 +310,7 @@ class Proxy:
             fit_ms = (time.perf_counter() - started) * 1000
             plan_id = await self._keep(plan, credential_hash(request.headers), len(raw))
             headers = plan_headers(plan, plan_id)
-            body = fitted_body(self.fitter, req, plan, route)
+            body = fitted_body(self.fitter, req, plan, route, raw)
             upstream = await self.upstream.send(
                 "POST",
                 self.upstream.url(wire.path, request.scope["query_string"]),

@@ -106,14 +106,38 @@ RESPONSES = Wire(
 )
 
 
-def fitted_body(fitter: Fitter, req: ChatRequest, plan: Any, route: str | None) -> bytes:
+def unchanged(req: ChatRequest, plan: Any) -> bool:
+    """Whether ``plan`` sends ``req`` as the client sent it: every message (the client's
+    own objects, in order), the same system prompt and model, nothing dropped or
+    shrunk, and every output field the client set equal to the plan's output."""
+    if plan.fallback_from is not None or len(plan.dropped):
+        return False
+    if plan.system is not req.system and plan.system != req.system:
+        return False
+    sent, given = plan.messages, req.messages
+    if len(sent) != len(given) or any(a is not b for a, b in zip(sent, given, strict=True)):
+        return False
+    return all(req.body.get(f) in (None, plan.max_tokens) for f in _OUTPUT_FIELDS)
+
+
+_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def fitted_body(
+    fitter: Fitter, req: ChatRequest, plan: Any, route: str | None, raw: bytes | None = None
+) -> bytes:
     """The JSON body to forward: the client's, with the plan's conversation and limit.
+
+    Do no harm: a request the plan sends as it came (:func:`unchanged`) is forwarded as
+    the client's own bytes, ``raw``.
 
     Chat is :meth:`Fitter.fitted_body`. Anthropic always gets ``max_tokens`` (the API
     requires it); Responses gets ``max_output_tokens`` when the client sent it or the
     options do not say ``add_max_tokens = false``. The model is replaced only when the
     plan fell back to another one; every other field is the client's.
     """
+    if raw is not None and unchanged(req, plan):
+        return raw
     if req.format == "chat":
         return fitter.fitted_body(req, plan, route)
     body = dict(req.body)
