@@ -1,6 +1,7 @@
 """Template models never under-count: the additive count that ``fit``, ``Prompt`` and
-``Conversation`` use is at least the whole conversation's rendered count, for real chat
-templates from llama.cpp (``make vocab`` extracts ``models/templates/*.jinja`` into
+``Conversation`` use is at least the whole conversation's rendered count (tools
+included, as the template renders them), and equal to it where ``exact_for`` says
+nothing is estimated, for real chat templates from llama.cpp (``make vocab`` extracts ``models/templates/*.jinja`` into
 ``.venv/llama-cpp-vocab/templates``) with a real tokenizer (llama.cpp's vocab GGUFs).
 """
 
@@ -57,7 +58,29 @@ TOOLS = [
 ]
 
 
+SMOLLM2 = "HuggingFaceTB-SmolLM2-135M-Instruct"
+"""The tests' real server model: its GGUF's own template renders no tools."""
+
+
 def model_for(name: str) -> Model:
+    if name == SMOLLM2:
+        from llama_server import smollm2_path
+
+        from tokenflex.tokenizers import get_tokenizer
+        from tokenflex.tokenizers.gguf import GGUFTokenizer
+
+        tokenizer = f"gguf:{smollm2_path()}"
+        gguf = get_tokenizer(tokenizer).tokenizer
+        assert isinstance(gguf, GGUFTokenizer)
+        return Model(
+            name=f"template-{name}",
+            context_window=2048,
+            tokenizer=tokenizer,
+            chat_format="template",
+            chat_template=gguf.chat_template,
+            bos_token=gguf.bos_token,
+            eos_token=gguf.eos_token,
+        )
     vocab, bos, eos = CASES[name]
     return Model(
         name=f"template-{name}",
@@ -68,6 +91,15 @@ def model_for(name: str) -> Model:
         bos_token=bos,
         eos_token=eos,
     )
+
+
+def test_a_template_without_tools_counts_them_as_nothing() -> None:
+    counter = get_counter(model_for(SMOLLM2))
+    assert counter.tools(TOOLS) == 0  # was 246 by the generic rule
+    assert counter.tools_exact(TOOLS)
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    assert counter.count(msgs, TOOLS) == counter.count_rendered(msgs, TOOLS)
+    assert counter.exact_for(msgs, TOOLS)
 
 
 def test_templates_are_installed() -> None:
@@ -125,7 +157,7 @@ def conversations(draw: st.DrawFn, tools: bool) -> list[dict[str, Any]]:
     return msgs
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [*sorted(CASES), SMOLLM2])
 @pytest.mark.parametrize("with_tools", [False, True], ids=["plain", "tools"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -142,6 +174,9 @@ def test_additive_count_is_never_below_the_render(name: str, with_tools: bool, d
         return
     additive = counter.count(messages, tools)
     assert additive >= rendered, (additive, rendered, messages)
+    # "exact" is a promise too: nothing estimated means the model's own count
+    if counter.exact_for(messages, tools):
+        assert additive == rendered, (additive, rendered, messages)
 
 
 @pytest.mark.parametrize("name", ["NousResearch-Hermes-3-Llama-3.1-8B-tool_use"])

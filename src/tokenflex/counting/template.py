@@ -175,6 +175,8 @@ class TemplateCounter(MessageCounter):
         self._template = compile_template(model.chat_template or "")
         self._segments: dict[tuple[str, str], int] = {}
         self._bases: dict[str, int] = {}
+        self._tool_costs: dict[str, tuple[int, bool]] = {}
+        self._kinds: dict[str, bool] = {}
         self._no_tools: list[Any] | None = None
         self._newline = tokenizer.count("\n")
         try:
@@ -296,18 +298,78 @@ class TemplateCounter(MessageCounter):
         return [t for t in contents if t], [t for t in calls if t]
 
     def tools(self, tools: Sequence[Tool] | None) -> int:
-        if not tools:
-            return 0
+        return self._tools(tools)[0] if tools else 0
+
+    def tools_exact(self, tools: Sequence[Tool] | None) -> bool:
+        return self.exact and (self._tools(tools)[1] if tools else True)
+
+    def _tools(self, tools: Sequence[Tool]) -> tuple[int, bool]:
+        """``(tokens, rendered)``: what the schemas add to a rendered conversation, as
+        the template renders them (0 for a template that renders no tools: servers that
+        render the model's template, llama.cpp's, llama-cpp-python's, vLLM's, then send
+        the model nothing of them). Only a template that fails with tools falls back to
+        the generic rule, an estimate (``rendered`` False)."""
+        key = dumps(list(tools))
+        hit = self._tool_costs.get(key)
+        if hit is not None:
+            return hit
         tool_list = self._tool_list(tools)
         try:
             with_tools = self._count(self._render([_USER], tools=tool_list))
             without = self._count(self._render([_USER]))
+            cost = (max(0, with_tools - without), True)
         except TemplateRejected:
-            return self._generic_tools(tool_list)
-        if with_tools <= without:
-            # The template ignores tools; a server may still pass them on another way.
-            return self._generic_tools(tool_list)
-        return with_tools - without
+            cost = (self._generic_tools(tool_list), False)
+        if len(self._tool_costs) >= 1024:
+            self._tool_costs.clear()
+        self._tool_costs[key] = cost
+        return cost
+
+    def _parts_exact(self, msg: Any) -> bool:
+        # Templates render media as placeholders: what the model sees is estimated.
+        if not super()._parts_exact(msg):
+            return False
+        if not isinstance(msg, Mapping):
+            return True  # message() raises on it
+        return self._role_exact("call" if msg.get("tool_calls") else msg.get("role"))
+
+    def _role_exact(self, role: Any) -> bool:
+        exact = self._kinds.get(role)
+        if exact is None:
+            if role not in _PROBES and role != "call":
+                return True  # message() raises on it
+            exact = self._kinds[role] = self._renders_in_place(role)
+        return exact
+
+    def _renders_in_place(self, kind: str) -> bool:
+        """Whether the template renders a message of this kind (a role, or ``call``: an
+        assistant tool call) in its own segment, text and all. Where it does not, the
+        count adds the text again or falls back to the generic rule: an estimate."""
+        marker = "tokenflex probe 7351"
+        msg: dict[str, Any]
+        if kind == "call":
+            args = '{"q": 7351}'
+            fn = {"name": "probe", "arguments": args}
+            call = {"id": "call_1", "type": "function", "function": fn}
+            msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+            texts = ["probe", "7351"]  # arguments may be re-serialized (tojson)
+        else:
+            msg = {"role": kind, "content": marker}
+            if kind in ("tool", "function"):
+                msg["tool_call_id"] = "call_0"
+            texts = [marker]
+        segment = self._segment(msg)
+        if segment is None or not all(t in segment for t in texts):
+            return False
+        if kind in ("system", "developer"):
+            # A system message replaces the template's default system text (SmolLM2,
+            # Qwen), which base() counts all the same: an over-count, not the model's.
+            try:
+                both = self._count(self._render([msg, _USER]))
+            except TemplateRejected:
+                return False
+            return both == self._count(self._render([_USER])) + self._segment_tokens(segment)
+        return True
 
     def base(self, tools: Sequence[Tool] | None = None) -> int:
         key = dumps(list(tools)) if tools else ""
