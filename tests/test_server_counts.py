@@ -58,7 +58,7 @@ CHAT = [
 ]
 CALL = {
     "role": "assistant",
-    "content": None,
+    "content": "",  # llama-cpp-python refuses None
     "tool_calls": [
         {
             "id": "call_0",

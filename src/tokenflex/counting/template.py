@@ -33,7 +33,7 @@ from .._types import Message, Messages, Tool
 from ..errors import ConfigError, InvalidMessagesError
 from ..models import Model
 from ..tokenizers import CountCache
-from .checks import BadMessage, validated_role
+from .checks import TEXT_PARTS, BadMessage, validated_role
 from .messages import GENERIC_TOKENS_PER_MESSAGE, MessageCounter
 from .tools import dumps
 
@@ -125,12 +125,11 @@ def render(
         # Templates also fail with plain Python errors, e.g. "+" on list content. Many
         # (Qwen3, Phi-3.5, Ministral) fail on an assistant tool call's ``content: null``,
         # which llama.cpp's server renders as "": do the same.
-        if any(isinstance(m, Mapping) and m.get("content", "") is None for m in messages):
+        # Templates that concatenate content fail on a list of text parts; llama.cpp's
+        # server gives such a template the parts' text, joined: do the same.
+        if any(_fillable(m) for m in messages):
             filled = [
-                {**m, "content": ""}
-                if isinstance(m, Mapping) and m.get("content", "") is None
-                else m
-                for m in messages
+                {**m, "content": _joined(m["content"])} if _fillable(m) else m for m in messages
             ]
             return render(
                 template,
@@ -147,6 +146,24 @@ def render(
     return text
 
 
+def _fillable(m: Any) -> bool:
+    """A message whose content templates fail on and servers render as text: ``None`` (an
+    assistant tool call) or a list of text parts only."""
+    if not isinstance(m, Mapping):
+        return False
+    content = m.get("content", "")
+    if content is None:
+        return True
+    return isinstance(content, list) and all(
+        isinstance(p, Mapping) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str)
+        for p in content
+    )
+
+
+def _joined(content: Any) -> str:
+    return "".join(p["text"] for p in content) if isinstance(content, list) else ""
+
+
 _USER = {"role": "user", "content": "Hi"}
 _ASSISTANT = {"role": "assistant", "content": "Hello"}
 _CALL = {
@@ -156,6 +173,8 @@ _CALL = {
         {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": "{}"}}
     ],
 }
+_CALL_1 = {"id": "call_1", "type": "function"}
+_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "7"}
 _PROBES: dict[str, tuple[list[dict[str, Any]], ...]] = {
     "user": ([_USER, _ASSISTANT], []),
     "assistant": ([_USER], []),
@@ -258,7 +277,7 @@ class TemplateCounter(MessageCounter):
             # tokens per piece for what joins it there ("\n\n" in Mistral Nemo)
             n += sum(self._count(text) + 2 for text in contents if text not in segment)
             call_tokens = sum(map(self._count, calls))
-            if n < call_tokens:
+            if n < call_tokens and not self._drops_calls():
                 n += call_tokens + 2 * len(calls)
             n += self._media(msg)
         if plain:
@@ -266,6 +285,24 @@ class TemplateCounter(MessageCounter):
                 self._segments.clear()
             self._segments[(msg["role"], msg["content"])] = n
         return n
+
+    def _drops_calls(self) -> bool:
+        """Whether the template renders an assistant tool call nowhere (SmolLM2's renders
+        only ``content``): then a call costs what its segment renders, nothing more."""
+        dropped = self._kinds.get("drops-calls")
+        if dropped is None:
+            fn = {"name": "probe", "arguments": '{"q": 7351}'}
+            call = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{**_CALL_1, "function": fn}],
+            }
+            try:
+                text = self._render([_USER, call, _RESULT])
+            except TemplateRejected:
+                text = "7351"  # cannot tell: keep counting the call's text
+            dropped = self._kinds["drops-calls"] = "7351" not in text and "probe" not in text
+        return dropped
 
     def _segment_tokens(self, segment: str) -> int:
         """Tokens of a segment as it stands inside a conversation. SentencePiece
@@ -342,16 +379,20 @@ class TemplateCounter(MessageCounter):
         return exact
 
     def _renders_in_place(self, kind: str) -> bool:
-        """Whether the template renders a message of this kind (a role, or ``call``: an
-        assistant tool call) in its own segment, text and all. Where it does not, the
-        count adds the text again or falls back to the generic rule: an estimate."""
+        """Whether messages of this kind (a role, or ``call``: an assistant tool call) are
+        counted as the template renders them: the message's text is in its own segment,
+        and a short conversation around it counts what its render counts. Where not,
+        the count adds text again, falls back to the generic rule, or keeps a default
+        system text the message replaces: a conservative estimate."""
         marker = "tokenflex probe 7351"
         msg: dict[str, Any]
         if kind == "call":
-            args = '{"q": 7351}'
-            fn = {"name": "probe", "arguments": args}
-            call = {"id": "call_1", "type": "function", "function": fn}
-            msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+            fn = {"name": "probe", "arguments": '{"q": 7351}'}
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{**_CALL_1, "function": fn}],
+            }
             texts = ["probe", "7351"]  # arguments may be re-serialized (tojson)
         else:
             msg = {"role": kind, "content": marker}
@@ -359,17 +400,24 @@ class TemplateCounter(MessageCounter):
                 msg["tool_call_id"] = "call_0"
             texts = [marker]
         segment = self._segment(msg)
-        if segment is None or not all(t in segment for t in texts):
+        if segment is None:
             return False
-        if kind in ("system", "developer"):
-            # A system message replaces the template's default system text (SmolLM2,
-            # Qwen), which base() counts all the same: an over-count, not the model's.
-            try:
-                both = self._count(self._render([msg, _USER]))
-            except TemplateRejected:
-                return False
-            return both == self._count(self._render([_USER])) + self._segment_tokens(segment)
-        return True
+        if not all(t in segment for t in texts) and not (kind == "call" and self._drops_calls()):
+            return False
+        around: dict[str, list[dict[str, Any]]] = {
+            "system": [msg, _USER],
+            "developer": [msg, _USER],
+            "user": [_USER, _ASSISTANT, msg],
+            "assistant": [_USER, msg, _USER],
+            "call": [_USER, msg, _RESULT],
+            "tool": [_USER, _CALL, msg],
+            "function": [_USER, _CALL, msg],
+        }
+        conversation = around[kind]
+        try:
+            return self.count(conversation) == self.count_rendered(conversation)
+        except InvalidMessagesError:  # the template rejects the probe
+            return False
 
     def base(self, tools: Sequence[Tool] | None = None) -> int:
         key = dumps(list(tools)) if tools else ""
