@@ -517,6 +517,91 @@ def test_template_tools_and_base(tokenizer_file: str) -> None:
     )
 
 
+def test_template_that_renders_no_tools_counts_them_as_nothing(tokenizer_file: str) -> None:
+    # ChatML without a tools block: a server rendering it sends the model no schema
+    counter = get_counter(template_model(tokenizer_file, CHATML, "tpl-no-tools"))
+    assert counter.tools(COOKBOOK_TOOLS) == 0
+    assert counter.tools_exact(COOKBOOK_TOOLS)
+    assert counter.count(CONVERSATION, COOKBOOK_TOOLS) == counter.count_rendered(
+        CONVERSATION, COOKBOOK_TOOLS
+    )
+    assert counter.exact_for(CONVERSATION, COOKBOOK_TOOLS)
+
+
+def test_template_that_fails_with_tools_estimates_them(tokenizer_file: str) -> None:
+    failing = "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}" + CHATML
+    counter = get_counter(template_model(tokenizer_file, failing, "tpl-tools-fail"))
+    generic = GENERIC_TOOLS_PREAMBLE + counter.tokenizer.count(json.dumps(COOKBOOK_TOOLS, indent=4))
+    assert counter.tools(COOKBOOK_TOOLS) == generic
+    assert not counter.tools_exact(COOKBOOK_TOOLS)
+    assert not counter.exact_for(CONVERSATION, COOKBOOK_TOOLS)
+    assert counter.exact_for(CONVERSATION)  # without tools nothing is estimated
+
+
+def test_template_default_system_makes_a_system_message_inexact(tokenizer_file: str) -> None:
+    counter = get_counter(template_model(tokenizer_file, CHATML_DEFAULT_SYSTEM, "tpl-dflt-x"))
+    assert counter.exact_for(CONVERSATION[1:])
+    assert counter.count(CONVERSATION) > counter.count_rendered(CONVERSATION)
+    assert not counter.exact_for(CONVERSATION)  # the default system text counted anyway
+
+
+def test_template_media_are_estimated(tokenizer_file: str) -> None:
+    counter = get_counter(template_model(tokenizer_file, CHATML, "tpl-media"))
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    msg = {"role": "user", "content": [{"type": "text", "text": "Hello"}, image]}
+    assert counter.message_exact({"role": "user", "content": [{"type": "text", "text": "Hi"}]})
+    assert not counter.message_exact(msg)
+    assert not counter.exact_for([*CONVERSATION, msg])
+
+
+PNG_URL = data_url(png(64, 64))
+
+
+@pytest.mark.parametrize(
+    ("message", "exact"),
+    [
+        pytest.param({"role": "user", "content": "Hello"}, True, id="plain"),
+        pytest.param({"role": "user", "content": "Hi", "name": "ann"}, True, id="name"),
+        pytest.param(
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG_URL}}]},
+            True,
+            id="sized-image",
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "image_url", "image_url": "https://x/a.png"}]},
+            False,
+            id="remote-image",
+        ),
+        pytest.param(
+            {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]},
+            False,
+            id="file",
+        ),
+        pytest.param({"role": "tool", "tool_call_id": "c", "content": "4"}, False, id="tool"),
+        pytest.param(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            False,
+            id="tool-call",
+        ),
+    ],
+)
+def test_openai_exact_for_names_estimated_parts(message: dict[str, Any], exact: bool) -> None:
+    counter = get_counter("gpt-4o")
+    assert counter.message_exact(message) is exact
+    assert counter.exact_for([{"role": "system", "content": "Be brief."}, message]) is exact
+    assert counter.exact_for([message], COOKBOOK_TOOLS) is exact
+
+
+def test_estimated_tokenizer_is_never_exact() -> None:
+    counter = get_counter("claude-3-5-sonnet-20241022")
+    assert not counter.exact
+    assert not counter.exact_for([{"role": "user", "content": "Hello"}])
+
+
 def test_template_that_rejects_messages(tokenizer_file: str) -> None:
     model = template_model(
         tokenizer_file, ALTERNATING, "tpl-alt", bos_token="<s>", eos_token="</s>"

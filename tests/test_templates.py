@@ -1,7 +1,9 @@
 """Template models never under-count: the additive count that ``fit``, ``Prompt`` and
-``Conversation`` use is at least the whole conversation's rendered count, for real chat
-templates from llama.cpp (``make vocab`` extracts ``models/templates/*.jinja`` into
-``.venv/llama-cpp-vocab/templates``) with a real tokenizer (llama.cpp's vocab GGUFs).
+``Conversation`` use is at least the whole conversation's rendered count (tools included,
+as the template renders them; equal to it for SmolLM2 where ``exact_for`` says nothing is
+estimated), for real chat templates from llama.cpp (``make vocab`` extracts
+``models/templates/*.jinja`` into ``.venv/llama-cpp-vocab/templates``) with a real
+tokenizer (llama.cpp's vocab GGUFs).
 """
 
 from __future__ import annotations
@@ -57,7 +59,29 @@ TOOLS = [
 ]
 
 
+SMOLLM2 = "HuggingFaceTB-SmolLM2-135M-Instruct"
+"""The tests' real server model: its GGUF's own template renders no tools."""
+
+
 def model_for(name: str) -> Model:
+    if name == SMOLLM2:
+        from llama_server import smollm2_path
+
+        from tokenflex.tokenizers import get_tokenizer
+        from tokenflex.tokenizers.gguf import GGUFTokenizer
+
+        tokenizer = f"gguf:{smollm2_path()}"
+        gguf = get_tokenizer(tokenizer).tokenizer
+        assert isinstance(gguf, GGUFTokenizer)
+        return Model(
+            name=f"template-{name}",
+            context_window=2048,
+            tokenizer=tokenizer,
+            chat_format="template",
+            chat_template=gguf.chat_template,
+            bos_token=gguf.bos_token,
+            eos_token=gguf.eos_token,
+        )
     vocab, bos, eos = CASES[name]
     return Model(
         name=f"template-{name}",
@@ -68,6 +92,15 @@ def model_for(name: str) -> Model:
         bos_token=bos,
         eos_token=eos,
     )
+
+
+def test_a_template_without_tools_counts_them_as_nothing() -> None:
+    counter = get_counter(model_for(SMOLLM2))
+    assert counter.tools(TOOLS) == 0  # was 246 by the generic rule
+    assert counter.tools_exact(TOOLS)
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    assert counter.count(msgs, TOOLS) == counter.count_rendered(msgs, TOOLS)
+    assert counter.exact_for(msgs, TOOLS)
 
 
 def test_templates_are_installed() -> None:
@@ -125,7 +158,7 @@ def conversations(draw: st.DrawFn, tools: bool) -> list[dict[str, Any]]:
     return msgs
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [*sorted(CASES), SMOLLM2])
 @pytest.mark.parametrize("with_tools", [False, True], ids=["plain", "tools"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -142,6 +175,10 @@ def test_additive_count_is_never_below_the_render(name: str, with_tools: bool, d
         return
     additive = counter.count(messages, tools)
     assert additive >= rendered, (additive, rendered, messages)
+    # where nothing is estimated by a rule the sum is the render; a known gap for other
+    # templates (docs/counting.md): Llama 3.1/3.3 and Gemma 4 sums exceed it by up to 9
+    if name == SMOLLM2 and counter.exact_for(messages, tools):
+        assert additive == rendered, (additive, rendered, messages)
 
 
 @pytest.mark.parametrize("name", ["NousResearch-Hermes-3-Llama-3.1-8B-tool_use"])

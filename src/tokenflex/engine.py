@@ -515,6 +515,8 @@ class Pass:
     required: int
     """Base plus every required item: what must fit with the output floor."""
     warnings: list[str]
+    tools: Sequence[Tool] | None = None
+    """The request's tool schemas (counted in ``base``)."""
 
     def dropped_from(self, section: str) -> str | None:
         """Why ``section`` was cut (its first non-orphan drop reason), or None."""
@@ -617,7 +619,9 @@ def run_pass(
             max_tokens=budget.floor,
             safety_margin=opts.safety_margin,
         )
-    return Pass(model, counter, sections, left_out, alloc, rendered, tokens, base, required, notes)
+    return Pass(
+        model, counter, sections, left_out, alloc, rendered, tokens, base, required, notes, tools
+    )
 
 
 LARGE_OUTPUT_SHARE = 0.25
@@ -1159,7 +1163,7 @@ def build_plan(
         dropped=DroppedItems(all_runs, item, item_cost),
         summary=summary,
         warnings=tuple(dict.fromkeys(warnings)),
-        exact=counter.exact,
+        exact=counter.exact_for(messages, p.tools),
         policy=opts.policy,
         elapsed_ms=(time.perf_counter() - started) * 1000,
         fallback_from=fallback_from,

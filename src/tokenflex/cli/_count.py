@@ -146,7 +146,7 @@ def count_cmd(
         "model": resolved.name,
         "known_model": resolved.known,
         "tokenizer": counter.tokenizer.name,
-        "exact": counter.exact,
+        "exact": counter.tokenizer.exact,  # text; a conversation: exact_for below
         "chat_format": counter.model.chat_format,  # as it counts here (exact_tokenizer)
         "context_window": resolved.context_window,
     }
@@ -172,6 +172,7 @@ def count_cmd(
         counts = [counter.message(m) for m in messages]
     info.update(
         kind="messages",
+        exact=counter.exact_for(messages, tool_list),
         tokens=total,
         base=counter.base(),
         tools=counter.tools(tool_list),
@@ -182,7 +183,7 @@ def count_cmd(
     if as_json:
         console.print_json(data=info)
         return
-    kind = "exact" if counter.exact else "conservative estimate"
+    kind = "exact" if info["exact"] else "conservative estimate"
     title = Text(
         f"{resolved.name} · {counter.tokenizer.name} · {counter.model.chat_format} ({kind})",
         style="bold",

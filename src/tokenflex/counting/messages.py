@@ -111,6 +111,61 @@ class MessageCounter:
         """Tokens a request costs beyond its messages: reply priming and tool schemas."""
         raise NotImplementedError
 
+    def tools_exact(self, tools: Sequence[Tool] | None) -> bool:
+        """Whether :meth:`tools` is the model's own count for ``tools`` (True without
+        tools), not a conservative estimate."""
+        return self.exact
+
+    def message_exact(self, msg: Message) -> bool:
+        """Whether :meth:`message` is the model's own count for ``msg``: False where a
+        part of it is estimated (media, unknown fields, a rule beyond the chat format).
+
+        O(1) for a plain ``{"role", "content": str}`` message."""
+        if not self.exact:
+            return False
+        if type(msg) is dict and len(msg) == 2 and type(msg.get("content")) is str:
+            return self._role_exact(msg.get("role"))
+        return self._parts_exact(msg)
+
+    def exact_for(self, messages: Messages, tools: Sequence[Tool] | None = None) -> bool:
+        """Whether ``count(messages, tools)`` is the model's own count: an exact counter,
+        tool schemas counted as the model renders them, and no estimated part in any
+        message.
+
+        >>> from tokenflex import get_counter
+        >>> get_counter("gpt-4o").exact_for([{"role": "user", "content": "Hi"}])
+        True
+        """
+        if not self.exact or not self.tools_exact(tools):
+            return False
+        message_exact = self.message_exact
+        return all(message_exact(m) for m in messages)
+
+    def _role_exact(self, role: Any) -> bool:
+        """Whether a plain text message of this role is counted exactly."""
+        return True
+
+    def _parts_exact(self, msg: Any) -> bool:
+        """No estimated content part: text only, or (``openai`` formats) images whose size
+        the data URL states, counted by OpenAI's own rule."""
+        if not isinstance(msg, Mapping):
+            return True  # message() raises on it
+        content = msg.get("content")
+        if not isinstance(content, list):
+            return True
+        openai = self.model.chat_format in ("openai", "openai-0301")
+        for part in content:
+            ptype = part.get("type") if isinstance(part, Mapping) else None
+            if ptype in TEXT_PARTS:
+                continue
+            if ptype in IMAGE_PARTS and openai:
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                if isinstance(url, str) and image_size(url) is not None:
+                    continue
+            return False
+        return True
+
     def count(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
         """Tokens of a whole request: ``base(tools) + sum(message(m) for m in messages)``.
 
@@ -303,6 +358,18 @@ class EnvelopeCounter(MessageCounter):
 
     def base(self, tools: Sequence[Tool] | None = None) -> int:
         return self.priming + self.tools(tools)
+
+    def _parts_exact(self, msg: Any) -> bool:
+        # Tool calls and results are counted by rules beyond the cookbook, and unknown
+        # structured fields as their JSON: conservative estimates.
+        if not isinstance(msg, Mapping):
+            return True
+        if msg.get("role") in ("tool", "function"):
+            return False
+        for key, value in msg.items():
+            if key != "content" and value and not isinstance(value, str):
+                return False
+        return super()._parts_exact(msg)
 
     def tools(self, tools: Sequence[Tool] | None) -> int:
         if self.model.chat_format == "generic":

@@ -65,6 +65,7 @@ class MistralCounter(MessageCounter):
         super().__init__(model, tokenizer, exact=True)
         self._mistral = backend
         self._cache: dict[str, int] = {}
+        self._tool_costs: dict[str, tuple[int, bool]] = {}
         self._user = self._chat([_USER]) - _BOS
         probe = {"role": "system", "content": "Hi"}
         # v7+: [SYSTEM_PROMPT] is a turn of its own; before: joined into the user turn
@@ -138,13 +139,42 @@ class MistralCounter(MessageCounter):
         return view, media
 
     def tools(self, tools: Sequence[Tool] | None) -> int:
-        if not tools:
-            return 0
+        return self._tools(tools)[0] if tools else 0
+
+    def tools_exact(self, tools: Sequence[Tool] | None) -> bool:
+        return self._tools(tools)[1] if tools else True
+
+    def _tools(self, tools: Sequence[Tool]) -> tuple[int, bool]:
+        """``(tokens, encoded)``; schemas mistral-common refuses get the generic rule."""
+        key = dumps(list(tools))
+        hit = self._tool_costs.get(key)
+        if hit is not None:
+            return hit
         tool_list = self._tool_list(tools)
         try:
-            return self._chat([_USER], tool_list) - self._chat([_USER])
+            cost = (self._chat([_USER], tool_list) - self._chat([_USER]), True)
         except InvalidMessagesError:
-            return self._generic_tools(tool_list)
+            cost = (self._generic_tools(tool_list), False)
+        if len(self._tool_costs) >= 1024:
+            self._tool_costs.clear()
+        self._tool_costs[key] = cost
+        return cost
+
+    def _role_exact(self, role: Any) -> bool:
+        return role != "function" and not (role == "system" and self._joined_system)
+
+    def _parts_exact(self, msg: Any) -> bool:
+        # A system prompt joined into the last user turn is charged a margin for the
+        # join; a message mistral-common refuses alone (a role it does not know, a tool
+        # call id that is not 9 letters or digits) gets the generic rule.
+        if not super()._parts_exact(msg) or not isinstance(msg, Mapping):
+            return False
+        role = msg.get("role")
+        if not self._role_exact(role):
+            return False
+        ids = [msg.get("tool_call_id")] if role == "tool" else []
+        ids += [c.get("id") for c in msg.get("tool_calls") or () if isinstance(c, Mapping)]
+        return all(isinstance(i, str) and len(i) == 9 and i.isalnum() for i in ids)
 
     def base(self, tools: Sequence[Tool] | None = None) -> int:
         return _BOS + self.tools(tools)

@@ -33,7 +33,7 @@ from .._types import Message, Messages, Tool
 from ..errors import ConfigError, InvalidMessagesError
 from ..models import Model
 from ..tokenizers import CountCache
-from .checks import BadMessage, validated_role
+from .checks import TEXT_PARTS, BadMessage, validated_role
 from .messages import GENERIC_TOKENS_PER_MESSAGE, MessageCounter
 from .tools import dumps
 
@@ -125,12 +125,11 @@ def render(
         # Templates also fail with plain Python errors, e.g. "+" on list content. Many
         # (Qwen3, Phi-3.5, Ministral) fail on an assistant tool call's ``content: null``,
         # which llama.cpp's server renders as "": do the same.
-        if any(isinstance(m, Mapping) and m.get("content", "") is None for m in messages):
+        # Templates that concatenate content fail on a list of text parts; llama.cpp's
+        # server gives such a template the parts' text, joined: do the same.
+        if any(_fillable(m) for m in messages):
             filled = [
-                {**m, "content": ""}
-                if isinstance(m, Mapping) and m.get("content", "") is None
-                else m
-                for m in messages
+                {**m, "content": _joined(m["content"])} if _fillable(m) else m for m in messages
             ]
             return render(
                 template,
@@ -147,6 +146,24 @@ def render(
     return text
 
 
+def _fillable(m: Any) -> bool:
+    """A message whose content templates fail on and servers render as text: ``None`` (an
+    assistant tool call) or a list of text parts only."""
+    if not isinstance(m, Mapping):
+        return False
+    content = m.get("content", "")
+    if content is None:
+        return True
+    return isinstance(content, list) and all(
+        isinstance(p, Mapping) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str)
+        for p in content
+    )
+
+
+def _joined(content: Any) -> str:
+    return "".join(p["text"] for p in content) if isinstance(content, list) else ""
+
+
 _USER = {"role": "user", "content": "Hi"}
 _ASSISTANT = {"role": "assistant", "content": "Hello"}
 _CALL = {
@@ -156,6 +173,8 @@ _CALL = {
         {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": "{}"}}
     ],
 }
+_CALL_1 = {"id": "call_1", "type": "function"}
+_RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "7"}
 _PROBES: dict[str, tuple[list[dict[str, Any]], ...]] = {
     "user": ([_USER, _ASSISTANT], []),
     "assistant": ([_USER], []),
@@ -175,6 +194,8 @@ class TemplateCounter(MessageCounter):
         self._template = compile_template(model.chat_template or "")
         self._segments: dict[tuple[str, str], int] = {}
         self._bases: dict[str, int] = {}
+        self._tool_costs: dict[str, tuple[int, bool]] = {}
+        self._kinds: dict[str, bool] = {}
         self._no_tools: list[Any] | None = None
         self._newline = tokenizer.count("\n")
         try:
@@ -256,7 +277,7 @@ class TemplateCounter(MessageCounter):
             # tokens per piece for what joins it there ("\n\n" in Mistral Nemo)
             n += sum(self._count(text) + 2 for text in contents if text not in segment)
             call_tokens = sum(map(self._count, calls))
-            if n < call_tokens:
+            if n < call_tokens and not self._drops_calls():
                 n += call_tokens + 2 * len(calls)
             n += self._media(msg)
         if plain:
@@ -264,6 +285,24 @@ class TemplateCounter(MessageCounter):
                 self._segments.clear()
             self._segments[(msg["role"], msg["content"])] = n
         return n
+
+    def _drops_calls(self) -> bool:
+        """Whether the template renders an assistant tool call nowhere (SmolLM2's renders
+        only ``content``): then a call costs what its segment renders, nothing more."""
+        dropped = self._kinds.get("drops-calls")
+        if dropped is None:
+            fn = {"name": "probe", "arguments": '{"q": 7351}'}
+            call = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{**_CALL_1, "function": fn}],
+            }
+            try:
+                text = self._render([_USER, call, _RESULT])
+            except TemplateRejected:
+                text = "7351"  # cannot tell: keep counting the call's text
+            dropped = self._kinds["drops-calls"] = "7351" not in text and "probe" not in text
+        return dropped
 
     def _segment_tokens(self, segment: str) -> int:
         """Tokens of a segment as it stands inside a conversation. SentencePiece
@@ -296,18 +335,89 @@ class TemplateCounter(MessageCounter):
         return [t for t in contents if t], [t for t in calls if t]
 
     def tools(self, tools: Sequence[Tool] | None) -> int:
-        if not tools:
-            return 0
+        return self._tools(tools)[0] if tools else 0
+
+    def tools_exact(self, tools: Sequence[Tool] | None) -> bool:
+        return self.exact and (self._tools(tools)[1] if tools else True)
+
+    def _tools(self, tools: Sequence[Tool]) -> tuple[int, bool]:
+        """``(tokens, rendered)``: what the schemas add to a rendered conversation, as
+        the template renders them (0 for a template that renders no tools: servers that
+        render the model's template, llama.cpp's, llama-cpp-python's, vLLM's, then send
+        the model nothing of them). Only a template that fails with tools falls back to
+        the generic rule, an estimate (``rendered`` False)."""
+        key = dumps(list(tools))
+        hit = self._tool_costs.get(key)
+        if hit is not None:
+            return hit
         tool_list = self._tool_list(tools)
         try:
             with_tools = self._count(self._render([_USER], tools=tool_list))
             without = self._count(self._render([_USER]))
+            cost = (max(0, with_tools - without), True)
         except TemplateRejected:
-            return self._generic_tools(tool_list)
-        if with_tools <= without:
-            # The template ignores tools; a server may still pass them on another way.
-            return self._generic_tools(tool_list)
-        return with_tools - without
+            cost = (self._generic_tools(tool_list), False)
+        if len(self._tool_costs) >= 1024:
+            self._tool_costs.clear()
+        self._tool_costs[key] = cost
+        return cost
+
+    def _parts_exact(self, msg: Any) -> bool:
+        # Templates render media as placeholders: what the model sees is estimated.
+        if not super()._parts_exact(msg):
+            return False
+        if not isinstance(msg, Mapping):
+            return True  # message() raises on it
+        return self._role_exact("call" if msg.get("tool_calls") else msg.get("role"))
+
+    def _role_exact(self, role: Any) -> bool:
+        exact = self._kinds.get(role)
+        if exact is None:
+            if role not in _PROBES and role != "call":
+                return True  # message() raises on it
+            exact = self._kinds[role] = self._renders_in_place(role)
+        return exact
+
+    def _renders_in_place(self, kind: str) -> bool:
+        """Whether messages of this kind (a role, or ``call``: an assistant tool call) are
+        counted as the template renders them: the message's text is in its own segment,
+        and a short conversation around it counts what its render counts. Where not,
+        the count adds text again, falls back to the generic rule, or keeps a default
+        system text the message replaces: a conservative estimate."""
+        marker = "tokenflex probe 7351"
+        msg: dict[str, Any]
+        if kind == "call":
+            fn = {"name": "probe", "arguments": '{"q": 7351}'}
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{**_CALL_1, "function": fn}],
+            }
+            texts = ["probe", "7351"]  # arguments may be re-serialized (tojson)
+        else:
+            msg = {"role": kind, "content": marker}
+            if kind in ("tool", "function"):
+                msg["tool_call_id"] = "call_0"
+            texts = [marker]
+        segment = self._segment(msg)
+        if segment is None:
+            return False
+        if not all(t in segment for t in texts) and not (kind == "call" and self._drops_calls()):
+            return False
+        around: dict[str, list[dict[str, Any]]] = {
+            "system": [msg, _USER],
+            "developer": [msg, _USER],
+            "user": [_USER, _ASSISTANT, msg],
+            "assistant": [_USER, msg, _USER],
+            "call": [_USER, msg, _RESULT],
+            "tool": [_USER, _CALL, msg],
+            "function": [_USER, _CALL, msg],
+        }
+        conversation = around[kind]
+        try:
+            return self.count(conversation) == self.count_rendered(conversation)
+        except InvalidMessagesError:  # the template rejects the probe
+            return False
 
     def base(self, tools: Sequence[Tool] | None = None) -> int:
         key = dumps(list(tools)) if tools else ""

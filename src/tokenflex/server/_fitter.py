@@ -127,6 +127,8 @@ def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
             "x-tokenflex-context-window": str(plan.context_window),
             "x-tokenflex-dropped": str(len(plan.dropped)),
             "x-tokenflex-summary": "yes" if plan.summary is not None else "no",
+            # "no" when any part of the input count is an estimate (plan.exact)
+            "x-tokenflex-exact": "yes" if plan.exact else "no",
         }
         | cache_headers(plan)
         | ({"x-tokenflex-plan-id": plan_id} if plan_id else {})

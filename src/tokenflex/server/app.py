@@ -400,8 +400,9 @@ class Proxy:
         def work() -> tuple[int, bool]:
             counter = get_counter(model)
             if messages is not None:
-                return counter.count(messages, tools=tools), bool(counter.exact)
-            return count_tokens(text or "", model=model), bool(counter.exact)
+                exact = counter.exact_for(messages, tools)  # nothing estimated
+                return counter.count(messages, tools=tools), exact
+            return count_tokens(text or "", model=model), bool(counter.tokenizer.exact)
 
         tokens, exact = await off_loop(self.fitter.limiter, work)
         return JSONResponse(
