@@ -389,3 +389,35 @@ def test_another_credentials_cut_clears_no_tool_results(
         more = [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "?"}]
         ask(client, server.url, "sk-alice", more, max_tokens=50)
         assert fake.last()["body"]["messages"] == more
+
+
+@pytest.mark.parametrize("fmt", ["chat", "anthropic"])
+def test_a_moving_cache_control_marker_keeps_the_hold(fmt: str) -> None:
+    """Clients put ``cache_control`` on the newest message and take it off the one before
+    every request (Claude Code does); the request still extends the previous one, so the
+    cut is held as it is without markers."""
+
+    def marked(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = [
+            {**m, "content": [{"type": "text", "text": m["content"]}]}
+            for m in msgs
+            if m["role"] != "system"
+        ]
+        out[-1]["content"][0]["cache_control"] = {"type": "ephemeral"}
+        return out if fmt == "anthropic" else [SYSTEM, *out]
+
+    options: dict[str, Any] = {"model": model(2500), "max_tokens": 300, "cache_stable": True}
+    if fmt == "anthropic":
+        options.update(format="anthropic", system=SYSTEM["content"])
+    plain, with_markers = MemoryStore(), MemoryStore()
+    msgs = long_session(40)
+    held = 0
+    for k in range(1, len(msgs), 2):
+        bare = marked(msgs[: k + 1])
+        for part in bare[-1]["content"]:
+            part.pop("cache_control")
+        a = tokenflex.fit(bare, state=plain, **options)
+        b = tokenflex.fit(marked(msgs[: k + 1]), state=with_markers, **options)
+        assert [(d.index, d.reason) for d in a.dropped] == [(d.index, d.reason) for d in b.dropped]
+        held += any(d.reason == "held" for d in b.dropped)
+    assert held >= 5
