@@ -421,3 +421,29 @@ def test_a_moving_cache_control_marker_keeps_the_hold(fmt: str) -> None:
         assert [(d.index, d.reason) for d in a.dropped] == [(d.index, d.reason) for d in b.dropped]
         held += any(d.reason == "held" for d in b.dropped)
     assert held >= 5
+
+
+def test_a_background_summary_is_one_tenants_job() -> None:
+    """The background runner makes one job per summary key at a time; another tenant's
+    job for the same span neither stands in for this one nor tells of it."""
+    import threading
+
+    from tokenflex.summarize.background import BackgroundSummaries
+
+    store, gate = MemoryStore(), threading.Event()
+    alice, bob = TenantStore(store, "alice"), TenantStore(store, "bob")
+
+    def held(text: str) -> Any:
+        return lambda: (gate.wait(10), text)[1]
+
+    runner = BackgroundSummaries()
+    try:
+        assert runner.submit("summary:k", held("a"), alice, ttl_s=60)
+        assert not runner.submit("summary:k", held("a2"), alice, ttl_s=60)  # in flight
+        assert runner.submit("summary:k", held("b"), bob, ttl_s=60)
+        gate.set()
+        assert runner.wait(10)
+    finally:
+        gate.set()
+        runner.close()
+    assert (alice.get("summary:k"), bob.get("summary:k")) == (b"a", b"b")
