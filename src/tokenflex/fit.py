@@ -386,8 +386,11 @@ def fit(
             the previous stored summary, if any, and drops the oldest messages that do
             not fit; a warning says so). Without it a fit waits for every call.
         state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
-            remembers where this conversation's last cut fell, keyed by its leading
-            messages, and its summaries (default: the process's in-memory store).
+            remembers where this conversation's last cut fell, keyed by its tenant and
+            leading messages, and its summaries (default: the process's in-memory
+            store). Pass a :class:`~tokenflex.state.TenantStore` to keep each user's
+            conversations apart; a plain store is one tenant. A cut is held only for a
+            request that extends the previous one of its conversation.
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
             ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
@@ -460,8 +463,9 @@ def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Mess
     if not opts.cache_stable:
         return None, None
     from .session import StoreMemory
+    from .state.tenant import tenant_view
 
-    store = state if state is not None else default_store()
+    store = tenant_view(state if state is not None else default_store())
     return StoreMemory(store, model.name, messages), store
 
 

@@ -540,10 +540,11 @@ class Prompt:
         from .engine import stable_target
         from .session import StoreMemory
         from .state import default_store
+        from .state.tenant import tenant_view
 
         layout = self._layout()
         target = stable_target(layout, self.model)
-        store = state if state is not None else default_store()
+        store = tenant_view(state if state is not None else default_store())
         if target is None:
             return {"summaries": store}
         return {"memory": StoreMemory(store, self.model.name, target.source), "summaries": store}
@@ -555,7 +556,8 @@ class Prompt:
             summarizer: For a ``summarize`` section that does not fit whole: its older
                 messages are summarized (the last ``keep_recent`` stay verbatim).
             state: With ``cache_stable=True``: the state store that remembers where the
-                history section was last cut (default: the process's in-memory store).
+                history section was last cut (default: the process's in-memory store);
+                a :class:`~tokenflex.state.TenantStore` keeps one user's apart.
 
         Raises:
             ContextOverflowError: the required sections plus the output floor do not fit

@@ -6,8 +6,9 @@ consecutive requests share a long prefix and provider prompt caches (and a serve
 cache) hit. A :class:`~tokenflex.Conversation` remembers its own previous plan
 (:class:`ObjectMemory`). Stateless callers — ``fit(list)`` called each turn, the proxy —
 get the same stability without cooperating: :class:`StoreMemory` derives a key from the
-request's leading messages and keeps the cut, by index and by a hash of the message it
-fell on, in a :mod:`state store <tokenflex.state>`.
+tenant and the request's leading messages and keeps the cut, by index, in a
+:mod:`state store <tokenflex.state>`, with what it takes to tell whether the next request
+extends the one it was made for (only then is the cut held).
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 from ._types import Message
 from .counting import MessageCounter
+from .state.tenant import tenant_view
 
 __all__ = [
     "GROWTH_REQUESTS",
     "KEY_MESSAGES",
+    "PROBE_LAST",
     "SESSION_TTL_S",
     "HistoryCut",
     "ObjectMemory",
@@ -37,7 +40,10 @@ GROWTH_REQUESTS = 20
 """A cut's growth per request is the mean of at most this many recent requests (an
 exponential mean past them), so a conversation that changes pace is followed."""
 KEY_MESSAGES = 3
-"""Leading messages that name a stateless conversation (with the model)."""
+"""Leading messages that name a stateless conversation (with the tenant and the model)."""
+PROBE_LAST = 2
+"""The previous request's last messages a stateless conversation's next request must
+repeat (with the message its cut fell on) for the cut to be held."""
 SESSION_TTL_S = 24 * 3600.0
 """How long a stateless conversation's cut is remembered without a request."""
 
@@ -91,6 +97,23 @@ def fingerprint(message: Any) -> str:
     except (TypeError, ValueError):  # pragma: no cover - exotic keys
         text = repr(message)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def _identity(message: Any) -> str:
+    """The :func:`fingerprint` of a message as one turn of its conversation: without
+    ``cache_control`` markers, which clients move to the newest messages every request."""
+    if isinstance(message, Mapping):
+        bare = {k: v for k, v in message.items() if k != "cache_control"}
+        content = bare.get("content")
+        if isinstance(content, list):
+            bare["content"] = [
+                {k: v for k, v in part.items() if k != "cache_control"}
+                if isinstance(part, Mapping)
+                else part
+                for part in content
+            ]
+        message = bare
+    return fingerprint(message)
 
 
 class SessionMemory(Protocol):
@@ -155,11 +178,30 @@ class ObjectMemory:
 
 
 class StoreMemory:
-    """A :class:`SessionMemory` in a state store, for callers that keep no state: the
-    key is a hash of the model and the request's first :data:`KEY_MESSAGES` messages."""
+    """A :class:`SessionMemory` in a state store, for callers that keep no state.
+
+    The key names the tenant (``store`` is seen through a
+    :class:`~tokenflex.state.TenantStore`; a plain store is the tenant ``""``) and the
+    conversation: a hash of the model and the request's first :data:`KEY_MESSAGES`
+    messages. Other conversations of one tenant may open the same way (a regenerate, an
+    edit branch, the sessions of a templated app), so the state also keeps the previous
+    request's length and the fingerprints of its last :data:`PROBE_LAST` messages and
+    of the message its cut fell on. The cut is held only for a request that extends
+    that one: at least as long, with those messages at the same places. A shorter
+    request, or one that differs at any of them, is fitted as if there were no previous
+    cut, and its plan becomes the stored one.
+
+    The check costs a few fingerprints, not one per message (the cost model: a
+    conversation that grew by one message is re-fitted in O(that message)). What it
+    cannot see is a request of the same tenant and lead that repeats those few messages
+    at the same places but differs between them: a client that rewrites an old message
+    in place, or two sessions whose turns differ only there. Sessions of a branch or of
+    a templated app differ in their newest turns (the assistant's answers, tool-call
+    ids), which are the ones checked.
+    """
 
     def __init__(self, store: Any, model: str, source: Sequence[Message]) -> None:
-        self.store = store
+        self.store = tenant_view(store)
         lead = [fingerprint(m) for m in source[:KEY_MESSAGES]]
         self.key = (
             "cut:" + hashlib.blake2b(json.dumps([model, lead]).encode(), digest_size=16).hexdigest()
@@ -172,28 +214,35 @@ class StoreMemory:
             if raw is None:
                 return None
             try:
-                self._loaded = json.loads(raw)
+                loaded = json.loads(raw)
             except ValueError:
                 return None
+            if not isinstance(loaded, dict):
+                return None
+            self._loaded = loaded
         return self._loaded
 
     def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
         state = self._load()
         if state is None:
             return None
-        start = int(state["start"])
-        if start > len(source):
-            return None
-        if start < len(source) and fingerprint(source[start]) != state["start_hash"]:
-            return None  # not the conversation the key was made for: no previous cut
         try:
+            start, n = int(state["start"]), int(state["n"])
+            probes = [(int(i), str(h)) for i, h in state["probes"]]
             saved: dict[str, Any] = {
                 f.name: (float if f.name in _FLOAT_FIELDS else int)(state[f.name])
                 for f in fields(HistoryCut)
                 if f.name in state and f.name != "start"
             }
-        except (TypeError, ValueError):  # a state written by another version
-            return HistoryCut(start)
+        except (KeyError, TypeError, ValueError):  # a state written by another version
+            return None
+        if n > len(source) or not 0 <= start <= n:
+            return None  # a shorter request (a regenerate, an edit branch): no previous cut
+        if n and (n - 1) not in {i for i, _ in probes}:
+            return None  # pragma: no cover - every state written keeps the last message
+        for i, h in probes:
+            if not 0 <= i < n or _identity(source[i]) != h:
+                return None  # not the request the cut was made for: no previous cut
         return HistoryCut(start, **saved)
 
     def remember(
@@ -205,9 +254,12 @@ class StoreMemory:
     ) -> int | None:
         previous = self._load()
         sent = [fingerprint(m) for m in messages]
+        n = len(source)
+        probed = sorted({i for i in (*range(n - PROBE_LAST, n), cut.start) if 0 <= i < n})
         state = {
             **asdict(cut),
-            "start_hash": fingerprint(source[cut.start]) if cut.start < len(source) else "",
+            "n": n,
+            "probes": [[i, _identity(source[i])] for i in probed],
             "sent": sent,
         }
         self.store.set(self.key, json.dumps(state).encode(), ttl_s=SESSION_TTL_S)

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..models import Model
 from ..redact import redact
-from ..state import open_store
+from ..state import TenantStore, open_store
 from ..summarize.background import BackgroundSummaries
 from ._models import ModelResolver
 from ._summarizer import build_summarizer
@@ -162,7 +162,8 @@ class Fitter:
         """Bounds the worker threads that count and fit (``worker_threads``)."""
         self.calibration = calibration
         self.store = open_store(config.state_store)
-        """Cuts and summaries kept between requests (``state_store``)."""
+        """Cuts and summaries kept between requests (``state_store``), each under its
+        tenant's keys (the client's credentials and the route)."""
         self.background = BackgroundSummaries()
         """Summaries that need more than one summarizer call, made off the request."""
 
@@ -183,7 +184,9 @@ class Fitter:
         patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
         return patch_model(model, patch), proxy_options, fit_options
 
-    async def fit(self, req: ChatRequest, route: str | None, size: int, api_key: str | None) -> Any:
+    async def fit(
+        self, req: ChatRequest, route: str | None, size: int, api_key: str | None, *, owner: str
+    ) -> Any:
         """The plan for one chat request.
 
         Args:
@@ -191,6 +194,10 @@ class Fitter:
             route: The ``[routes.NAME]`` table the request came through (None: ``/v1``).
             size: The request body's bytes (large bodies are fitted in a worker thread).
             api_key: The client's bearer token (model discovery, upstream summarizer).
+            owner: The client's credentials (:func:`~tokenflex.server.plans.credential_hash`,
+                as for its plans): with the route, the tenant of the state this fit reads
+                and writes (held cuts, the prefix shared with the previous plan,
+                summaries), so no client sees or moves another's.
 
         Raises:
             ProxyError: fit() raised a tokenflex error (see :func:`library_error`).
@@ -211,7 +218,7 @@ class Fitter:
             summarizer=summarizer,
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
-            state=self.store,
+            state=TenantStore(self.store, json.dumps([owner, route])),
             background_summaries=self.background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format

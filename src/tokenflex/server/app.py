@@ -306,9 +306,10 @@ class Proxy:
             req = wire.parse(raw)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers)
-            plan = await self.fitter.fit(req, route, len(raw), bearer(forward_headers))
+            owner = credential_hash(request.headers)
+            plan = await self.fitter.fit(req, route, len(raw), bearer(forward_headers), owner=owner)
             fit_ms = (time.perf_counter() - started) * 1000
-            plan_id = await self._keep(plan, credential_hash(request.headers), len(raw))
+            plan_id = await self._keep(plan, owner, len(raw))
             headers = plan_headers(plan, plan_id)
             body = fitted_body(self.fitter, req, plan, route, raw)
             upstream = await self.upstream.send(

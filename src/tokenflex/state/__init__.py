@@ -6,12 +6,21 @@ replica.
 ``sqlite:///path/to/file.db`` (one machine, several processes) or
 ``redis://host:port/db`` (several proxy replicas; needs the ``redis`` extra). Every
 backend is a :class:`StateStore`: ``get`` / ``set`` with a TTL, bounded in bytes.
+:class:`TenantStore` is one tenant's view of a store: every key it uses names the tenant.
 """
 
 from __future__ import annotations
 
 from .memory import MemoryStore
 from .store import DEFAULT_MAX_BYTES, StateStore
+from .tenant import TenantStore
 from .url import default_store, open_store
 
-__all__ = ["DEFAULT_MAX_BYTES", "MemoryStore", "StateStore", "default_store", "open_store"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MemoryStore",
+    "StateStore",
+    "TenantStore",
+    "default_store",
+    "open_store",
+]

@@ -8,8 +8,9 @@ it in a worker thread and stores it under its key. A later fit of the same conve
 finds it there (one call, the same bytes, as any stored summary).
 
 The runner is bounded: one job per summary key at a time (the same span asked for again
-while it is being made waits for nothing and starts nothing), at most ``max_jobs`` in
-flight (more are skipped and logged: a later request asks again), ``workers`` threads.
+while it is being made waits for nothing and starts nothing; a tenant's keys are its
+own, see :class:`~tokenflex.state.TenantStore`), at most ``max_jobs`` in flight (more are
+skipped and logged: a later request asks again), ``workers`` threads.
 A job that fails is logged through the ``tokenflex`` logger and forgotten; it never
 raises into the caller.
 """
@@ -21,6 +22,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from ..state.tenant import TenantStore
 
 __all__ = ["BackgroundSummaries"]
 
@@ -53,8 +56,11 @@ class BackgroundSummaries:
             True if a job started; False if one for ``key`` is already running, the
             runner is full or closed.
         """
+        # One job per key in the store: a tenant's view names its keys with its prefix, so
+        # one tenant's job neither stands in for nor tells of another's.
+        slot = store.prefix + key if isinstance(store, TenantStore) else key
         with self._lock:
-            if self._closed or key in self._keys:
+            if self._closed or slot in self._keys:
                 return False
             if len(self._keys) >= self.max_jobs:
                 log.warning(
@@ -70,11 +76,11 @@ class BackgroundSummaries:
                 job = self._pool.submit(self._run, key, make, store, ttl_s)
             except RuntimeError:  # the interpreter is exiting: no new work is taken
                 return False
-            self._keys.add(key)
+            self._keys.add(slot)
         # The key is freed when the job is over, whether it ran or close() cancelled it
         # before it started (a cancelled job never runs _run). Added outside the lock: on
         # a job already over, the callback runs here at once, and it takes the lock.
-        job.add_done_callback(lambda _: self._forget(key))
+        job.add_done_callback(lambda _: self._forget(slot))
         return True
 
     def _run(self, key: str, make: Callable[[], str], store: Any, ttl_s: float) -> None:
