@@ -15,8 +15,10 @@ from __future__ import annotations
 from .registry import (
     CHAT_FORMATS,
     DEFAULT_CONTEXT_WINDOW,
+    Family,
     Model,
     close_names,
+    family_for,
     get_model,
     list_models,
     load_models_file,
@@ -29,8 +31,10 @@ from .registry import (
 __all__ = [
     "CHAT_FORMATS",
     "DEFAULT_CONTEXT_WINDOW",
+    "Family",
     "Model",
     "close_names",
+    "family_for",
     "get_model",
     "list_models",
     "load_models_file",
