@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import logging
 from pathlib import Path
 
@@ -681,3 +682,71 @@ def _sdk_model_names() -> set[str]:
 def test_every_model_the_official_sdks_name_is_known_or_in_a_family() -> None:
     unknown = sorted(n for n in _sdk_model_names() if get_model(n).source == "default")
     assert unknown == []
+
+
+# -- a LiteLLM price file, offline (issue 26 item 6) ---------------------------------------
+
+LITELLM = {
+    "sample_spec": {"max_tokens": "LEGACY", "mode": "chat"},
+    "acme-chat-2": {
+        "max_tokens": 8192,
+        "max_input_tokens": 64000,
+        "max_output_tokens": 8192,
+        "input_cost_per_token": 1e-06,
+        "output_cost_per_token": 4e-06,
+        "cache_read_input_token_cost": 1e-07,
+        "litellm_provider": "acme",
+        "mode": "chat",
+    },
+    "claude-fable-9": {
+        "max_input_tokens": 500000,
+        "max_output_tokens": 64000,
+        "litellm_provider": "anthropic",
+        "mode": "chat",
+    },
+    "gpt-4o": {"max_input_tokens": 64000, "max_output_tokens": 4096, "mode": "chat"},
+    "text-embedding-9": {"max_input_tokens": 8191, "mode": "embedding"},
+    "no-window": {"mode": "chat", "input_cost_per_token": 1e-06},
+}
+
+
+def test_a_litellm_file_adds_its_chat_models(tmp_path: Path) -> None:
+    path = tmp_path / "model_prices_and_context_window.json"
+    path.write_text(json.dumps(LITELLM))
+    added = load_models_file(path)
+    assert {m.name for m in added} == {"acme-chat-2", "claude-fable-9", "gpt-4o"}
+    acme = get_model("acme-chat-2", strict=True)
+    assert (acme.context_window, acme.max_output_tokens, acme.provider) == (64000, 8192, "acme")
+    assert (acme.input_price, acme.output_price, acme.cache_read_price) == (1.0, 4.0, 0.1)
+    assert acme.tokenizer == "estimate:all"  # nobody knows how it counts
+    # the numbers come from the file, the counting from the registry (here: its family)
+    fable = get_model("claude-fable-9", strict=True)
+    assert (fable.context_window, fable.tokenizer) == (500000, "estimate:1.3")
+    gpt4o = get_model("gpt-4o", strict=True)
+    assert (gpt4o.context_window, gpt4o.tokenizer, gpt4o.chat_format) == (
+        64000,
+        "o200k_base",
+        "openai",
+    )
+    for skipped in ("text-embedding-9", "no-window", "sample_spec"):
+        with pytest.raises(UnknownModelError):
+            get_model(skipped, strict=True)
+
+
+def test_a_litellm_file_from_the_env_and_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tokenflex.cli import main
+
+    path = tmp_path / "litellm.json"
+    path.write_text(json.dumps(LITELLM))
+    assert main(["models", "--json", "--import", str(path)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in listed] == ["acme-chat-2", "claude-fable-9", "gpt-4o"]
+    registry.reset_registry()
+    monkeypatch.setenv("TOKENFLEX_MODELS_FILE", str(path))
+    assert get_model("acme-chat-2", strict=True).context_window == 64000
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="LiteLLM price table"):
+        load_models_file(bad)

@@ -7,7 +7,10 @@
   it serves and the window it really runs with (``discover_model``, ``adiscover_model``;
   needs httpx, so it is imported on first use);
 - :mod:`~tokenflex.models.gguf`: a Model from a GGUF file's metadata
-  (``model_from_gguf``).
+  (``model_from_gguf``);
+- :mod:`~tokenflex.models.litellm`: entries from a LiteLLM
+  ``model_prices_and_context_window.json`` file (``load_models_file`` reads ``.json``
+  files with it).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .registry import (
     Model,
     close_names,
     family_for,
+    find_model,
     get_model,
     list_models,
     load_models_file,
@@ -35,6 +39,7 @@ __all__ = [
     "Model",
     "close_names",
     "family_for",
+    "find_model",
     "get_model",
     "list_models",
     "load_models_file",

@@ -49,6 +49,7 @@ __all__ = [
     "Model",
     "close_names",
     "family_for",
+    "find_model",
     "get_model",
     "list_models",
     "load_models_file",
@@ -353,15 +354,30 @@ def _ensure_loaded() -> None:
     _ensure_embedded()
     env_file = os.environ.get("TOKENFLEX_MODELS_FILE")
     if env_file and env_file != _loaded_env_file:
-        load_models_file(env_file)
-        _loaded_env_file = env_file
+        _loaded_env_file = env_file  # first: reading the file looks names up
+        try:
+            load_models_file(env_file)
+        except BaseException:
+            _loaded_env_file = None
+            raise
 
 
 def load_models_file(path: str | os.PathLike[str]) -> list[Model]:
-    """Add or override models from a TOML file of ``[[model]]`` tables.
+    """Add or override models from a TOML file of ``[[model]]`` (and ``[[family]]``)
+    tables, or from a LiteLLM ``model_prices_and_context_window.json`` file (a name
+    ending in ``.json``; see :mod:`tokenflex.models.litellm`).
 
     Entries in the file override registry entries of the same name.
     """
+    if os.fspath(path).lower().endswith(".json"):
+        from .litellm import read_litellm_file
+
+        with _lock:
+            _ensure_embedded()
+            models = read_litellm_file(path)
+            for m in models:
+                _add(m, source=m.source, replace=True)
+            return models
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -455,21 +471,14 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
         if found is not None:
             return found
         family = family_for(name)
-        like = _resolve(family.like) if family is not None else None
         if strict:
             raise UnknownModelError(
                 name, list(_registry) + list(_aliases), family=family.describe() if family else ""
             )
+        guess = _family_guess(name, family) if family is not None else None
     log.warning("%s", unknown_model_warning(name))
-    if family is not None and like is not None:
-        return Model(
-            name=name,
-            **{f: getattr(like, f) for f in _LIKE_FIELDS},
-            provider=like.provider,
-            source=f"family {family.name}: numbers of {family.like}",
-            known=False,
-            inherited_from=family.describe(),
-        )
+    if guess is not None:
+        return guess
     return Model(
         name=name,
         context_window=DEFAULT_CONTEXT_WINDOW,
@@ -478,6 +487,41 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
         source="default",
         known=False,
     )
+
+
+def _family_guess(name: str, family: Family) -> Model | None:
+    """``name`` with the numbers of ``family``'s member (None if that is not registered)."""
+    like = _resolve(family.like)
+    if like is None:
+        return None
+    return Model(
+        name=name,
+        **{f: getattr(like, f) for f in _LIKE_FIELDS},
+        provider=like.provider,
+        source=f"family {family.name}: numbers of {family.like}",
+        known=False,
+        inherited_from=family.describe(),
+    )
+
+
+def find_model(name: str) -> Model | None:
+    """What :func:`get_model` gives ``name`` — an entry, or a family's numbers — without
+    logging; None where it would give the conservative default.
+
+    >>> find_model("claude-sonnet-4-5").name, find_model("claude-haiku-9").inherited_from
+    ('claude-sonnet-4-5', 'claude (claude-haiku-4-5)')
+    >>> find_model("my-private-llm") is None
+    True
+    """
+    if not isinstance(name, str) or not name.strip():
+        return None
+    with _lock:
+        _ensure_loaded()
+        found = _resolve(name.strip())
+        if found is not None:
+            return found
+        family = family_for(name)
+        return _family_guess(name, family) if family is not None else None
 
 
 def _family_key(name: str) -> str:
