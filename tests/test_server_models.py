@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from test_server import ServerThread
 
+from tokenflex.errors import ConfigError
 from tokenflex.models.discovery import refusal
 from tokenflex.server import ServerConfig, create_app
 
@@ -405,3 +407,19 @@ def test_a_refusal_retries_a_streamed_request(
     refused, retried = fake.since(mark)
     assert refused["stream"] is True and retried["stream"] is True
     assert upstream_tokens(retried) <= WINDOW
+
+
+def test_a_models_file_is_loaded_at_startup(
+    upstream: ServerThread, fake: Upstream, client: httpx.Client, tmp_path: Path
+) -> None:
+    path = tmp_path / "model_prices_and_context_window.json"
+    path.write_text(json.dumps({"acme-listed": {"max_input_tokens": 5000, "mode": "chat"}}))
+    with proxy_for(upstream, models_file=str(path)) as proxy:
+        r = client.post(
+            f"{proxy.url}/v1/chat/completions",
+            json={"model": "acme-listed", "messages": conversation(4), "max_tokens": 50},
+        )
+    assert r.status_code == 200, r.text
+    assert int(r.headers["x-tokenflex-context-window"]) == 5000
+    with pytest.raises(ConfigError, match="Cannot read models file"):
+        proxy_for(upstream, models_file=str(tmp_path / "missing.json"))

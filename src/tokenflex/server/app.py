@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from ..calibration import Calibration
 from ..errors import TokenflexError
+from ..models import load_models_file
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ._calibration import calibration_figures, observe_response
@@ -569,6 +570,8 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
     'http://127.0.0.1:8080'
     """
     check_fit_options(config)
+    if config.models_file is not None:
+        load_models_file(config.models_file)  # before the configured models are checked
     check_models(config)
     install_redaction(config)
     proxy = Proxy(config, discover=discover)

@@ -98,6 +98,9 @@ class ServerConfig(BaseSettings):
     strict_models: bool = False
     """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows
     (a name that only matches a family pattern included)."""
+    models_file: str | None = None
+    """A models file loaded into the registry at startup: TOML ``[[model]]`` /
+    ``[[family]]`` tables, or LiteLLM's ``model_prices_and_context_window.json``."""
     unknown_models: Literal["pass", "fit"] = "pass"
     """A model name that neither the upstream, the registry (entries and family patterns)
     nor a ``[models.NAME]`` table knows: ``pass`` forwards the request as sent, unfitted
