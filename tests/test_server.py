@@ -187,9 +187,18 @@ TINY = Model(
 )
 
 
+# The fake's own behaviour names: the registry does not know them (the proxy would pass
+# their requests through unfitted), so the fake reports a window for them.
+SERVED = {
+    name: Model(name=name, context_window=8192, tokenizer="o200k_base", source="fake")
+    for name in ("slow", "rate-limited", "broken-stream")
+}
+
+
 async def fake_discover(base_url: str, name: str | None, api_key: str | None) -> Model | None:
-    """The fake upstream 'reports' a 1,024-token window for 'tiny'; others: registry."""
-    return TINY if name == "tiny" else None
+    """The fake upstream 'reports' a 1,024-token window for 'tiny' and 8,192 for its
+    behaviour names; others: registry."""
+    return TINY if name == "tiny" else SERVED.get(name or "")
 
 
 # -- fixtures -----------------------------------------------------------------------------

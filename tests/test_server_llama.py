@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from llama_server import LlamaServer
+from llama_server import LlamaCppServer, LlamaServer
 from test_server import ServerThread
 
 from tokenflex.server import ServerConfig, create_app
@@ -130,3 +130,27 @@ def test_streaming_through_the_proxy(
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     assert text.strip()
+
+
+def test_a_model_nobody_knows_is_refitted_into_the_window_the_refusal_states(
+    llama_cpp_server: LlamaCppServer, client: httpx.Client
+) -> None:
+    # discovery off and a name no registry entry or family matches: the request goes as
+    # sent, the native llama-server refuses it (exceed_context_size_error, n_ctx), and the
+    # proxy refits it into that window and sends it once more
+    config = ServerConfig.load(upstream=llama_cpp_server.base_url, discover=False)
+    body = {
+        "model": "acme-unlisted-local",
+        "messages": long_conversation(100, 4),
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    with ServerThread(create_app(config)) as proxy:
+        r = client.post(f"{proxy.url}/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    h = r.headers
+    assert h["x-tokenflex-learned-window"] == str(llama_cpp_server.n_ctx)
+    assert int(h["x-tokenflex-context-window"]) == llama_cpp_server.n_ctx
+    assert int(h["x-tokenflex-dropped"]) > 0
+    prompt_tokens = r.json()["usage"]["prompt_tokens"]
+    assert prompt_tokens <= llama_cpp_server.n_ctx - int(h["x-tokenflex-max-tokens"])

@@ -38,13 +38,18 @@ class TokenflexError(Exception):
 class UnknownModelError(TokenflexError, KeyError):
     """A model name the registry does not know (raised in strict mode)."""
 
-    def __init__(self, name: str, known: Iterable[str] = ()) -> None:
+    def __init__(self, name: str, known: Iterable[str] = (), *, family: str = "") -> None:
         close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        fallback = (
+            f"the numbers of its family, {family}"
+            if family
+            else "the conservative 8,192-token default"
+        )
         super().__init__(
             f"Unknown model {name!r}.{hint} Register it with tokenflex.register_model(...) "
-            "or a TOML file named by TOKENFLEX_MODELS_FILE, or pass strict=False to use "
-            "the conservative 8,192-token default."
+            f"or a TOML file named by TOKENFLEX_MODELS_FILE, or pass strict=False to use "
+            f"{fallback}."
         )
         self.name = name
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -281,13 +282,28 @@ def models_cmd(
             "the server at URL runs; exit 1 when they differ.",
         ),
     ] = None,
+    import_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--import",
+            metavar="FILE",
+            help="Read a models file (TOML, or a LiteLLM model_prices_and_context_window"
+            ".json) and list the models it adds; set TOKENFLEX_MODELS_FILE=FILE to use them "
+            "in every command and in the proxy.",
+        ),
+    ] = None,
 ) -> None:
     """List the models tokenflex knows: window, output limit, prices, tokenizer."""
     if check is not None:
         from ._check import check_models
 
         return check_models(check, query, as_json=as_json)
-    found = list_models(query)
+    added: set[str] | None = None
+    if import_file is not None:
+        from ..models import load_models_file
+
+        added = {m.name for m in load_models_file(import_file)}
+    found = [m for m in list_models(query) if added is None or m.name in added]
     if as_json:
         counted = [m.counting() for m in found]
         console.print_json(

@@ -7,7 +7,10 @@
   it serves and the window it really runs with (``discover_model``, ``adiscover_model``;
   needs httpx, so it is imported on first use);
 - :mod:`~tokenflex.models.gguf`: a Model from a GGUF file's metadata
-  (``model_from_gguf``).
+  (``model_from_gguf``);
+- :mod:`~tokenflex.models.litellm`: entries from a LiteLLM
+  ``model_prices_and_context_window.json`` file (``load_models_file`` reads ``.json``
+  files with it).
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 from .registry import (
     CHAT_FORMATS,
     DEFAULT_CONTEXT_WINDOW,
+    Family,
     Model,
     close_names,
+    family_for,
+    find_model,
     get_model,
     list_models,
     load_models_file,
@@ -29,8 +35,11 @@ from .registry import (
 __all__ = [
     "CHAT_FORMATS",
     "DEFAULT_CONTEXT_WINDOW",
+    "Family",
     "Model",
     "close_names",
+    "family_for",
+    "find_model",
     "get_model",
     "list_models",
     "load_models_file",

@@ -54,12 +54,15 @@ __all__ = [
     "DEFAULT_PROBE_TOKENS",
     "DISCOVERY_TTL_S",
     "OLLAMA_DEFAULT_NUM_CTX",
+    "REFUSAL_WORDINGS",
     "FieldDifference",
     "ModelComparison",
+    "Refusal",
     "adiscover_model",
     "compare",
     "discover_model",
     "discovery_cache_dir",
+    "refusal",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -73,7 +76,108 @@ the smallest it has used: a request sized for it fits whatever the server really
 DISCOVERY_TTL_S = 3600.0
 """How long a discovered model is reused from the disk cache (seconds)."""
 
-_WINDOW_RE = re.compile(r"maximum context length is (\d+) tokens")
+_N = r"(\d[\d,]*)"  # 128000 or 128,000
+
+REFUSAL_WORDINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
+    ("anthropic", re.compile(rf"prompt is too long: (?P<asked>{_N}) tokens > (?P<window>{_N})")),
+    # Anthropic, input + max_tokens: "... exceed context limit: 197000 + 8192 > 200000"
+    (
+        "anthropic-output",
+        re.compile(
+            rf"exceed context limit: (?P<input>{_N}) \+ (?P<output>{_N}) > (?P<window>{_N})"
+        ),
+    ),
+    # llama.cpp: "request (4476 tokens) exceeds the available context size (4096 tokens)"
+    (
+        "llama.cpp",
+        re.compile(
+            rf"request \((?P<asked>{_N}) tokens\) exceeds the available context size "
+            rf"\((?P<window>{_N}) tokens\)"
+        ),
+    ),
+    # OpenAI, vLLM, llama-cpp-python: "This model's maximum context length is 128000
+    # tokens. However, your messages resulted in 130000 tokens" / "However, you requested
+    # 2100 tokens" (vLLM's "your request has N input tokens" may leave out the output)
+    (
+        "openai",
+        re.compile(
+            rf"maximum context length is (?P<window>{_N}) tokens"
+            rf"(?:.*?(?:resulted in|you requested) (?P<asked>{_N}) )?",
+            re.DOTALL,
+        ),
+    ),
+)
+"""How upstreams word a context-length refusal: (name, pattern with a ``window`` group
+and, where the wording gives it, the request's own size: ``asked``, or ``input`` +
+``output``). Tried in order on the error's message."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What an upstream's context-length refusal says."""
+
+    window: int
+    """The window the upstream states (tokens)."""
+    asked: int | None
+    """The request's size by the upstream's count, where the wording gives it."""
+    wording: str
+    """Which of :data:`REFUSAL_WORDINGS` matched (``llama.cpp-fields``: llama.cpp's JSON
+    ``n_ctx`` / ``n_prompt_tokens``)."""
+
+
+def _number(text: str | None) -> int | None:
+    return int(text.replace(",", "")) if text else None
+
+
+def refusal(status: int, body: bytes | str) -> Refusal | None:
+    """The window an upstream states when it refuses a request as too long, or None
+    when ``body`` is not such a refusal (any status but 4xx, another error, no number).
+
+    Only the error's message is read (JSON ``error.message``, ``error`` or ``message``;
+    the text itself when it is not JSON), at most 64 KiB of it.
+
+    >>> refusal(400, '{"error": {"message": "prompt is too long: 210000 tokens > 200000 maximum"}}')
+    Refusal(window=200000, asked=210000, wording='anthropic')
+    >>> refusal(400, b'{"error": {"message": "Rate limit"}}') is None
+    True
+    """
+    if not 400 <= status < 500:
+        return None
+    text = body[:65536].decode("utf-8", "replace") if isinstance(body, bytes) else body[:65536]
+    message: Any = text
+    fields: Mapping[str, Any] = {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, Mapping):
+        error = data.get("error", data)
+        if isinstance(error, Mapping):
+            fields = error
+            message = error.get("message")
+        else:
+            message = error
+        if not isinstance(message, str):
+            message = data.get("message")
+    if not isinstance(message, str):
+        message = ""
+    for name, pattern in REFUSAL_WORDINGS:
+        found = pattern.search(message)
+        if found is None:
+            continue
+        groups = found.groupdict()
+        asked = _number(groups.get("asked"))
+        if groups.get("input") is not None:
+            asked = (_number(groups["input"]) or 0) + (_number(groups["output"]) or 0)
+        window = _number(groups["window"])
+        if window:
+            return Refusal(window, asked, name)
+    # llama.cpp ("exceed_context_size_error", whatever the message says): its JSON fields
+    n_ctx = _int(fields.get("n_ctx"))
+    if fields.get("type") == "exceed_context_size_error" and n_ctx:
+        return Refusal(n_ctx, _int(fields.get("n_prompt_tokens")), "llama.cpp-fields")
+    return None
 
 
 @dataclass(frozen=True)
@@ -313,9 +417,9 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
         if count is not None and count < probe_tokens:
             text = text * (probe_tokens // count + 1)
         e = yield _Req("POST", "/v1/completions", {"model": name, "prompt": text, "max_tokens": 1})
-        found = _WINDOW_RE.search(e.text) if e.status == 400 else None
-        if found:
-            return _llama_cpp_python(name, int(found.group(1)), root, process)
+        refused = refusal(e.status, e.text) if e.status == 400 else None
+        if refused is not None:
+            return _llama_cpp_python(name, refused.window, root, process)
         raise UpstreamError(
             f"{root} (llama-cpp-python) accepted a {probe_tokens:,}-token probe or did not "
             f"say its window (HTTP {e.status}: {e.text[:200]!r}); pass context_window= "

@@ -11,16 +11,25 @@ TOML file named by ``TOKENFLEX_MODELS_FILE``. Lookup order, and why:
 4. dated or suffixed versions fall back to their base (``gpt-4o-2024-08-06``,
    ``claude-3-5-sonnet-20241022``): new dated model versions should not need a release;
 5. Ollama-style tags fall back to the base tag (``llama3.2:3b-instruct-q4_K_M`` →
-   ``llama3.2:3b``, ``qwen2.5:latest`` → ``qwen2.5``).
+   ``llama3.2:3b``, ``qwen2.5:latest`` → ``qwen2.5``);
+6. a family pattern (``[[family]]`` tables: ``claude-*``, ``gpt-5*``, ``gemini-*`` …): a
+   name newer than the registry takes the numbers of its family's most conservative
+   current member (window, output and input limits, tokenizer, chat format; no prices),
+   with a warning that names the family. Providers ship models faster than releases: a
+   ``claude-sonnet-5`` squeezed into 8,192 tokens loses far more than one fitted to the
+   Claude family's 200,000.
 
-Unknown models get a conservative default (8,192 window, estimator) and a logged warning,
-or :class:`~tokenflex.errors.UnknownModelError` with ``strict=True``.
+Names that match nothing get a conservative default (8,192 window, estimator) and a
+logged warning. ``strict=True`` raises :class:`~tokenflex.errors.UnknownModelError` for
+both a family guess and the default: strict means "only numbers the registry holds for
+this name".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import fnmatch
 import importlib.resources
 import logging
 import os
@@ -36,8 +45,11 @@ from ..errors import ConfigError, UnknownModelError
 __all__ = [
     "CHAT_FORMATS",
     "DEFAULT_CONTEXT_WINDOW",
+    "Family",
     "Model",
     "close_names",
+    "family_for",
+    "find_model",
     "get_model",
     "list_models",
     "load_models_file",
@@ -104,7 +116,12 @@ class Model:
     """Where this entry came from: registry, a TOML file, code, a server, a GGUF file, or
     ``default`` for an unknown model."""
     known: bool = True
-    """False for the conservative default given to an unknown name."""
+    """False when the registry does not list the name: the conservative default, or a
+    family's numbers (see ``inherited_from``)."""
+    inherited_from: str = ""
+    """For a name the registry does not list that matches a family pattern: the family
+    and the member whose numbers it took (``"claude (claude-haiku-4-5)"``); empty
+    otherwise."""
 
     def __post_init__(self) -> None:
         if self.context_window <= 0:
@@ -158,9 +175,52 @@ class Model:
         return dataclasses.replace(self, **changes)
 
 
+@dataclass(frozen=True)
+class Family:
+    """Names the registry does not list yet that belong to a known family (``claude-*``).
+
+    A matching name takes the numbers of ``like``, the family's most conservative current
+    member, so a model released after this registry is not squeezed into the 8,192-token
+    default; its prices are not guessed."""
+
+    name: str
+    """The family (``claude``, ``gpt-5``)."""
+    patterns: tuple[str, ...]
+    """Shell patterns (``fnmatch``) over the lower-cased name, provider prefix removed."""
+    like: str
+    """The registry model whose limits and counting a matching name takes."""
+    source: str = "registry"
+    """The data file that declared the family."""
+
+    def describe(self) -> str:
+        """``claude (claude-haiku-4-5)``: the family and the member it lends numbers of."""
+        return f"{self.name} ({self.like})"
+
+
 _FIELDS = {f.name for f in dataclasses.fields(Model)}
+_FAMILY_FIELDS = {"name", "patterns", "like"}
+# Borrowed by a [[model]] entry with `like = "…"` and by a family guess: limits and
+# counting, never prices (another model's price is not this one's).
+_LIKE_FIELDS = (
+    "context_window",
+    "max_output_tokens",
+    "max_input_tokens",
+    "tokenizer",
+    "chat_format",
+    "exact_tokenizer",
+    "family",
+    "chat_template",
+    "bos_token",
+    "eos_token",
+    "cache_min_tokens",
+    "cache_ttl_s",
+)
 _lock = threading.RLock()
 _registry: dict[str, Model] = {}
+_families: list[Family] = []
+"""Tried in order, first match wins: a file's families come before the embedded ones, and
+within a file a narrower pattern is listed before a wider one (``gpt-5*-chat*`` before
+``gpt-5*``)."""
 _aliases: dict[str, str] = {}
 _sources: dict[str, str] = {}
 _loaded = False
@@ -169,7 +229,22 @@ _generation = 0
 """Bumped on every registry change so caches keyed by model name (counters) can notice."""
 
 
-def _model_from_mapping(data: Mapping[str, Any], source: str) -> Model:
+def _model_from_mapping(
+    data: Mapping[str, Any], source: str, earlier: Mapping[str, Model] | None = None
+) -> Model:
+    like = data.get("like")
+    if like is not None:
+        # `like = "claude-opus-4-7"`: the numbers of another entry (of this file, else the
+        # registry), for a model whose own figures are not published yet.
+        base = (earlier or {}).get(like) or _resolve(str(like))
+        if base is None:
+            raise ConfigError(
+                f"Model entry {data.get('name')!r} in {source}: like = {like!r} names no "
+                "model defined before it or in the registry."
+            )
+        values = {f: getattr(base, f) for f in _LIKE_FIELDS}
+        values.update({k: v for k, v in data.items() if k != "like"})
+        data = values
     unknown = set(data) - _FIELDS
     if unknown:
         raise ConfigError(
@@ -219,14 +294,50 @@ def _load_toml(text: str, source: str, *, replace: bool) -> list[Model]:
     entries = doc.get("model", [])
     if not isinstance(entries, list):
         raise ConfigError(f"{source}: expected [[model]] tables, got {type(entries).__name__}.")
-    models = [_model_from_mapping(e, source) for e in entries]
+    models: list[Model] = []
+    built: dict[str, Model] = {}  # for `like = "…"` naming an earlier entry of this file
+    for e in entries:
+        models.append(_model_from_mapping(e, source, built))
+        built[models[-1].name] = models[-1]
+    families = [_family_from_mapping(f, source) for f in doc.get("family", [])]
     for m in models:
         _add(m, source=source, replace=replace)
+    for family in families:
+        if _resolve(family.like) is None:
+            raise ConfigError(
+                f"Family {family.name!r} in {source}: like = {family.like!r} is not a "
+                "registered model."
+            )
+    _families[:0] = families  # a file's families are tried before the embedded ones
     return models
 
 
-def _ensure_loaded() -> None:
-    global _loaded, _loaded_env_file
+def _family_from_mapping(data: Any, source: str) -> Family:
+    if not isinstance(data, dict) or set(data) != _FAMILY_FIELDS:
+        raise ConfigError(
+            f"Family entry in {source} needs exactly the keys {sorted(_FAMILY_FIELDS)}, got "
+            f"{sorted(data) if isinstance(data, dict) else data!r}."
+        )
+    patterns = data["patterns"]
+    if (
+        not isinstance(patterns, list)
+        or not patterns
+        or not all(isinstance(p, str) and p.strip() for p in patterns)
+    ):
+        raise ConfigError(
+            f"Family {data['name']!r} in {source}: patterns must be a list of name patterns "
+            f"such as ['claude-*'], got {patterns!r}."
+        )
+    return Family(
+        name=str(data["name"]),
+        patterns=tuple(p.lower() for p in patterns),
+        like=str(data["like"]),
+        source=source,
+    )
+
+
+def _ensure_embedded() -> None:
+    global _loaded
     if not _loaded:
         text = (
             importlib.resources.files("tokenflex")
@@ -236,23 +347,44 @@ def _ensure_loaded() -> None:
         )
         _load_toml(text, "tokenflex registry", replace=False)
         _loaded = True
+
+
+def _ensure_loaded() -> None:
+    global _loaded_env_file
+    _ensure_embedded()
     env_file = os.environ.get("TOKENFLEX_MODELS_FILE")
     if env_file and env_file != _loaded_env_file:
-        load_models_file(env_file)
-        _loaded_env_file = env_file
+        _loaded_env_file = env_file  # first: reading the file looks names up
+        try:
+            load_models_file(env_file)
+        except BaseException:
+            _loaded_env_file = None
+            raise
 
 
 def load_models_file(path: str | os.PathLike[str]) -> list[Model]:
-    """Add or override models from a TOML file of ``[[model]]`` tables.
+    """Add or override models from a TOML file of ``[[model]]`` (and ``[[family]]``)
+    tables, or from a LiteLLM ``model_prices_and_context_window.json`` file (a name
+    ending in ``.json``; see :mod:`tokenflex.models.litellm`).
 
     Entries in the file override registry entries of the same name.
     """
+    if os.fspath(path).lower().endswith(".json"):
+        from .litellm import read_litellm_file
+
+        with _lock:
+            _ensure_embedded()
+            models = read_litellm_file(path)
+            for m in models:
+                _add(m, source=m.source, replace=True)
+            return models
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
         raise ConfigError(f"Cannot read models file {os.fspath(path)!r}: {exc.strerror}.") from exc
     with _lock:
+        _ensure_embedded()  # first: the file overrides it, and `like` may name its models
         return _load_toml(text, os.fspath(path), replace=True)
 
 
@@ -338,9 +470,15 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
         found = _resolve(name.strip())
         if found is not None:
             return found
+        family = family_for(name)
         if strict:
-            raise UnknownModelError(name, list(_registry) + list(_aliases))
+            raise UnknownModelError(
+                name, list(_registry) + list(_aliases), family=family.describe() if family else ""
+            )
+        guess = _family_guess(name, family) if family is not None else None
     log.warning("%s", unknown_model_warning(name))
+    if guess is not None:
+        return guess
     return Model(
         name=name,
         context_window=DEFAULT_CONTEXT_WINDOW,
@@ -349,6 +487,67 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
         source="default",
         known=False,
     )
+
+
+def _family_guess(name: str, family: Family) -> Model | None:
+    """``name`` with the numbers of ``family``'s member (None if that is not registered)."""
+    like = _resolve(family.like)
+    if like is None:
+        return None
+    return Model(
+        name=name,
+        **{f: getattr(like, f) for f in _LIKE_FIELDS},
+        provider=like.provider,
+        source=f"family {family.name}: numbers of {family.like}",
+        known=False,
+        inherited_from=family.describe(),
+    )
+
+
+def find_model(name: str) -> Model | None:
+    """What :func:`get_model` gives ``name`` — an entry, or a family's numbers — without
+    logging; None where it would give the conservative default.
+
+    >>> find_model("claude-sonnet-4-5").name, find_model("claude-haiku-9").inherited_from
+    ('claude-sonnet-4-5', 'claude (claude-haiku-4-5)')
+    >>> find_model("my-private-llm") is None
+    True
+    """
+    if not isinstance(name, str) or not name.strip():
+        return None
+    with _lock:
+        _ensure_loaded()
+        found = _resolve(name.strip())
+        if found is not None:
+            return found
+        family = family_for(name)
+        return _family_guess(name, family) if family is not None else None
+
+
+def _family_key(name: str) -> str:
+    """The part of a name family patterns are matched against: lower-cased, without a
+    provider prefix (``openrouter/anthropic/…``) or a cloud vendor (``anthropic.…``)."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    vendor = _VENDOR_DOT.match(key)
+    return key[vendor.end() :] if vendor else key
+
+
+def family_for(name: str) -> Family | None:
+    """The family whose pattern ``name`` matches (first in order), or None. Only asked
+    for names the registry does not resolve (:func:`get_model`).
+
+    >>> family_for("claude-sonnet-5").name
+    'claude'
+    >>> family_for("my-private-llm") is None
+    True
+    """
+    key = _family_key(name)
+    with _lock:
+        _ensure_loaded()
+        for family in _families:
+            if any(fnmatch.fnmatchcase(key, p) for p in family.patterns):
+                return family
+    return None
 
 
 def close_names(name: str, n: int = 3) -> list[str]:
@@ -369,11 +568,23 @@ def close_names(name: str, n: int = 3) -> list[str]:
 
 
 def unknown_model_warning(name: str) -> str:
-    """What a plan (and the log) says about a model name the registry does not know."""
+    """What a plan (and the log) says about a model name the registry does not know:
+    the family whose numbers it takes, or the conservative default."""
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    family = family_for(name)
+    with _lock:
+        like = _resolve(family.like) if family is not None else None
+    if family is not None and like is not None:
+        return (
+            f"Model {shown!r} is not in the registry; it matches the {family.name!r} family "
+            f"and takes the numbers of {family.like} ({like.context_window:,}-token window, "
+            f"tokenizer {like.tokenizer}; no prices). Register it (tokenflex.register_model "
+            "or TOKENFLEX_MODELS_FILE) for its own limits, or pass strict=True to raise "
+            "instead."
+        )
     close = close_names(name)
     names = ", ".join(close[:-1]) + " or " + close[-1] if len(close) > 1 else "".join(close)
     hint = f" Did you mean {names}?" if close else ""
-    shown = name if len(name) <= 80 else name[:77] + "..."
     return (
         f"Unknown model {shown!r}: using a conservative {DEFAULT_CONTEXT_WINDOW:,}-token "
         f"window and the estimator.{hint} Register it (tokenflex.register_model or "
@@ -416,5 +627,6 @@ def reset_registry() -> None:
         _registry.clear()
         _aliases.clear()
         _sources.clear()
+        _families.clear()
         _loaded = False
         _loaded_env_file = None

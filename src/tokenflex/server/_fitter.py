@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -29,6 +30,7 @@ from ..errors import (
     UpstreamError,
 )
 from ..models import Model
+from ..models.discovery import refusal
 from ..redact import redact
 from ..state import TenantStore, open_store
 from ..summarize.background import BackgroundSummaries
@@ -41,6 +43,7 @@ from .errors import ProxyError
 __all__ = [
     "RETRY_AFTER_SECONDS",
     "Fitter",
+    "Unfitted",
     "cache_headers",
     "library_error",
     "off_loop",
@@ -150,6 +153,18 @@ def cache_headers(plan: Any) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class Unfitted:
+    """A request forwarded as the client sent it, and why."""
+
+    reason: str
+    """``unknown-model``: no one knows the model's window (``unknown_models = "pass"``)."""
+
+    def headers(self) -> dict[str, str]:
+        """The response header that says so."""
+        return {"x-tokenflex-fitted": f"no; reason={self.reason}"}
+
+
 class Fitter:
     """Fits chat requests with the config's options and builds the bodies to forward."""
 
@@ -182,12 +197,22 @@ class Fitter:
         """
         model = await self.models.resolve(name, api_key)
         patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
-        return patch_model(model, patch), proxy_options, fit_options
+        model = self.models.with_learned(name, patch_model(model, patch))
+        return model, proxy_options, fit_options
+
+    def learn_window(self, name: str, status: int, body: bytes, plan: Any) -> int | None:
+        """The window to refit ``name`` into when the upstream refused the request sent
+        for ``plan`` (None: passed through unfitted) as too long; None when ``body`` is
+        no such refusal or teaches nothing (:meth:`ModelResolver.learn`)."""
+        refused = refusal(status, body)
+        if refused is None:
+            return None
+        return self.models.learn(name, refused, plan.context_window if plan is not None else None)
 
     async def fit(
         self, req: ChatRequest, route: str | None, size: int, api_key: str | None, *, owner: str
     ) -> Any:
-        """The plan for one chat request.
+        """The plan for one chat request, or :class:`Unfitted` when it goes as sent.
 
         Args:
             req: The parsed request.
@@ -205,6 +230,8 @@ class Fitter:
         from ..fit import afit, fit
 
         model, proxy_options, fit_options = await self.model_for(req.model, route, api_key)
+        if model.source == "default" and self.config.unknown_models == "pass":
+            return Unfitted("unknown-model")  # a guessed 8K window would cut, not protect
         if self.calibration is not None:  # plan with the count factor learned from the wire
             model = self.calibration.apply(model)
         requested = req.requested_output or proxy_options.get("default_max_tokens")

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from ..errors import UnknownModelError, UpstreamError
 from ..models import Model, get_model
+from ..models.discovery import Refusal
 from .config import ServerConfig
 from .errors import ProxyError
 
@@ -31,6 +32,11 @@ model (``model_name=None``: whatever it serves first). Raises ``UpstreamError`` 
 ``status_code=404`` when the upstream does not serve that name."""
 
 RETRY_SECONDS = 30.0
+MAX_LEARNED = 256
+"""Model names whose window an upstream's refusal taught (least recently used forgotten)."""
+LEARNED_WINDOW_RANGE = (256, 10_000_000)
+"""Windows a refusal may teach: below, a refusal is not believed; above, the registry's
+largest window (Llama 4 Scout) is passed."""
 # Model names come from clients: bound what we remember by count and by bytes, and keep
 # only a few names that neither the upstream nor the registry knows.
 MAX_CACHED = 256
@@ -72,6 +78,7 @@ class ModelResolver:
         self._unknown = 0  # cached names no one knows
         self._pending: dict[str, asyncio.Future[tuple[Model, float]]] = {}
         self._served: asyncio.Future[Model | None] | None = None
+        self._learned: OrderedDict[str, int] = OrderedDict()
 
     @property
     def cached(self) -> dict[str, Model]:
@@ -98,6 +105,68 @@ class ModelResolver:
         model, expires = await asyncio.shield(pending)
         self._remember(name, model, expires)
         return model
+
+    def learn(self, name: str, refused: Refusal, window_used: int | None) -> int | None:
+        """Remember the window the upstream stated when it refused a request for ``name``
+        as too long; the window requests for ``name`` get from now on, or None when the
+        refusal teaches nothing.
+
+        Args:
+            name: The request's ``model``.
+            refused: What the refusal said (:func:`tokenflex.models.discovery.refusal`).
+            window_used: The window the refused request was fitted into (None: it was
+                passed through unfitted).
+
+        A refusal only lowers (or, for a name nobody knew, sets) a window, within
+        ``LEARNED_WINDOW_RANGE``; one whose own numbers disagree (the request it says it
+        got is not over the window), or that states a window not below the one the
+        request was fitted into (then the count was off, not the window), teaches nothing.
+        """
+        low, high = LEARNED_WINDOW_RANGE
+        window = refused.window
+        if not low <= window <= high or (refused.asked is not None and refused.asked <= window):
+            log.warning(
+                "Model %r: the upstream's refusal states a %s-token window (request: %s); "
+                "not believed.",
+                display_name(name),
+                f"{window:,}",
+                f"{refused.asked:,}" if refused.asked is not None else "?",
+            )
+            return None
+        if window_used is not None and window >= window_used:
+            return None
+        known = self._learned.get(name)
+        window = min(window, known) if known is not None else window
+        self._learned[name] = window
+        self._learned.move_to_end(name)
+        while len(self._learned) > MAX_LEARNED:
+            self._learned.popitem(last=False)
+        log.warning(
+            "Model %r: %s refused a request as too long (%s wording); its window is %s "
+            "tokens from now on (was %s).",
+            display_name(name),
+            self.config.upstream,
+            refused.wording,
+            f"{window:,}",
+            f"{window_used:,}" if window_used is not None else "unfitted",
+        )
+        return window
+
+    def with_learned(self, name: str, model: Model) -> Model:
+        """``model`` with the window a refusal taught for ``name``: lower only, except for
+        a name nobody knew (the default), whose window it sets."""
+        window = self._learned.get(name)
+        if window is None:
+            return model
+        if model.source != "default" and window >= model.context_window:
+            return model
+        cap = model.max_input_tokens
+        return model.replace(
+            context_window=window,
+            max_input_tokens=min(cap, window) if cap is not None else None,
+            known=True,
+            source=f"{model.source} + the window in {self.config.upstream}'s refusal",
+        )
 
     def _remember(self, name: str, model: Model, expires: float) -> None:
         """Cache a resolved name, within the count, byte and unknown-name bounds."""

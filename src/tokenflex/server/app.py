@@ -41,10 +41,11 @@ from starlette.routing import Route
 
 from ..calibration import Calibration
 from ..errors import TokenflexError
+from ..models import load_models_file
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ._calibration import calibration_figures, observe_response
-from ._fitter import Fitter, off_loop, plan_headers, tokenizer_panic
+from ._fitter import Fitter, Unfitted, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_count
@@ -307,24 +308,39 @@ class Proxy:
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers)
             owner = credential_hash(request.headers)
-            plan = await self.fitter.fit(req, route, len(raw), bearer(forward_headers), owner=owner)
-            fit_ms = (time.perf_counter() - started) * 1000
-            plan_id = await self._keep(plan, owner, len(raw))
-            headers = plan_headers(plan, plan_id)
-            body = fitted_body(self.fitter, req, plan, route, raw)
-            upstream = await self.upstream.send(
-                "POST",
-                self.upstream.url(wire.path, request.scope["query_string"]),
-                forward_headers,
-                body,
-            )
-            status = upstream.status_code
-            if req.stream and status < 400:
-                return self.upstream.streamed(upstream, headers, request_id=rid)
-            response = await self.upstream.buffered(upstream, headers)
-            if self.config.calibrate:
-                observe_response(self.calibration, plan, response)
-            return response
+            learned: int | None = None  # a window the upstream's refusal taught: one retry
+            while True:
+                plan = await self.fitter.fit(
+                    req, route, len(raw), bearer(forward_headers), owner=owner
+                )
+                if isinstance(plan, Unfitted):  # forwarded as sent (unknown model)
+                    headers, body, plan = plan.headers(), raw, None
+                else:
+                    fit_ms = (time.perf_counter() - started) * 1000
+                    plan_id = await self._keep(plan, owner, len(raw))
+                    headers = plan_headers(plan, plan_id)
+                    body = fitted_body(self.fitter, req, plan, route, raw)
+                if learned is not None:
+                    headers["x-tokenflex-learned-window"] = str(learned)
+                upstream = await self.upstream.send(
+                    "POST",
+                    self.upstream.url(wire.path, request.scope["query_string"]),
+                    forward_headers,
+                    body,
+                )
+                status = upstream.status_code
+                if req.stream and status < 400:
+                    return self.upstream.streamed(upstream, headers, request_id=rid)
+                response = await self.upstream.buffered(upstream, headers)
+                if status >= 400 and learned is None:
+                    learned = self.fitter.learn_window(
+                        req.model, status, bytes(response.body), plan
+                    )
+                    if learned is not None:
+                        continue  # refit into the window the refusal states, send once more
+                if self.config.calibrate and plan is not None:
+                    observe_response(self.calibration, plan, response)
+                return response
         except ProxyError as exc:
             status = exc.status_code
             note += f" error={exc.code}"
@@ -558,6 +574,8 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
     'http://127.0.0.1:8080'
     """
     check_fit_options(config)
+    if config.models_file is not None:
+        load_models_file(config.models_file)  # before the configured models are checked
     check_models(config)
     install_redaction(config)
     proxy = Proxy(config, discover=discover)

@@ -34,7 +34,7 @@ import dataclasses
 import os
 import re
 import tomllib
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -96,7 +96,16 @@ class ServerConfig(BaseSettings):
     plan's prediction (:mod:`tokenflex.calibration`); off for upstreams whose usage counts
     more than the request (injected system prompts)."""
     strict_models: bool = False
-    """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows."""
+    """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows
+    (a name that only matches a family pattern included)."""
+    models_file: str | None = None
+    """A models file loaded into the registry at startup: TOML ``[[model]]`` /
+    ``[[family]]`` tables, or LiteLLM's ``model_prices_and_context_window.json``."""
+    unknown_models: Literal["pass", "fit"] = "pass"
+    """A model name that neither the upstream, the registry (entries and family patterns)
+    nor a ``[models.NAME]`` table knows: ``pass`` forwards the request as sent, unfitted
+    (``x-tokenflex-fitted: no; reason=unknown-model``), so the upstream decides; ``fit``
+    fits it into the conservative 8,192-token default."""
     store_plans: bool = True
     """Keep recent plans for ``GET /tokenflex/plans/{id}``; false: no plan id header, 404."""
     plans_max: int = Field(1000, ge=0)
