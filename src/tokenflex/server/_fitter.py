@@ -31,9 +31,9 @@ from ..errors import (
 from ..models import Model
 from ..redact import redact
 from ..state import open_store
-from ..summarize.background import BackgroundSummaries
+from ..summarize.background import Activity, BackgroundSummaries
 from ._models import ModelResolver
-from ._summarizer import build_summarizer
+from ._summarizer import build_summarizer, calls_upstream
 from ._validate import ChatRequest
 from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
@@ -161,8 +161,16 @@ class Fitter:
         self.calibration = calibration
         self.store = open_store(config.state_store)
         """Cuts and summaries kept between requests (``state_store``)."""
-        self.background = BackgroundSummaries()
+        self.background = BackgroundSummaries(
+            max_jobs=config.background_queue,
+            workers=config.background_max_inflight,
+            when_idle=config.background_when_idle,
+            max_wait_s=config.background_max_wait,
+        )
         """Summaries that need more than one summarizer call, made off the request."""
+        self.activity = Activity(redact(config.upstream))
+        """Client requests in flight through the proxy to the upstream (counted by the
+        app's middleware): background summaries made by the upstream wait for it."""
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -199,6 +207,9 @@ class Fitter:
         if self.calibration is not None:  # plan with the count factor learned from the wire
             model = self.calibration.apply(model)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
+        background: Any = self.background
+        if calls_upstream(fit_options, self.config):  # its jobs wait for the upstream
+            background = self.background.bound(self.activity)
         summarizer = build_summarizer(
             fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
         )
@@ -210,7 +221,7 @@ class Fitter:
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
             state=self.store,
-            background_summaries=self.background,
+            background_summaries=background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)

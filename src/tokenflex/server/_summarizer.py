@@ -17,16 +17,34 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from ..models import Model
 from .config import ServerConfig
 from .limits import bounded_transports
 
-__all__ = ["SUMMARY_MAX_BYTES", "build_summarizer"]
+__all__ = ["SUMMARY_MAX_BYTES", "build_summarizer", "calls_upstream"]
 
 UPSTREAM_SUMMARY_TIMEOUT = 60.0
 SUMMARY_MAX_BYTES = 1024 * 1024
 """Largest summarizer answer read (a summary is a few KB; more is a broken server)."""
 CHAT_SUMMARIZER_TIMEOUT = 30.0  # ChatSummarizer's own default
+
+
+def calls_upstream(options: dict[str, Any], config: ServerConfig) -> bool:
+    """Whether the summarizer ``options`` choose calls the proxy's upstream: the upstream
+    summarizer, or a ``summarizer = {base_url = ...}`` on the same scheme, host and port
+    (the server the proxy's clients are using)."""
+    spec = options.get("summarizer")
+    if spec is None or spec == "upstream":
+        return True
+    if not isinstance(spec, dict):
+        return False
+    try:
+        theirs, ours = httpx.URL(str(spec.get("base_url", ""))), httpx.URL(config.upstream)
+    except httpx.InvalidURL:
+        return False
+    return (theirs.scheme, theirs.host, theirs.port) == (ours.scheme, ours.host, ours.port)
 
 
 def build_summarizer(

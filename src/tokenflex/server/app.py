@@ -50,7 +50,7 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
-from .limits import Limits
+from .limits import Busy, Limits
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
@@ -611,7 +611,10 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         routes=routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
-        middleware=[Middleware(Limits, config=config)],  # load, time and cache bounds
+        middleware=[
+            Middleware(Busy, activity=proxy.fitter.activity),  # background work waits for it
+            Middleware(Limits, config=config),  # load, time and cache bounds
+        ],
     )
     app.state.proxy = proxy
     return app

@@ -119,6 +119,16 @@ class ServerConfig(BaseSettings):
     false: keep as much history as fits on every request. ``[fit]`` tables may override."""
     cut_note: bool = True
     """Tell the model where history was cut ("12 earlier messages omitted"), counted."""
+    background_max_inflight: int = Field(1, gt=0, le=64)
+    """Background summary jobs running at once (each may make several summarizer calls)."""
+    background_when_idle: bool = True
+    """Start a background summary job only while no client request is in flight through the
+    proxy to the summarizer's server (when it is the upstream)."""
+    background_queue: int = Field(8, gt=0, le=10_000)
+    """Background summary jobs held (waiting and running); beyond it a job is dropped and
+    logged (``reason=queue-full``): a later request of the conversation asks again."""
+    background_max_wait: float = Field(600.0, gt=0)
+    """Longest a background job waits for its turn; then it is dropped (``reason=deadline``)."""
     fit: dict[str, Any] = Field(default_factory=dict)
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     routes: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -1,6 +1,8 @@
 """How much the proxy takes on, and for how long: load shedding, time limits on clients
 and on the servers the proxy calls.
 
+- :class:`Busy`, an ASGI middleware that counts the requests in flight to the upstream
+  (background summaries run when there are none);
 - :class:`Limits`, an ASGI middleware around the app: at most ``max_inflight`` requests
   are handled at once and ``max_queue`` wait (each at most ``queue_timeout``); beyond
   that a 503 with ``Retry-After``. A request's body must arrive within ``body_timeout``
@@ -27,11 +29,12 @@ import httpx
 from anyio.abc import TaskGroup
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..summarize.background import Activity
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
 from .errors import ProxyError, error_body
 
-__all__ = ["Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
+__all__ = ["Busy", "Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
 
 log = logging.getLogger("tokenflex")
 
@@ -151,6 +154,23 @@ class Limits:
             type="server_error",
             code="proxy_overloaded",
         )
+
+
+class Busy:
+    """ASGI middleware: every request that may go upstream (all but the proxy's own
+    ``/tokenflex/`` endpoints) counts in ``activity`` from its arrival (a request waiting
+    for a slot counts) to its last byte; background summaries wait for it to be idle."""
+
+    def __init__(self, app: ASGIApp, activity: Activity) -> None:
+        self.app = app
+        self.activity = activity
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/tokenflex/"):
+            await self.app(scope, receive, send)
+            return
+        with self.activity.track():
+            await self.app(scope, receive, send)
 
 
 class _Exchange:
