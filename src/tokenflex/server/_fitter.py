@@ -6,6 +6,11 @@ by the config tables that apply (``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]
 remaining options go to :func:`tokenflex.afit`. Fitting that waits on a tokenize endpoint,
 or that counts a large body, runs in a worker thread so the event loop stays free. Library
 errors become OpenAI-shaped :class:`ProxyError` answers (:func:`library_error`).
+
+Observe mode (``mode = "observe"``) makes the same plan without sending it:
+:meth:`Fitter.observe` returns an :class:`Observation` (the plan, or fit mode's refusal)
+whose :meth:`~Observation.headers` report it as ``x-tokenflex-would-*``; the client's
+body goes upstream as it came.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -41,6 +47,7 @@ from .errors import ProxyError
 __all__ = [
     "RETRY_AFTER_SECONDS",
     "Fitter",
+    "Observation",
     "cache_headers",
     "library_error",
     "off_loop",
@@ -148,6 +155,70 @@ def cache_headers(plan: Any) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What fit mode would have done with a request that observe mode forwards as sent."""
+
+    request: ChatRequest | None
+    """The parsed request (None: the body did not parse, and fit mode would refuse it)."""
+    plan: Any = None
+    """The plan fit mode would have sent (None when it would have refused the request)."""
+    refusal: ProxyError | None = None
+    """Fit mode's answer instead of forwarding: a 400 ``context_length_exceeded`` for a
+    conversation that cannot be fitted, or any other error parsing or fitting raised."""
+
+    @property
+    def changes(self) -> bool:
+        """Whether fit mode would have changed the request: messages dropped, cleared or
+        summarized, another model, or a lower output limit than the client asked for (a
+        limit added where the client asked for none does not count)."""
+        plan, req = self.plan, self.request
+        if plan is None or req is None:
+            return False
+        asked = req.requested_output
+        return bool(
+            len(plan.dropped)
+            or plan.summary is not None
+            or plan.fallback_from is not None
+            or (asked is not None and plan.max_tokens < asked)
+        )
+
+    def headers(self, plan_id: str) -> dict[str, str]:
+        """The ``x-tokenflex-would-*`` headers: each ``x-tokenflex-*`` plan header fit mode
+        would send, renamed, plus ``would-fit``, ``would-change``, ``would-cleared`` (tool
+        results replaced by a placeholder, counted in ``would-dropped`` too) and, for a
+        refusal, ``would-refuse: STATUS CODE``. The plan id keeps its own name: the plan
+        is kept (``GET /tokenflex/plans/{id}``)."""
+        out = {"x-tokenflex-mode": "observe"}
+        if self.plan is None:
+            exc = self.refusal
+            out["x-tokenflex-would-fit"] = "no"
+            if exc is not None:
+                out["x-tokenflex-would-refuse"] = f"{exc.status_code} {exc.code or exc.type}"
+            return out
+        out["x-tokenflex-would-fit"] = "yes"
+        out["x-tokenflex-would-change"] = "yes" if self.changes else "no"
+        for name, value in plan_headers(self.plan, "").items():
+            out[name.replace("x-tokenflex-", "x-tokenflex-would-", 1)] = value
+        out["x-tokenflex-would-cleared"] = str(self.plan.dropped.by_reason().get("cleared", 0))
+        if plan_id:
+            out["x-tokenflex-plan-id"] = plan_id
+        return out
+
+    def log_fields(self) -> str:
+        """The plan (or refusal) for the proxy's one log line per request."""
+        if self.plan is None:
+            code = self.refusal.code if self.refusal is not None else None
+            return f"would_fit=no refuse={code or '-'}"
+        plan = self.plan
+        return (
+            f"would_fit=yes change={'yes' if self.changes else 'no'} "
+            f"window={plan.context_window} input={plan.input_tokens} "
+            f"max_tokens={plan.max_tokens} (asked {plan.requested_max_tokens}) "
+            f"dropped={len(plan.dropped)} summary={'yes' if plan.summary is not None else 'no'}"
+        )
+
+
 class Fitter:
     """Fits chat requests with the config's options and builds the bodies to forward."""
 
@@ -189,7 +260,39 @@ class Fitter:
         patch, proxy_options, fit_options = split_options(self.config.options_for(name, route))
         return patch_model(model, patch), proxy_options, fit_options
 
-    async def fit(self, req: ChatRequest, route: str | None, size: int, api_key: str | None) -> Any:
+    async def observe(
+        self,
+        parse: Callable[[bytes], ChatRequest],
+        raw: bytes,
+        route: str | None,
+        api_key: str | None,
+    ) -> Observation:
+        """The plan fit mode would make for the body ``raw`` (observe mode); what fit mode
+        would refuse is returned as the observation's ``refusal``, never raised.
+
+        The plan is made as :meth:`fit` makes it (off the event loop when large) but
+        without a summarizer: observing makes no summarizer call, so the plan shows the
+        cut with dropping where fit mode might have summarized.
+        """
+        try:
+            req = parse(raw)
+        except ProxyError as exc:
+            return Observation(None, refusal=exc)
+        try:
+            plan = await self.fit(req, route, len(raw), api_key, summarize=False)
+        except ProxyError as exc:
+            return Observation(req, refusal=exc)
+        return Observation(req, plan)
+
+    async def fit(
+        self,
+        req: ChatRequest,
+        route: str | None,
+        size: int,
+        api_key: str | None,
+        *,
+        summarize: bool = True,
+    ) -> Any:
         """The plan for one chat request.
 
         Args:
@@ -197,6 +300,7 @@ class Fitter:
             route: The ``[routes.NAME]`` table the request came through (None: ``/v1``).
             size: The request body's bytes (large bodies are fitted in a worker thread).
             api_key: The client's bearer token (model discovery, upstream summarizer).
+            summarize: False: no summarizer, whatever the options say (observe mode).
 
         Raises:
             ProxyError: fit() raised a tokenflex error (see :func:`library_error`).
@@ -213,6 +317,8 @@ class Fitter:
         summarizer = build_summarizer(
             fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
         )
+        if not summarize:
+            summarizer = None
         kwargs: dict[str, Any] = dict(
             model=model,
             max_tokens=requested,
