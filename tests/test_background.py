@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tokenflex.state import StateStore, open_store
-from tokenflex.summarize.background import Activity, BackgroundSummaries
+from tokenflex.summarize.background import Activity, BackgroundSummaries, pause_for_clients
 
 WAIT_S = 10.0
 """Longest any test waits for a job (a timeout here is a failure, not a slow pass)."""
@@ -91,6 +91,17 @@ def runner_for(runners: list[BackgroundSummaries], **options: Any) -> Background
     runner = BackgroundSummaries(**options)
     runners.append(runner)
     return runner
+
+
+def wait_until(done: Callable[[], bool]) -> bool:
+    """Poll ``done()`` until it holds (False after :data:`WAIT_S`): for states no event
+    announces, such as a job paused inside the runner."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def infos_of(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -210,6 +221,81 @@ def test_a_bound_job_waits_while_requests_are_in_flight_and_runs_after(
     assert len(started) == len(stored) == 1 and started[0] < stored[0]
     assert "idle-wait" in infos[started[0]]
     assert warnings_of(caplog) == []
+
+
+def test_a_running_job_pauses_between_calls_while_requests_are_in_flight(
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners)
+    upstream = Activity("the upstream")
+    calls: list[str] = []
+    first_done = threading.Event()
+
+    def make() -> str:  # a summary in two calls, as a summarizer makes them
+        pause_for_clients()
+        calls.append("call 1")
+        first_done.set()
+        gate.wait(WAIT_S)  # the test makes the upstream busy meanwhile
+        pause_for_clients()
+        calls.append("call 2")
+        return "s"
+
+    pause_for_clients()  # outside a job (a request's own summary): returns at once
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.bound(upstream).submit("k", make, store, ttl_s=TTL_S)
+        assert first_done.wait(WAIT_S)
+        upstream.begin()  # a client request arrives during the job
+        gate.set()
+        assert wait_until(lambda: runner.paused == 1)
+        assert calls == ["call 1"]
+        upstream.end()
+        assert runner.wait(WAIT_S)
+    assert calls == ["call 1", "call 2"]
+    assert store.get("k") == b"s"
+    infos = infos_of(caplog)
+    (paused,) = [m for m in infos if "paused between calls" in m]
+    assert "reason=idle-wait" in paused and "1 client request(s) in flight" in paused
+    assert any("resumed after" in m for m in infos)
+
+
+@pytest.mark.parametrize("stop", ["deadline", "closed"])
+def test_a_job_paused_too_long_or_closed_stops_and_says_why(
+    stop: str,
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners, max_wait_s=0.2 if stop == "deadline" else WAIT_S * 10)
+    upstream = Activity("the upstream")
+    calls: list[str] = []
+    started = threading.Event()
+
+    def make() -> str:
+        started.set()
+        gate.wait(WAIT_S)
+        pause_for_clients()
+        calls.append("call 2")
+        return "s"
+
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.bound(upstream).submit("k", make, store, ttl_s=TTL_S)
+        assert started.wait(WAIT_S)
+        upstream.begin()  # and it stays busy
+        gate.set()
+        if stop == "closed":
+            assert wait_until(lambda: runner.paused == 1)
+            runner.close()
+        assert runner.wait(WAIT_S)
+    upstream.end()
+    assert calls == [] and store.get("k") is None
+    stopped = [r for r in caplog.records if "stopped (reason=" in r.getMessage()]
+    assert len(stopped) == 1 and f"reason={stop}" in stopped[0].getMessage()
+    assert stopped[0].levelno == (logging.WARNING if stop == "deadline" else logging.INFO)
+    assert not any("failed" in m for m in warnings_of(caplog))
 
 
 @pytest.mark.parametrize(
@@ -540,6 +626,9 @@ class HeldUpstream:
         self.calls: list[str] = []
         self.holding = threading.Event()
         self.release = threading.Event()
+        self.summary_gate: threading.Event | None = None
+        """When set to an event, summarizer calls wait for it (``summary_holding`` set)."""
+        self.summary_holding = threading.Event()
 
     def app(self) -> Any:
         import anyio.to_thread
@@ -556,6 +645,9 @@ class HeldUpstream:
             if "x-hold" in request.headers:
                 self.holding.set()
                 await anyio.to_thread.run_sync(self.release.wait, WAIT_S)
+            if summary and self.summary_gate is not None:
+                self.summary_holding.set()
+                await anyio.to_thread.run_sync(self.summary_gate.wait, WAIT_S)
             message = {"role": "assistant", "content": "ok"}
             choice = {"index": 0, "message": message, "finish_reason": "stop"}
             return JSONResponse({"id": "c", "object": "chat.completion", "choices": [choice]})
@@ -612,4 +704,54 @@ def test_the_proxy_makes_background_summaries_only_while_no_request_is_in_flight
     (deferred,) = [m for m in infos if "background summary" in m and "deferred" in m]
     assert "reason=idle-wait" in deferred and "in flight to http://127.0.0.1:" in deferred
     assert any("started after waiting" in m for m in infos)
+    assert warnings_of(caplog) == []
+
+
+def test_the_proxy_pauses_a_running_summary_while_a_request_is_in_flight(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client request that arrives while a background summary runs waits for the call in
+    progress at most: the job's next call waits for the request to end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from test_server import ServerThread, conversation, fake_discover
+
+    from tokenflex.server import ServerConfig, create_app
+
+    held = HeldUpstream()
+    held.summary_gate = threading.Event()
+    with ServerThread(held.app()) as up:
+        config = ServerConfig.load(
+            upstream=up.url, cut_note=False, routes={"upsum": {"summarize": True, "keep_recent": 4}}
+        )
+        app = create_app(config, discover=fake_discover)
+        runner: BackgroundSummaries = app.state.proxy.fitter.background
+        with (
+            ServerThread(app) as proxy,
+            ThreadPoolExecutor(1) as pool,
+            caplog.at_level(logging.INFO, logger="tokenflex"),
+        ):
+            long = {"model": "tiny", "messages": conversation(40), "max_tokens": 100}
+            r = httpx.post(f"{proxy.url}/upsum/v1/chat/completions", json=long, timeout=WAIT_S)
+            assert r.status_code == 200, r.text
+            assert held.summary_holding.wait(WAIT_S)  # the job's first call is at the upstream
+            short = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+            slow = pool.submit(
+                httpx.post,
+                f"{proxy.url}/v1/chat/completions",
+                json=short,
+                headers={"x-hold": "1"},
+                timeout=WAIT_S * 2,
+            )
+            assert held.holding.wait(WAIT_S)  # a client request in flight
+            held.summary_gate.set()  # the first call ends: the next one must wait
+            assert wait_until(lambda: runner.paused == 1)
+            assert held.calls.count("summary") == 1
+            held.release.set()
+            assert slow.result(WAIT_S).status_code == 200
+            assert runner.wait(WAIT_S)
+            assert held.calls.count("summary") >= 2
+    infos = infos_of(caplog)
+    assert any("paused between calls (reason=idle-wait)" in m for m in infos)
     assert warnings_of(caplog) == []

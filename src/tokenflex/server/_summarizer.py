@@ -7,6 +7,9 @@
   server (fixed by config, like the upstream); keys are ChatSummarizer arguments
   (``api_key``, ``temperature``, ``timeout``, ``context_window``, ``system_prompt``).
 
+A background job's calls to the upstream pause while clients use it
+(:func:`~tokenflex.summarize.background.pause_for_clients`, called by the sync transport).
+
 fit() only calls the summarizer when history does not fit; when it fails, fit() drops
 instead and says so in the plan's warnings. A summarizer's ``timeout`` is a deadline for
 the whole call, not per read (a trickling server cannot hold a request longer), and its
@@ -20,6 +23,7 @@ from typing import Any
 import httpx
 
 from ..models import Model
+from ..summarize.background import pause_for_clients
 from .config import ServerConfig
 from .limits import bounded_transports
 
@@ -71,7 +75,7 @@ def build_summarizer(
         key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else api_key
         timeout = min(config.read_timeout, UPSTREAM_SUMMARY_TIMEOUT)
         transport, async_transport = bounded_transports(
-            timeout, SUMMARY_MAX_BYTES, what="upstream summarizer"
+            timeout, SUMMARY_MAX_BYTES, what="upstream summarizer", before=pause_for_clients
         )
         return ChatSummarizer(
             f"{config.upstream}/v1",
@@ -84,7 +88,10 @@ def build_summarizer(
         )
     table = dict(spec)
     transport, async_transport = bounded_transports(
-        float(table.get("timeout", CHAT_SUMMARIZER_TIMEOUT)), SUMMARY_MAX_BYTES, what="summarizer"
+        float(table.get("timeout", CHAT_SUMMARIZER_TIMEOUT)),
+        SUMMARY_MAX_BYTES,
+        what="summarizer",
+        before=pause_for_clients,  # a job bound to the upstream's activity pauses there
     )
     return ChatSummarizer(
         table.pop("base_url"),

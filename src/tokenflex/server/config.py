@@ -138,8 +138,9 @@ class ServerConfig(BaseSettings):
     background_max_inflight: int = Field(1, gt=0, le=64)
     """Background summary jobs running at once (each may make several summarizer calls)."""
     background_when_idle: bool = True
-    """Start a background summary job only while no client request is in flight through the
-    proxy to the summarizer's server (when it is the upstream)."""
+    """Start a background summary job, and each of its summarizer calls, only while no
+    client request is in flight through the proxy to the summarizer's server (when it is
+    the upstream)."""
     background_queue: int = Field(8, gt=0, le=10_000)
     """Background summary jobs held (waiting and running); beyond it a job is dropped and
     logged (``reason=queue-full``): a later request of the conversation asks again."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -355,10 +355,16 @@ def uvicorn_options(config: ServerConfig, http: str = "auto") -> dict[str, Any]:
 
 
 def bounded_transports(
-    timeout: float, max_bytes: int, *, what: str = "server"
+    timeout: float,
+    max_bytes: int,
+    *,
+    what: str = "server",
+    before: Callable[[], None] | None = None,
 ) -> tuple[httpx.BaseTransport, httpx.AsyncBaseTransport]:
     """A sync and an async httpx transport whose every exchange ends within ``timeout``
-    seconds in all (not per read) and whose bodies stop at ``max_bytes``.
+    seconds in all (not per read) and whose bodies stop at ``max_bytes``. The sync one
+    calls ``before()`` first, outside the deadline (the proxy's summarizer pauses there
+    while clients use the server: :func:`tokenflex.summarize.background.pause_for_clients`).
 
     Past the deadline they raise ``httpx.ReadTimeout``, over the cap
     ``httpx.RemoteProtocolError``, so a client handles them as it handles the usual
@@ -366,7 +372,7 @@ def bounded_transports(
     one bounds each read by the time left and checks the deadline after every chunk, so
     a trickling server is cut off within one read.
     """
-    return _SyncBounded(timeout, max_bytes, what), _AsyncBounded(timeout, max_bytes, what)
+    return _SyncBounded(timeout, max_bytes, what, before), _AsyncBounded(timeout, max_bytes, what)
 
 
 def _late(what: str, timeout: float, request: httpx.Request) -> httpx.ReadTimeout:
@@ -437,11 +443,16 @@ class _AsyncStream(httpx.AsyncByteStream):
 
 
 class _SyncBounded(httpx.BaseTransport):
-    def __init__(self, timeout: float, max_bytes: int, what: str) -> None:
+    def __init__(
+        self, timeout: float, max_bytes: int, what: str, before: Callable[[], None] | None
+    ) -> None:
         self.timeout, self.max_bytes, self.what = timeout, max_bytes, what
+        self.before = before
         self.inner = httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.before is not None:
+            self.before()
         deadline = time.monotonic() + self.timeout
         # httpcore reads the read timeout when the headers and when the body start:
         # bound both by the time left

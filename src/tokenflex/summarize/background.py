@@ -14,21 +14,25 @@ an :class:`Activity`, the requests in flight to the summarizer's server (the pro
 its clients' requests to its upstream), and then starts only while that server is idle
 (``when_idle``); at most ``workers`` jobs run at once, whatever the activity. A job that
 cannot start yet is deferred, not dropped, and starts when the last request in flight
-ends. A job is never started in the middle of a request; once started it runs its calls
-to the end (a server that queues in arrival order makes a request that arrives meanwhile
-wait for the call in progress, not for the job).
+ends. A job is never started while a request is in flight, and a summarizer that calls
+:func:`pause_for_clients` before each of its calls (the proxy's does) pauses between
+calls while one is: a request that arrives during a job waits for the call in progress at
+most, never for the job's next calls.
 
 Bounds, and the log line (``tokenflex`` logger) that says which one stopped a job, each
 with a ``reason=`` word:
 
-- ``idle-wait`` (INFO, once per job): deferred while requests are in flight;
+- ``idle-wait`` (INFO, once per job, and once per pause between calls): deferred while
+  requests are in flight;
 - ``max-inflight`` (INFO, once per job): deferred while ``workers`` jobs run;
 - ``queue-full`` (WARNING): ``max_jobs`` jobs are held (waiting and running): dropped,
   a later request asks again;
 - ``deadline`` (WARNING): waited ``max_wait_s`` without its turn: dropped (checked
-  whenever a job is submitted or ends, or a request of its activity ends);
+  whenever a job is submitted or ends, or a request of its activity ends); or paused
+  ``max_wait_s`` between two calls: stopped;
 - ``failed`` (WARNING): the summarizer or the store raised; never into the caller;
-- ``closed`` (INFO): :meth:`~BackgroundSummaries.close` cancelled it before it started.
+- ``closed`` (INFO): :meth:`~BackgroundSummaries.close` cancelled it before it started,
+  or stopped it while it paused between calls.
 
 One job per summary key at a time: the same span asked for again while it is held starts
 nothing.
@@ -47,9 +51,36 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Activity", "BackgroundSummaries", "BoundSummaries"]
+__all__ = ["Activity", "BackgroundSummaries", "BoundSummaries", "JobStopped", "pause_for_clients"]
 
 log = logging.getLogger("tokenflex")
+
+_running_job = threading.local()
+"""In a runner's worker thread, while a job runs: ``(runner, job)``."""
+
+
+def pause_for_clients() -> None:
+    """Call before each summarizer call: inside a background job bound to an
+    :class:`Activity` (and ``when_idle``), wait while client requests are in flight to its
+    server; anywhere else (a request's own summary, the library), return at once.
+
+    Raises:
+        JobStopped: the pause lasted ``max_wait_s``, or the runner was closed meanwhile
+            (the job is then logged as stopped, with that reason, not as failed).
+    """
+    current = getattr(_running_job, "job", None)
+    if current is not None:
+        runner, job = current
+        runner._pause(job)
+
+
+class JobStopped(Exception):
+    """A background job stopped between two summarizer calls (``reason``: ``deadline`` or
+    ``closed``); raised through the summarizer to the runner, which logs it."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Activity:
@@ -147,10 +178,11 @@ class BackgroundSummaries:
         self.when_idle = when_idle
         self.max_wait_s = max_wait_s
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
+        self._changed = threading.Condition(self._lock)
         self._keys: set[str] = set()
         self._waiting: collections.deque[_Job] = collections.deque()
         self._running = 0
+        self._pausing = 0
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 
@@ -190,7 +222,7 @@ class BackgroundSummaries:
             self._keys.add(key)
             self._waiting.append(_Job(key, make, store, ttl_s, activity))
         if activity is not None:
-            activity.listen(self._dispatch)
+            activity.listen(self._wake)
         return key not in self._dispatch()
 
     def _dispatch(self) -> set[str]:
@@ -240,7 +272,7 @@ class BackgroundSummaries:
                 self._waiting.remove(job)
                 self._running += 1
                 starts.append((job, future))
-            self._idle.notify_all()
+            self._changed.notify_all()
         # Outside the lock: on a job already over, the callback runs here at once, and it
         # takes the lock. It also frees the key of a job close() cancelled before it ran.
         for job, future in starts:
@@ -277,11 +309,23 @@ class BackgroundSummaries:
             )
 
     def _run(self, job: _Job) -> None:
+        _running_job.job = (self, job)
         try:
             text = job.make()
             job.store.set(job.key, text.encode(), ttl_s=job.ttl_s)
             log.info("tokenflex: background summary stored (%s)", job.key)
         except Exception as exc:  # never into the caller: requests keep dropping instead
+            stopped = _stopped(exc)
+            if stopped is not None:
+                level = logging.WARNING if stopped.reason == "deadline" else logging.INFO
+                log.log(
+                    level,
+                    "tokenflex: background summary %s stopped (reason=%s): %s",
+                    job.key,
+                    stopped.reason,
+                    stopped,
+                )
+                return
             log.warning(
                 "tokenflex: background summary %s failed (reason=failed, %s: %s); requests "
                 "drop the oldest messages until one is made",
@@ -289,12 +333,56 @@ class BackgroundSummaries:
                 type(exc).__name__,
                 exc,
             )
+        finally:
+            _running_job.job = None
+
+    def _pause(self, job: _Job) -> None:
+        """Wait while ``job``'s activity is busy (between two of its calls)."""
+        if not self.when_idle or job.activity is None:
+            return
+        begun = time.monotonic()
+        with self._lock:
+            if not job.activity.in_flight:
+                return
+            log.info(
+                "tokenflex: background summary %s paused between calls (reason=idle-wait): "
+                "%d client request(s) in flight to %s",
+                job.key,
+                job.activity.in_flight,
+                job.activity.name,
+            )
+            self._pausing += 1
+            try:
+                while job.activity.in_flight:
+                    if self._closed:
+                        raise JobStopped("closed", "the runner was closed while it paused")
+                    left = begun + self.max_wait_s - time.monotonic()
+                    if left <= 0:
+                        raise JobStopped(
+                            "deadline",
+                            f"paused {self.max_wait_s:g} s between calls (max_wait_s) while "
+                            f"{job.activity.name} stayed busy",
+                        )
+                    self._changed.wait(left)
+            finally:
+                self._pausing -= 1
+        log.info(
+            "tokenflex: background summary %s resumed after %.1f s",
+            job.key,
+            time.monotonic() - begun,
+        )
+
+    def _wake(self) -> None:
+        """An activity's request ended: paused jobs look again, waiting ones may start."""
+        with self._lock:
+            self._changed.notify_all()
+        self._dispatch()
 
     def _finished(self, job: _Job, future: Future[None]) -> None:
         with self._lock:
             self._running -= 1
             self._keys.discard(job.key)
-            self._idle.notify_all()
+            self._changed.notify_all()
         self._dispatch()
 
     @property
@@ -302,6 +390,12 @@ class BackgroundSummaries:
         """Summaries held now: running, or waiting for their turn."""
         with self._lock:
             return len(self._keys)
+
+    @property
+    def paused(self) -> int:
+        """Running jobs paused between two calls while their server is busy."""
+        with self._lock:
+            return self._pausing
 
     @property
     def deferred(self) -> int:
@@ -313,7 +407,7 @@ class BackgroundSummaries:
         """Wait until no summary is held (a deferred one must run first); False if
         ``timeout`` passed first."""
         with self._lock:
-            return self._idle.wait_for(lambda: not self._keys, timeout)
+            return self._changed.wait_for(lambda: not self._keys, timeout)
 
     def open(self) -> None:
         """Take jobs again after :meth:`close` (an app whose lifespan runs again)."""
@@ -330,9 +424,21 @@ class BackgroundSummaries:
                 self._keys.discard(job.key)
                 log.info("tokenflex: background summary %s dropped (reason=closed)", job.key)
             self._waiting.clear()
-            self._idle.notify_all()
+            self._changed.notify_all()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _stopped(exc: BaseException) -> JobStopped | None:
+    """The :class:`JobStopped` behind ``exc`` (a summarizer may wrap it), if any."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, JobStopped):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class BoundSummaries:
