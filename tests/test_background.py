@@ -8,6 +8,7 @@ runner fails a test instead of hanging it.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from tokenflex.state import StateStore, open_store
-from tokenflex.summarize.background import BackgroundSummaries
+from tokenflex.summarize.background import Activity, BackgroundSummaries, pause_for_clients
 
 WAIT_S = 10.0
 """Longest any test waits for a job (a timeout here is a failure, not a slow pass)."""
@@ -92,6 +93,25 @@ def runner_for(runners: list[BackgroundSummaries], **options: Any) -> Background
     return runner
 
 
+def wait_until(done: Callable[[], bool]) -> bool:
+    """Poll ``done()`` until it holds (False after :data:`WAIT_S`): for states no event
+    announces, such as a job paused inside the runner."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def infos_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "tokenflex" and r.levelno == logging.INFO
+    ]
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
@@ -133,6 +153,7 @@ def test_the_job_after_max_jobs_is_refused_and_logged_until_jobs_finish(
         assert not runner.submit("extra", calls.held("extra", gate), store, ttl_s=TTL_S)
         (warning,) = warnings_of(caplog)
         assert f"max_jobs={max_jobs}" in warning and "skipped" in warning
+        assert "reason=queue-full" in warning
         assert runner.in_flight == max_jobs
 
         gate.set()
@@ -161,6 +182,204 @@ def test_wait_times_out_while_a_job_runs(
     assert not runner.wait(0.05)
     gate.set()
     assert runner.wait(WAIT_S)
+
+
+# -- background work never slows the user ------------------------------------------------
+
+
+def test_a_bound_job_waits_while_requests_are_in_flight_and_runs_after(
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners)
+    upstream = Activity("the upstream")
+    calls = Calls()
+    gate.set()  # jobs run through once started
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        upstream.begin()
+        upstream.begin()  # two client requests in flight
+        assert runner.bound(upstream).submit("k", calls.held("s", gate), store, ttl_s=TTL_S)
+        assert (runner.in_flight, runner.deferred) == (1, 1)
+        upstream.end()  # one still in flight: still deferred
+        assert not runner.wait(0.05)
+        assert calls.started == [] and runner.deferred == 1
+        # the same span asked for again while it waits: held once, started never
+        assert not runner.bound(upstream).submit("k", calls.held("s", gate), store, ttl_s=TTL_S)
+        upstream.end()  # idle: it starts
+        assert runner.wait(WAIT_S)
+    assert calls.started == ["s"]
+    assert store.get("k") == b"s"
+    infos = infos_of(caplog)
+    deferred = [m for m in infos if "deferred" in m]
+    assert len(deferred) == 1  # once per job, however often it was looked at
+    assert "reason=idle-wait" in deferred[0]
+    assert "2 client request(s) in flight to the upstream" in deferred[0]
+    started = [i for i, m in enumerate(infos) if "started after waiting" in m]
+    stored = [i for i, m in enumerate(infos) if "background summary stored (k)" in m]
+    assert len(started) == len(stored) == 1 and started[0] < stored[0]
+    assert "idle-wait" in infos[started[0]]
+    assert warnings_of(caplog) == []
+
+
+def test_a_running_job_pauses_between_calls_while_requests_are_in_flight(
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners)
+    upstream = Activity("the upstream")
+    calls: list[str] = []
+    first_done = threading.Event()
+
+    def make() -> str:  # a summary in two calls, as a summarizer makes them
+        pause_for_clients()
+        calls.append("call 1")
+        first_done.set()
+        gate.wait(WAIT_S)  # the test makes the upstream busy meanwhile
+        pause_for_clients()
+        calls.append("call 2")
+        return "s"
+
+    pause_for_clients()  # outside a job (a request's own summary): returns at once
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.bound(upstream).submit("k", make, store, ttl_s=TTL_S)
+        assert first_done.wait(WAIT_S)
+        upstream.begin()  # a client request arrives during the job
+        gate.set()
+        assert wait_until(lambda: runner.paused == 1)
+        assert calls == ["call 1"]
+        upstream.end()
+        assert runner.wait(WAIT_S)
+    assert calls == ["call 1", "call 2"]
+    assert store.get("k") == b"s"
+    infos = infos_of(caplog)
+    (paused,) = [m for m in infos if "paused between calls" in m]
+    assert "reason=idle-wait" in paused and "1 client request(s) in flight" in paused
+    assert any("resumed after" in m for m in infos)
+
+
+@pytest.mark.parametrize("stop", ["deadline", "closed"])
+def test_a_job_paused_too_long_or_closed_stops_and_says_why(
+    stop: str,
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners, max_wait_s=0.2 if stop == "deadline" else WAIT_S * 10)
+    upstream = Activity("the upstream")
+    calls: list[str] = []
+    started = threading.Event()
+
+    def make() -> str:
+        started.set()
+        gate.wait(WAIT_S)
+        pause_for_clients()
+        calls.append("call 2")
+        return "s"
+
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.bound(upstream).submit("k", make, store, ttl_s=TTL_S)
+        assert started.wait(WAIT_S)
+        upstream.begin()  # and it stays busy
+        gate.set()
+        if stop == "closed":
+            assert wait_until(lambda: runner.paused == 1)
+            runner.close()
+        assert runner.wait(WAIT_S)
+    upstream.end()
+    assert calls == [] and store.get("k") is None
+    stopped = [r for r in caplog.records if "stopped (reason=" in r.getMessage()]
+    assert len(stopped) == 1 and f"reason={stop}" in stopped[0].getMessage()
+    assert stopped[0].levelno == (logging.WARNING if stop == "deadline" else logging.INFO)
+    assert not any("failed" in m for m in warnings_of(caplog))
+
+
+@pytest.mark.parametrize(
+    "bound,when_idle",
+    [pytest.param(False, True, id="unbound"), pytest.param(True, False, id="when-idle-off")],
+)
+def test_a_job_not_bound_or_not_waiting_for_idle_runs_at_once(
+    bound: bool, when_idle: bool, store: StateStore, runners: list[BackgroundSummaries]
+) -> None:
+    runner = runner_for(runners, when_idle=when_idle)
+    upstream = Activity("the upstream")
+    upstream.begin()
+    target: Any = runner.bound(upstream) if bound else runner
+    assert target.submit("k", lambda: "s", store, ttl_s=TTL_S)
+    assert runner.wait(WAIT_S)  # while the request is still in flight
+    assert upstream.in_flight == 1
+    assert store.get("k") == b"s"
+
+
+def test_jobs_over_the_worker_count_wait_for_a_free_worker(
+    store: StateStore,
+    gate: threading.Event,
+    runners: list[BackgroundSummaries],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = runner_for(runners, workers=1, max_jobs=4)
+    calls = Calls()
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.submit("a", calls.held("a", gate), store, ttl_s=TTL_S)
+        assert calls.wait_started(1)
+        assert runner.submit("b", calls.held("b", gate), store, ttl_s=TTL_S)
+        assert (runner.in_flight, runner.deferred) == (2, 1)
+        assert calls.started == ["a"]
+        gate.set()
+        assert runner.wait(WAIT_S)
+    assert calls.started == ["a", "b"]
+    assert [store.get(k) for k in "ab"] == [b"a", b"b"]
+    (deferred,) = [m for m in infos_of(caplog) if "deferred" in m]
+    assert "reason=max-inflight" in deferred and "workers=1" in deferred
+
+
+def test_a_job_past_its_deadline_is_dropped_logged_and_its_key_freed(
+    store: StateStore, runners: list[BackgroundSummaries], caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = runner_for(runners, max_wait_s=0.2)
+    upstream = Activity("the upstream")
+    upstream.begin()
+    upstream.begin()
+    made: list[str] = []
+
+    def make() -> str:
+        made.append("s")
+        return "s"
+
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.bound(upstream).submit("k", make, store, ttl_s=TTL_S)
+        time.sleep(0.3)  # past max_wait_s, the upstream still busy
+        upstream.end()  # a request ends: the runner looks again, one is still in flight
+        assert runner.in_flight == 0 and runner.deferred == 0
+        (warning,) = warnings_of(caplog)
+        assert "reason=deadline" in warning and "max_wait_s=0.2" in warning
+        assert "deferred by idle-wait" in warning
+        upstream.end()
+        assert runner.wait(WAIT_S)
+    assert made == [] and store.get("k") is None
+    # the key is free: asked again while idle, it is made
+    assert runner.bound(upstream).submit("k", make, store, ttl_s=TTL_S)
+    assert runner.wait(WAIT_S)
+    assert store.get("k") == b"s"
+
+
+def test_close_drops_deferred_jobs_and_says_why(
+    store: StateStore, runners: list[BackgroundSummaries], caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = runner_for(runners)
+    upstream = Activity("the upstream")
+    upstream.begin()
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        assert runner.bound(upstream).submit("k", lambda: "s", store, ttl_s=TTL_S)
+        runner.close()
+        assert runner.in_flight == 0 and runner.wait(0)
+        upstream.end()  # nothing starts after close
+    assert store.get("k") is None
+    assert any("reason=closed" in m for m in infos_of(caplog))
 
 
 # -- one job per key ----------------------------------------------------------------------
@@ -213,6 +432,7 @@ def test_a_failing_job_is_logged_and_its_key_freed(
         assert runner.wait(WAIT_S)
     (warning,) = warnings_of(caplog)
     assert "ValueError: the summarizer said no" in warning
+    assert "reason=failed" in warning
     assert runner.in_flight == 0
     assert store.get("k") is None
     # the key is free: asked again, it is made
@@ -367,3 +587,171 @@ def test_the_proxy_closes_its_runner_at_shutdown_without_waiting(
         assert runner.submit("again", lambda: "again", fitter.store, ttl_s=TTL_S)
         assert runner.wait(WAIT_S)
     assert fitter.store.get("again") == b"again"
+
+
+# -- the proxy: background summaries wait for the client requests -------------------------
+
+
+@pytest.mark.parametrize(
+    "summarizer,gated",
+    [
+        pytest.param(None, True, id="upstream-by-default"),
+        pytest.param("upstream", True, id="upstream"),
+        pytest.param("extractive", False, id="extractive"),
+        pytest.param({"base_url": "http://127.0.0.1:8080/v1", "model": "m"}, True, id="same-host"),
+        pytest.param(
+            {"base_url": "http://127.0.0.1:8081/v1", "model": "m"}, False, id="other-port"
+        ),
+        pytest.param({"base_url": "https://127.0.0.1:8080/v1", "model": "m"}, False, id="https"),
+        pytest.param({"base_url": "http://summaries.local/v1", "model": "m"}, False, id="other"),
+    ],
+)
+def test_only_jobs_of_a_summarizer_on_the_upstream_wait_for_its_clients(
+    summarizer: Any, gated: bool
+) -> None:
+    from tokenflex.server import ServerConfig
+    from tokenflex.server._summarizer import calls_upstream
+
+    config = ServerConfig.load(upstream="http://127.0.0.1:8080/v1")
+    options = {} if summarizer is None else {"summarizer": summarizer}
+    assert calls_upstream(options, config) is gated
+
+
+class HeldUpstream:
+    """A chat upstream on loopback that records each call (``chat`` or ``summary``, by
+    the summarizer's system prompt) and holds a request carrying ``x-hold`` until
+    ``release`` is set: a slow client request, on demand."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.summary_gate: threading.Event | None = None
+        """When set to an event, summarizer calls wait for it (``summary_holding`` set)."""
+        self.summary_holding = threading.Event()
+
+    def app(self) -> Any:
+        import anyio.to_thread
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+        from starlette.routing import Route
+
+        async def chat(request: Request) -> Response:
+            body = json.loads(await request.body())
+            first = body["messages"][0].get("content")
+            summary = isinstance(first, str) and first.startswith("You summarize")
+            self.calls.append("summary" if summary else "chat")
+            if "x-hold" in request.headers:
+                self.holding.set()
+                await anyio.to_thread.run_sync(self.release.wait, WAIT_S)
+            if summary and self.summary_gate is not None:
+                self.summary_holding.set()
+                await anyio.to_thread.run_sync(self.summary_gate.wait, WAIT_S)
+            message = {"role": "assistant", "content": "ok"}
+            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            return JSONResponse({"id": "c", "object": "chat.completion", "choices": [choice]})
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def test_the_proxy_makes_background_summaries_only_while_no_request_is_in_flight(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from test_server import ServerThread, conversation, fake_discover
+
+    from tokenflex.server import ServerConfig, create_app
+
+    held = HeldUpstream()
+    with ServerThread(held.app()) as up:
+        config = ServerConfig.load(
+            upstream=up.url, cut_note=False, routes={"upsum": {"summarize": True, "keep_recent": 4}}
+        )
+        app = create_app(config, discover=fake_discover)
+        runner: BackgroundSummaries = app.state.proxy.fitter.background
+        with (
+            ServerThread(app) as proxy,
+            ThreadPoolExecutor(1) as pool,
+            caplog.at_level(logging.INFO, logger="tokenflex"),
+        ):
+            short = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+            slow = pool.submit(
+                httpx.post,
+                f"{proxy.url}/v1/chat/completions",
+                json=short,
+                headers={"x-hold": "1"},
+                timeout=WAIT_S * 2,
+            )
+            assert held.holding.wait(WAIT_S)  # a client request is in flight upstream
+            # a long conversation: its summary takes several calls, made in the background
+            long = {"model": "tiny", "messages": conversation(40), "max_tokens": 100}
+            r = httpx.post(f"{proxy.url}/upsum/v1/chat/completions", json=long, timeout=WAIT_S)
+            assert r.status_code == 200, r.text
+            assert r.headers["x-tokenflex-summary"] == "no"
+            assert runner.deferred == 1  # the job waits for the slow request
+            assert held.calls.count("summary") == 0
+            held.release.set()
+            assert slow.result(WAIT_S).status_code == 200
+            assert runner.wait(WAIT_S)  # idle now: it ran
+            assert held.calls.count("summary") >= 2
+            # the next request of the conversation sends the summary made meanwhile
+            r = httpx.post(f"{proxy.url}/upsum/v1/chat/completions", json=long, timeout=WAIT_S)
+            assert r.headers["x-tokenflex-summary"] == "yes"
+    infos = infos_of(caplog)
+    (deferred,) = [m for m in infos if "background summary" in m and "deferred" in m]
+    assert "reason=idle-wait" in deferred and "in flight to http://127.0.0.1:" in deferred
+    assert any("started after waiting" in m for m in infos)
+    assert warnings_of(caplog) == []
+
+
+def test_the_proxy_pauses_a_running_summary_while_a_request_is_in_flight(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client request that arrives while a background summary runs waits for the call in
+    progress at most: the job's next call waits for the request to end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from test_server import ServerThread, conversation, fake_discover
+
+    from tokenflex.server import ServerConfig, create_app
+
+    held = HeldUpstream()
+    held.summary_gate = threading.Event()
+    with ServerThread(held.app()) as up:
+        config = ServerConfig.load(
+            upstream=up.url, cut_note=False, routes={"upsum": {"summarize": True, "keep_recent": 4}}
+        )
+        app = create_app(config, discover=fake_discover)
+        runner: BackgroundSummaries = app.state.proxy.fitter.background
+        with (
+            ServerThread(app) as proxy,
+            ThreadPoolExecutor(1) as pool,
+            caplog.at_level(logging.INFO, logger="tokenflex"),
+        ):
+            long = {"model": "tiny", "messages": conversation(40), "max_tokens": 100}
+            r = httpx.post(f"{proxy.url}/upsum/v1/chat/completions", json=long, timeout=WAIT_S)
+            assert r.status_code == 200, r.text
+            assert held.summary_holding.wait(WAIT_S)  # the job's first call is at the upstream
+            short = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+            slow = pool.submit(
+                httpx.post,
+                f"{proxy.url}/v1/chat/completions",
+                json=short,
+                headers={"x-hold": "1"},
+                timeout=WAIT_S * 2,
+            )
+            assert held.holding.wait(WAIT_S)  # a client request in flight
+            held.summary_gate.set()  # the first call ends: the next one must wait
+            assert wait_until(lambda: runner.paused == 1)
+            assert held.calls.count("summary") == 1
+            held.release.set()
+            assert slow.result(WAIT_S).status_code == 200
+            assert runner.wait(WAIT_S)
+            assert held.calls.count("summary") >= 2
+    infos = infos_of(caplog)
+    assert any("paused between calls (reason=idle-wait)" in m for m in infos)
+    assert warnings_of(caplog) == []

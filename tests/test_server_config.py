@@ -271,6 +271,9 @@ def test_serve_rejects_bad_config_with_one_line(
     assert "upstream" in err and "Traceback" not in err
     assert main(["serve", "--upstream", "http://x", "--log-level", "loud"]) == 2
     assert main(["serve", "--config", str(tmp_path / "nope.toml")]) == 2
+    assert main(["serve", "--upstream", "http://x", "--mode", "dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "mode" in err and "observe" in err and "Traceback" not in err
 
 
 def test_serve_runs_the_proxy(tmp_path: Path) -> None:

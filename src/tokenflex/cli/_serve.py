@@ -33,6 +33,14 @@ def serve(
             "--config", "-c", help="TOML config file (see docs/proxy.md).", dir_okay=False
         ),
     ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            help="fit (default) or observe: forward every request as sent and only report "
+            "the plan in x-tokenflex-would-* headers.",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error.")
     ] = "info",
@@ -59,7 +67,7 @@ def serve(
             f"tokenflex serve needs the server extra ({exc.name} is missing): "
             "pip install 'tokenflex[server]'."
         ) from exc
-    settings = ServerConfig.load(config, upstream=upstream, port=port, host=host)
+    settings = ServerConfig.load(config, upstream=upstream, port=port, host=host, mode=mode)
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
@@ -69,7 +77,8 @@ def serve(
     proxy = create_app(settings)  # a config it cannot serve stops here, with one line
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
-        + (" (proxy key required)" if settings.proxy_key else ""),
+        + (" (proxy key required)" if settings.proxy_key else "")
+        + (" (observe mode: requests forwarded as sent)" if settings.mode == "observe" else ""),
         highlight=False,
         soft_wrap=True,
     )

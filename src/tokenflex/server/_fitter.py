@@ -6,6 +6,11 @@ by the config tables that apply (``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]
 remaining options go to :func:`tokenflex.afit`. Fitting that waits on a tokenize endpoint,
 or that counts a large body, runs in a worker thread so the event loop stays free. Library
 errors become OpenAI-shaped :class:`ProxyError` answers (:func:`library_error`).
+
+Observe mode (``mode = "observe"``) makes the same plan without sending it:
+:meth:`Fitter.observe` returns an :class:`Observation` (the plan, or fit mode's refusal)
+whose :meth:`~Observation.headers` report it as ``x-tokenflex-would-*``; the client's
+body goes upstream as it came.
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ from ..models import Model
 from ..models.discovery import refusal
 from ..redact import redact
 from ..state import TenantStore, open_store
-from ..summarize.background import BackgroundSummaries
+from ..summarize.background import Activity, BackgroundSummaries
 from ._models import ModelResolver
-from ._summarizer import build_summarizer
+from ._summarizer import build_summarizer, calls_upstream
 from ._validate import ChatRequest
 from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
@@ -43,6 +48,7 @@ from .errors import ProxyError
 __all__ = [
     "RETRY_AFTER_SECONDS",
     "Fitter",
+    "Observation",
     "Unfitted",
     "cache_headers",
     "library_error",
@@ -165,6 +171,74 @@ class Unfitted:
         return {"x-tokenflex-fitted": f"no; reason={self.reason}"}
 
 
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What fit mode would have done with a request that observe mode forwards as sent."""
+
+    request: ChatRequest | None
+    """The parsed request (None: the body did not parse, and fit mode would refuse it)."""
+    plan: Any = None
+    """The plan fit mode would have sent (None when it would have refused the request)."""
+    refusal: ProxyError | None = None
+    """Fit mode's answer instead of forwarding: a 400 ``context_length_exceeded`` for a
+    conversation that cannot be fitted, or any other error parsing or fitting raised."""
+    passed: str | None = None
+    """Why fit mode, too, would forward the request as sent (:class:`Unfitted`)."""
+
+    @property
+    def changes(self) -> bool:
+        """Whether fit mode would have changed the request: messages dropped, cleared or
+        summarized, another model, or a lower output limit than the client asked for (a
+        limit added where the client asked for none does not count)."""
+        plan, req = self.plan, self.request
+        if plan is None or req is None:
+            return False
+        asked = req.requested_output
+        return bool(
+            len(plan.dropped)
+            or plan.summary is not None
+            or plan.fallback_from is not None
+            or (asked is not None and plan.max_tokens < asked)
+        )
+
+    def headers(self, plan_id: str) -> dict[str, str]:
+        """The ``x-tokenflex-would-*`` headers: each ``x-tokenflex-*`` plan header fit mode
+        would send, renamed, plus ``would-fit``, ``would-change``, ``would-cleared`` (tool
+        results replaced by a placeholder, counted in ``would-dropped`` too) and, for a
+        refusal, ``would-refuse: STATUS CODE``. The plan id keeps its own name: the plan
+        is kept (``GET /tokenflex/plans/{id}``)."""
+        out = {"x-tokenflex-mode": "observe"}
+        if self.passed is not None:
+            return out | Unfitted(self.passed).headers()
+        if self.plan is None:
+            exc = self.refusal
+            out["x-tokenflex-would-fit"] = "no"
+            if exc is not None:
+                out["x-tokenflex-would-refuse"] = f"{exc.status_code} {exc.code or exc.type}"
+            return out
+        out["x-tokenflex-would-fit"] = "yes"
+        out["x-tokenflex-would-change"] = "yes" if self.changes else "no"
+        for name, value in plan_headers(self.plan, "").items():
+            out[name.replace("x-tokenflex-", "x-tokenflex-would-", 1)] = value
+        out["x-tokenflex-would-cleared"] = str(self.plan.dropped.by_reason().get("cleared", 0))
+        if plan_id:
+            out["x-tokenflex-plan-id"] = plan_id
+        return out
+
+    def log_fields(self) -> str:
+        """The plan (or refusal) for the proxy's one log line per request."""
+        if self.plan is None:
+            code = self.refusal.code if self.refusal is not None else None
+            return f"would_fit=no refuse={code or '-'}"
+        plan = self.plan
+        return (
+            f"would_fit=yes change={'yes' if self.changes else 'no'} "
+            f"window={plan.context_window} input={plan.input_tokens} "
+            f"max_tokens={plan.max_tokens} (asked {plan.requested_max_tokens}) "
+            f"dropped={len(plan.dropped)} summary={'yes' if plan.summary is not None else 'no'}"
+        )
+
+
 class Fitter:
     """Fits chat requests with the config's options and builds the bodies to forward."""
 
@@ -179,8 +253,16 @@ class Fitter:
         self.store = open_store(config.state_store)
         """Cuts and summaries kept between requests (``state_store``), each under its
         tenant's keys (the client's credentials and the route)."""
-        self.background = BackgroundSummaries()
+        self.background = BackgroundSummaries(
+            max_jobs=config.background_queue,
+            workers=config.background_max_inflight,
+            when_idle=config.background_when_idle,
+            max_wait_s=config.background_max_wait,
+        )
         """Summaries that need more than one summarizer call, made off the request."""
+        self.activity = Activity(redact(config.upstream))
+        """Client requests in flight through the proxy to the upstream (counted by the
+        app's middleware): background summaries made by the upstream wait for it."""
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -209,8 +291,43 @@ class Fitter:
             return None
         return self.models.learn(name, refused, plan.context_window if plan is not None else None)
 
+    async def observe(
+        self,
+        parse: Callable[[bytes], ChatRequest],
+        raw: bytes,
+        route: str | None,
+        api_key: str | None,
+        *,
+        owner: str,
+    ) -> Observation:
+        """The plan fit mode would make for the body ``raw`` (observe mode); what fit mode
+        would refuse is returned as the observation's ``refusal``, never raised.
+
+        The plan is made as :meth:`fit` makes it (off the event loop when large) but
+        without a summarizer: observing makes no summarizer call, so the plan shows the
+        cut with dropping where fit mode might have summarized.
+        """
+        try:
+            req = parse(raw)
+        except ProxyError as exc:
+            return Observation(None, refusal=exc)
+        try:
+            plan = await self.fit(req, route, len(raw), api_key, owner=owner, summarize=False)
+        except ProxyError as exc:
+            return Observation(req, refusal=exc)
+        if isinstance(plan, Unfitted):
+            return Observation(req, passed=plan.reason)
+        return Observation(req, plan)
+
     async def fit(
-        self, req: ChatRequest, route: str | None, size: int, api_key: str | None, *, owner: str
+        self,
+        req: ChatRequest,
+        route: str | None,
+        size: int,
+        api_key: str | None,
+        *,
+        owner: str,
+        summarize: bool = True,
     ) -> Any:
         """The plan for one chat request, or :class:`Unfitted` when it goes as sent.
 
@@ -223,6 +340,7 @@ class Fitter:
                 as for its plans): with the route, the tenant of the state this fit reads
                 and writes (held cuts, the prefix shared with the previous plan,
                 summaries), so no client sees or moves another's.
+            summarize: False: no summarizer, whatever the options say (observe mode).
 
         Raises:
             ProxyError: fit() raised a tokenflex error (see :func:`library_error`).
@@ -235,9 +353,14 @@ class Fitter:
         if self.calibration is not None:  # plan with the count factor learned from the wire
             model = self.calibration.apply(model)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
+        background: Any = self.background
+        if calls_upstream(fit_options, self.config):  # its jobs wait for the upstream
+            background = self.background.bound(self.activity)
         summarizer = build_summarizer(
             fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
         )
+        if not summarize:
+            summarizer = None
         kwargs: dict[str, Any] = dict(
             model=model,
             max_tokens=requested,
@@ -246,7 +369,7 @@ class Fitter:
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
             state=TenantStore(self.store, json.dumps([owner, route])),
-            background_summaries=self.background,
+            background_summaries=background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)

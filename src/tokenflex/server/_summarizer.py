@@ -7,6 +7,9 @@
   server (fixed by config, like the upstream); keys are ChatSummarizer arguments
   (``api_key``, ``temperature``, ``timeout``, ``context_window``, ``system_prompt``).
 
+A background job's calls to the upstream pause while clients use it
+(:func:`~tokenflex.summarize.background.pause_for_clients`, called by the sync transport).
+
 fit() only calls the summarizer when history does not fit; when it fails, fit() drops
 instead and says so in the plan's warnings. A summarizer's ``timeout`` is a deadline for
 the whole call, not per read (a trickling server cannot hold a request longer), and its
@@ -17,16 +20,35 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from ..models import Model
+from ..summarize.background import pause_for_clients
 from .config import ServerConfig
 from .limits import bounded_transports
 
-__all__ = ["SUMMARY_MAX_BYTES", "build_summarizer"]
+__all__ = ["SUMMARY_MAX_BYTES", "build_summarizer", "calls_upstream"]
 
 UPSTREAM_SUMMARY_TIMEOUT = 60.0
 SUMMARY_MAX_BYTES = 1024 * 1024
 """Largest summarizer answer read (a summary is a few KB; more is a broken server)."""
 CHAT_SUMMARIZER_TIMEOUT = 30.0  # ChatSummarizer's own default
+
+
+def calls_upstream(options: dict[str, Any], config: ServerConfig) -> bool:
+    """Whether the summarizer ``options`` choose calls the proxy's upstream: the upstream
+    summarizer, or a ``summarizer = {base_url = ...}`` on the same scheme, host and port
+    (the server the proxy's clients are using)."""
+    spec = options.get("summarizer")
+    if spec is None or spec == "upstream":
+        return True
+    if not isinstance(spec, dict):
+        return False
+    try:
+        theirs, ours = httpx.URL(str(spec.get("base_url", ""))), httpx.URL(config.upstream)
+    except httpx.InvalidURL:
+        return False
+    return (theirs.scheme, theirs.host, theirs.port) == (ours.scheme, ours.host, ours.port)
 
 
 def build_summarizer(
@@ -53,7 +75,7 @@ def build_summarizer(
         key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else api_key
         timeout = min(config.read_timeout, UPSTREAM_SUMMARY_TIMEOUT)
         transport, async_transport = bounded_transports(
-            timeout, SUMMARY_MAX_BYTES, what="upstream summarizer"
+            timeout, SUMMARY_MAX_BYTES, what="upstream summarizer", before=pause_for_clients
         )
         return ChatSummarizer(
             f"{config.upstream}/v1",
@@ -66,7 +88,10 @@ def build_summarizer(
         )
     table = dict(spec)
     transport, async_transport = bounded_transports(
-        float(table.get("timeout", CHAT_SUMMARIZER_TIMEOUT)), SUMMARY_MAX_BYTES, what="summarizer"
+        float(table.get("timeout", CHAT_SUMMARIZER_TIMEOUT)),
+        SUMMARY_MAX_BYTES,
+        what="summarizer",
+        before=pause_for_clients,  # a job bound to the upstream's activity pauses there
     )
     return ChatSummarizer(
         table.pop("base_url"),

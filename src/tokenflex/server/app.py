@@ -45,13 +45,13 @@ from ..models import load_models_file
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ._calibration import calibration_figures, observe_response
-from ._fitter import Fitter, Unfitted, off_loop, plan_headers, tokenizer_panic
+from ._fitter import Fitter, Observation, Unfitted, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
-from .limits import Limits
+from .limits import Busy, Limits
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
@@ -367,6 +367,50 @@ class Proxy:
             else:
                 log.info("%s %s %s status=%d (not fitted)", wire.name, rid, note.strip(), status)
 
+    async def observe(self, request: Request, route: str | None, wire: Wire = CHAT) -> Response:
+        """A fitted route in ``mode = "observe"``: the client's body is forwarded byte for
+        byte; the plan fit mode would have sent is made, kept and reported in
+        ``x-tokenflex-would-*`` headers (:class:`~tokenflex.server._fitter.Observation`).
+        What fit mode would refuse is forwarded too, with ``x-tokenflex-would-refuse``."""
+        started = time.perf_counter()
+        rid: str = request.state.request_id
+        status, plan_id, fit_ms = 0, "", 0.0
+        seen: Observation | None = None
+        try:
+            raw = await read_body(request, self.config.max_body_bytes)
+            forward_headers = self.upstream.request_headers(request.headers)
+            owner = credential_hash(request.headers)
+            seen = await self.fitter.observe(
+                wire.parse, raw, route, bearer(forward_headers), owner=owner
+            )
+            fit_ms = (time.perf_counter() - started) * 1000
+            if seen.plan is not None:
+                plan_id = await self._keep(seen.plan, owner, len(raw))
+            url = self.upstream.url(wire.path, request.scope["query_string"])
+            upstream = await self.upstream.send("POST", url, forward_headers, raw)
+            status = upstream.status_code
+            headers = seen.headers(plan_id)
+            if seen.request is None or (seen.request.stream and status < 400):
+                return self.upstream.streamed(upstream, headers, request_id=rid)
+            response = await self.upstream.buffered(upstream, headers)
+            if self.config.calibrate and seen.plan is not None and not seen.changes:
+                observe_response(self.calibration, seen.plan, response)  # the body it counted
+            return response
+        except ProxyError as exc:
+            status = exc.status_code
+            raise
+        finally:
+            log.info(
+                "%s %s mode=observe status=%d %s plan=%s fit_ms=%.1f total_ms=%.1f",
+                wire.name,
+                rid,
+                status,
+                seen.log_fields() if seen is not None else "(not read)",
+                plan_id or "-",
+                fit_ms,
+                (time.perf_counter() - started) * 1000,
+            )
+
     async def _keep(self, plan: Any, owner: str, size: int) -> str:
         """Store the plan's JSON (warnings redacted) for its owner; its id, or '' when the
         store is off or the plan was not kept."""
@@ -600,10 +644,11 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
     ]
     for name in [None, *config.routes]:
         prefix = "" if name is None else f"/{name}"
+        chat = proxy.observe if config.mode_for(name) == "observe" else proxy.chat
         routes += [
             Route(
                 f"{prefix}/v1/chat/completions",
-                fitted(proxy.chat, route=name),
+                fitted(chat, route=name),
                 methods=_ALL_METHODS,
             ),
             Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"]),
@@ -613,7 +658,7 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
             routes.append(
                 Route(
                     prefix + wire.path,
-                    shaped(functools.partial(proxy.chat, wire=wire)),
+                    shaped(functools.partial(chat, wire=wire)),
                     methods=_ALL_METHODS,
                 )
             )
@@ -631,7 +676,10 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         routes=routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
-        middleware=[Middleware(Limits, config=config)],  # load, time and cache bounds
+        middleware=[
+            Middleware(Busy, activity=proxy.fitter.activity),  # background work waits for it
+            Middleware(Limits, config=config),  # load, time and cache bounds
+        ],
     )
     app.state.proxy = proxy
     return app

@@ -20,11 +20,15 @@ A config file::
     [routes.summarize]                      # per route: /summarize/v1/chat/completions
     summarize = true
 
+    [routes.trial]                          # forwarded as sent, the plan only reported
+    mode = "observe"
+
 Option tables merge in the order ``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]``.
 Three keys are the proxy's own, not fit() options: ``default_max_tokens`` (the request
 for output when the client asks for none), ``max_tokens_field`` (``max_tokens`` or
 ``max_completion_tokens``, the field added in that case) and ``add_max_tokens`` (false to
-leave such requests without a limit).
+leave such requests without a limit). ``mode`` (``"fit"`` or ``"observe"``) is set for
+the whole proxy at the top level and per route in ``[routes.NAME]`` (nowhere else).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from pydantic_settings import (
 from ..errors import ConfigError
 from ..models import Model
 
-__all__ = ["MODEL_FIELDS", "PROXY_OPTIONS", "ServerConfig"]
+__all__ = ["MODEL_FIELDS", "MODES", "PROXY_OPTIONS", "ROUTE_OPTIONS", "ServerConfig"]
 
 MODEL_FIELDS = frozenset(
     {"context_window", "max_output_tokens", "tokenizer", "chat_format", "chat_template"}
@@ -56,6 +60,14 @@ MODEL_FIELDS = frozenset(
 
 PROXY_OPTIONS = frozenset({"default_max_tokens", "max_tokens_field", "add_max_tokens"})
 """Keys the proxy consumes itself; every other option key goes to ``tokenflex.afit``."""
+
+ROUTE_OPTIONS = frozenset({"mode"})
+"""Proxy keys a ``[routes.NAME]`` table may set but ``[fit]`` and ``[models.NAME]`` may not:
+they choose what a route does, not how one model is fitted."""
+
+MODES = ("fit", "observe")
+"""``mode`` values: ``fit`` forwards the fitted body; ``observe`` forwards the client's body
+byte for byte and only reports the plan (``x-tokenflex-would-*`` headers)."""
 
 _ROUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RESERVED_ROUTES = frozenset({"v1", "tokenflex"})
@@ -128,6 +140,21 @@ class ServerConfig(BaseSettings):
     false: keep as much history as fits on every request. ``[fit]`` tables may override."""
     cut_note: bool = True
     """Tell the model where history was cut ("12 earlier messages omitted"), counted."""
+    mode: Literal["fit", "observe"] = "fit"
+    """``observe``: forward every chat request byte for byte, compute and keep its plan and
+    report it in ``x-tokenflex-would-*`` headers (a trial on live traffic, zero risk).
+    ``[routes.NAME]`` tables may set ``mode`` for one route."""
+    background_max_inflight: int = Field(1, gt=0, le=64)
+    """Background summary jobs running at once (each may make several summarizer calls)."""
+    background_when_idle: bool = True
+    """Start a background summary job, and each of its summarizer calls, only while no
+    client request is in flight through the proxy to the summarizer's server (when it is
+    the upstream)."""
+    background_queue: int = Field(8, gt=0, le=10_000)
+    """Background summary jobs held (waiting and running); beyond it a job is dropped and
+    logged (``reason=queue-full``): a later request of the conversation asks again."""
+    background_max_wait: float = Field(600.0, gt=0)
+    """Longest a background job waits for its turn; then it is dropped (``reason=deadline``)."""
     fit: dict[str, Any] = Field(default_factory=dict)
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     routes: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -262,6 +289,12 @@ class ServerConfig(BaseSettings):
         finally:
             _file_data.reset(token)
 
+    def mode_for(self, route: str | None) -> str:
+        """``fit`` or ``observe`` for a request through ``route`` (None: ``/v1``)."""
+        if route is None:
+            return self.mode
+        return str(self.routes.get(route, {}).get("mode", self.mode))
+
     def options_for(self, model: str, route: str | None = None) -> dict[str, Any]:
         """The merged option table for one request: ``[fit]`` < model < route."""
         merged = dict(self.fit)
@@ -285,13 +318,17 @@ def _check_table(table: dict[str, Any]) -> None:
     add = table.get("add_max_tokens", True)
     if not isinstance(add, bool):
         raise ValueError(f"add_max_tokens must be true or false, got {add!r}")
+    mode = table.get("mode", "fit")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Split merged options into (Model field patches, proxy options, fit() options)."""
     model_patch = {k: v for k, v in options.items() if k in MODEL_FIELDS}
-    proxy = {k: v for k, v in options.items() if k in PROXY_OPTIONS}
-    fit = {k: v for k, v in options.items() if k not in MODEL_FIELDS and k not in PROXY_OPTIONS}
+    own = PROXY_OPTIONS | ROUTE_OPTIONS
+    proxy = {k: v for k, v in options.items() if k in own}
+    fit = {k: v for k, v in options.items() if k not in MODEL_FIELDS and k not in own}
     return model_patch, proxy, fit
 
 
@@ -351,12 +388,19 @@ def check_fit_options(config: ServerConfig) -> None:
     tables += [(f"[models.{name!r}]", t) for name, t in config.models.items()]
     tables += [(f"[routes.{name}]", t) for name, t in config.routes.items()]
     for where, table in tables:
-        unknown = sorted(set(table) - allowed)
+        route_only = sorted(ROUTE_OPTIONS & set(table))
+        if route_only and not where.startswith("[routes."):
+            raise ConfigError(
+                f"Proxy config {where}: {route_only} may be set only at the top level (the "
+                "whole proxy) or in a [routes.NAME] table (one route)."
+            )
+        here = allowed | (ROUTE_OPTIONS if where.startswith("[routes.") else frozenset())
+        unknown = sorted(set(table) - here)
         if unknown:
             hint = " ('max_tokens' comes from each request; use default_max_tokens)"
             raise ConfigError(
                 f"Proxy config {where}: unknown option(s) {unknown}"
-                f"{hint if 'max_tokens' in unknown else ''}. Allowed: {sorted(allowed)}."
+                f"{hint if 'max_tokens' in unknown else ''}. Allowed: {sorted(here)}."
             )
         check_summary_options(where, table)
         merged = config.fit | table

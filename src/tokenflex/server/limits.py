@@ -1,6 +1,8 @@
 """How much the proxy takes on, and for how long: load shedding, time limits on clients
 and on the servers the proxy calls.
 
+- :class:`Busy`, an ASGI middleware that counts the requests in flight to the upstream
+  (background summaries run when there are none);
 - :class:`Limits`, an ASGI middleware around the app: at most ``max_inflight`` requests
   are handled at once and ``max_queue`` wait (each at most ``queue_timeout``); beyond
   that a 503 with ``Retry-After``. A request's body must arrive within ``body_timeout``
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -27,11 +29,12 @@ import httpx
 from anyio.abc import TaskGroup
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..summarize.background import Activity
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
 from .errors import ProxyError, error_body
 
-__all__ = ["Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
+__all__ = ["Busy", "Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
 
 log = logging.getLogger("tokenflex")
 
@@ -151,6 +154,23 @@ class Limits:
             type="server_error",
             code="proxy_overloaded",
         )
+
+
+class Busy:
+    """ASGI middleware: every request that may go upstream (all but the proxy's own
+    ``/tokenflex/`` endpoints) counts in ``activity`` from its arrival (a request waiting
+    for a slot counts) to its last byte; background summaries wait for it to be idle."""
+
+    def __init__(self, app: ASGIApp, activity: Activity) -> None:
+        self.app = app
+        self.activity = activity
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/tokenflex/"):
+            await self.app(scope, receive, send)
+            return
+        with self.activity.track():
+            await self.app(scope, receive, send)
 
 
 class _Exchange:
@@ -335,10 +355,16 @@ def uvicorn_options(config: ServerConfig, http: str = "auto") -> dict[str, Any]:
 
 
 def bounded_transports(
-    timeout: float, max_bytes: int, *, what: str = "server"
+    timeout: float,
+    max_bytes: int,
+    *,
+    what: str = "server",
+    before: Callable[[], None] | None = None,
 ) -> tuple[httpx.BaseTransport, httpx.AsyncBaseTransport]:
     """A sync and an async httpx transport whose every exchange ends within ``timeout``
-    seconds in all (not per read) and whose bodies stop at ``max_bytes``.
+    seconds in all (not per read) and whose bodies stop at ``max_bytes``. The sync one
+    calls ``before()`` first, outside the deadline (the proxy's summarizer pauses there
+    while clients use the server: :func:`tokenflex.summarize.background.pause_for_clients`).
 
     Past the deadline they raise ``httpx.ReadTimeout``, over the cap
     ``httpx.RemoteProtocolError``, so a client handles them as it handles the usual
@@ -346,7 +372,7 @@ def bounded_transports(
     one bounds each read by the time left and checks the deadline after every chunk, so
     a trickling server is cut off within one read.
     """
-    return _SyncBounded(timeout, max_bytes, what), _AsyncBounded(timeout, max_bytes, what)
+    return _SyncBounded(timeout, max_bytes, what, before), _AsyncBounded(timeout, max_bytes, what)
 
 
 def _late(what: str, timeout: float, request: httpx.Request) -> httpx.ReadTimeout:
@@ -417,11 +443,16 @@ class _AsyncStream(httpx.AsyncByteStream):
 
 
 class _SyncBounded(httpx.BaseTransport):
-    def __init__(self, timeout: float, max_bytes: int, what: str) -> None:
+    def __init__(
+        self, timeout: float, max_bytes: int, what: str, before: Callable[[], None] | None
+    ) -> None:
         self.timeout, self.max_bytes, self.what = timeout, max_bytes, what
+        self.before = before
         self.inner = httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.before is not None:
+            self.before()
         deadline = time.monotonic() + self.timeout
         # httpcore reads the read timeout when the headers and when the body start:
         # bound both by the time left
