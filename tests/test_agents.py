@@ -283,7 +283,8 @@ def test_pinned_task_too_big_is_left_out_and_listed() -> None:
     plan = tokenflex.fit(msgs, model="gpt-4", max_tokens=1000)
     promise(plan)
     assert msgs[1] not in plan.messages
-    assert any(d.section == "pinned" and d.index == 1 for d in plan.dropped)
+    assert any(d.section == "history" and d.index == 1 for d in plan.dropped)
+    assert any("pinned opening" in w for w in plan.warnings)
 
 
 # -- do no harm ---------------------------------------------------------------------------

@@ -348,12 +348,20 @@ def test_output_is_negotiated_in_both_fields(
     assert sent["max_tokens"] == int(r.headers["x-tokenflex-max-tokens"]) < 1024
     assert int(r.headers["x-tokenflex-input-tokens"]) + sent["max_tokens"] + 100 <= 1024
 
-    # no limit asked: the negotiated one is added as max_tokens
+    # no limit asked and the request fits: sent as it came, nothing added (do no harm)
     r = client.post(
         f"{proxy.url}/v1/chat/completions",
         json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
     )
     assert r.status_code == 200
+    assert "max_tokens" not in fake.last()["body"]
+    # no limit asked and history cut: the negotiated limit is added as max_tokens
+    r = client.post(
+        f"{proxy.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": conversation(12, words=100)},
+    )
+    assert r.status_code == 200, r.text
+    assert int(r.headers["x-tokenflex-dropped"]) > 0
     assert fake.last()["body"]["max_tokens"] == int(r.headers["x-tokenflex-max-tokens"])
 
 

@@ -4,8 +4,9 @@ Three clients as real agents drive them, each with ONE user task and 45 tool rou
 results grow to several hundred tokens, replaying the whole conversation every turn:
 
 - Claude-like: the official ``anthropic`` SDK on ``/v1/messages``: tools, a ``system``
-  list with ``cache_control``, ``tool_use`` / ``tool_result`` blocks, every other turn
-  streamed, ``max_tokens=32_000`` as Claude Code sends it;
+  list with ``cache_control``, ``tool_use`` / ``tool_result`` blocks; every other turn
+  streamed with ``max_tokens=32_000`` as Claude Code sends it, the others not streamed
+  with LangChain's ``ChatAnthropic`` default of 4,096;
 - Codex-like: the official ``openai`` SDK on ``/v1/responses``, ``store=False``, full
   replay of ``function_call`` / ``function_call_output`` items;
 - a chat tool loop: the ``openai`` SDK on ``/v1/chat/completions``.
@@ -60,9 +61,14 @@ def agent_proxy(llama_cpp_server: LlamaCppServer) -> Iterator[ServerThread]:
         yield proxy
 
 
-def kept_plan(proxy: ServerThread, headers: httpx.Headers, owner: dict[str, str]) -> dict[str, Any]:
+def kept_plan(proxy: ServerThread, response: httpx.Response) -> dict[str, Any]:
     """The plan the proxy kept for a turn, asked with the credentials the SDK sent."""
-    plan_id = headers["x-tokenflex-plan-id"]
+    plan_id = response.headers["x-tokenflex-plan-id"]
+    owner = {
+        k: v
+        for k, v in response.request.headers.items()
+        if k in ("authorization", "x-api-key", "api-key")
+    }
     r = httpx.get(
         f"{proxy.url}/tokenflex/plans/{plan_id}",
         headers=owner,
@@ -110,19 +116,18 @@ def test_claude_like_agent_is_served_every_turn(
             system=system,
             messages=messages,
             tools=tools,
-            max_tokens=32_000,
-            temperature=0,
+            stop_sequences=[".", "\n"],  # a short answer: the test is about the input
         )
-        if k % 2:
-            with client.messages.stream(**args) as stream:
+        if k % 2:  # Claude Code: streamed, max_tokens 32,000
+            with client.messages.stream(max_tokens=32_000, **args) as stream:
                 final = stream.get_final_message()
-                headers = stream.response.headers
-        else:
-            raw = client.messages.with_raw_response.create(**args)
-            final, headers = raw.parse(), raw.headers
-        max_tokens = int(headers["x-tokenflex-max-tokens"])
+                http = stream.response
+        else:  # LangChain's ChatAnthropic default: 4,096, not streamed
+            raw = client.messages.with_raw_response.create(max_tokens=4_096, **args)
+            final, http = raw.parse(), raw.http_response
+        max_tokens = int(http.headers["x-tokenflex-max-tokens"])
         assert final.usage.input_tokens + max_tokens <= WINDOW, k
-        plan = kept_plan(agent_proxy, headers, {"x-api-key": key})
+        plan = kept_plan(agent_proxy, http)
         sent = plan["messages"]
         assert sent[0]["content"] == TASK, f"turn {k}: the task was not sent"
         assert sent[-1]["content"][0]["tool_use_id"] == f"toolu_{k}", "the newest result"
@@ -169,7 +174,7 @@ def test_codex_like_agent_is_served_every_turn(
         assert response.usage is not None
         max_tokens = int(raw.headers["x-tokenflex-max-tokens"])
         assert response.usage.input_tokens + max_tokens <= WINDOW, k
-        sent = kept_plan(agent_proxy, raw.headers, {"authorization": f"Bearer {key}"})["messages"]
+        sent = kept_plan(agent_proxy, raw.http_response)["messages"]
         assert sent[0]["content"] == TASK, f"turn {k}: the task was not sent"
         assert sent[-1] == items[-1] and sent[-2] == items[-2], f"turn {k}: the newest round"
 
@@ -223,7 +228,7 @@ def test_chat_tool_loop_is_served_every_turn(
         assert completion.usage is not None
         max_tokens = int(raw.headers["x-tokenflex-max-tokens"])
         assert completion.usage.prompt_tokens + max_tokens <= WINDOW, k
-        sent = kept_plan(agent_proxy, raw.headers, {"authorization": f"Bearer {key}"})["messages"]
+        sent = kept_plan(agent_proxy, raw.http_response)["messages"]
         assert sent[1]["content"] == TASK, f"turn {k}: the task was not sent"
         assert sent[-1] == messages[-1] and sent[-2] == messages[-2], f"turn {k}: newest round"
 

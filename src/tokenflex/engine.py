@@ -624,9 +624,9 @@ def run_pass(
     )
 
 
-LARGE_OUTPUT_SHARE = 0.25
-"""The share of the window a too-large output request is fitted for when the model's
-max output is not known or larger (see :func:`large_output`)."""
+LARGE_OUTPUT_PARTS = 4
+"""A too-large output request is fitted for this part (a quarter) of the window when the
+model's max output is not known or larger (see :func:`large_output`)."""
 
 
 def large_output(model: Model, budget: BudgetSpec, required: int) -> int | None:
@@ -637,7 +637,7 @@ def large_output(model: Model, budget: BudgetSpec, required: int) -> int | None:
     LangChain's ChatAnthropic 4,096); on a smaller window, reserving them would cost the
     whole history for room the model cannot use. Such a request is treated as ``flex``:
     the history keeps what it would keep at a sensible output, the smaller of the
-    model's max output and :data:`LARGE_OUTPUT_SHARE` of the window, and the output
+    model's max output and a quarter of the window (:data:`LARGE_OUTPUT_PARTS`), and the output
     takes the rest (down to the floor). A request the window can give is reserved as
     asked.
 
@@ -651,7 +651,7 @@ def large_output(model: Model, budget: BudgetSpec, required: int) -> int | None:
     room = budget.context_window - budget.safety_margin - required
     if budget.requested_output <= room:
         return None
-    share = int(LARGE_OUTPUT_SHARE * model.context_window)
+    share = model.context_window // LARGE_OUTPUT_PARTS
     sensible = min(model.max_output_tokens or share, share, budget.requested_output)
     return max(sensible, budget.floor)
 
@@ -748,7 +748,7 @@ class ClearToolResults(ShrinkStep):
 
 
 class TruncateToolResults(ShrinkStep):
-    """Tool results longer than their share of the room (:data:`TOOL_RESULT_SHARE`)
+    """Tool results longer than their share of the room (:data:`TOOL_RESULT_PARTS`)
     that the clearing step keeps: head and tail kept, with a counted marker."""
 
     name, reason, mark = "truncate", "truncated", "truncated_before"
@@ -795,8 +795,8 @@ LADDER: tuple[ShrinkStep, ...] = (ClearToolResults(), TruncateToolResults(), Dro
 """The shrink ladder, in the order its steps are taken before whole turns are dropped
 (a summary, then dropping, follow it)."""
 
-TOOL_RESULT_SHARE = 0.25
-"""A tool result longer than this share of the input room (the window less the margin
+TOOL_RESULT_PARTS = 4
+"""A tool result longer than this part (a quarter) of the input room (the window less the margin
 and the output reserved) is over-long: truncated in history, and in the newest tool
 round when the request cannot be served otherwise."""
 
@@ -806,7 +806,7 @@ def tool_result_cap(model: Model, opts: FitOptions) -> int:
     reserve = opts.max_tokens if opts.max_tokens is not None else opts.min_output_tokens
     reserve = min(reserve, model.context_window // 4)
     room = model.context_window - opts.safety_margin - reserve
-    return max(64, int(TOOL_RESULT_SHARE * room))
+    return max(64, room // TOOL_RESULT_PARTS)  # ints: any window, no float overflow
 
 
 def _shrink(
@@ -907,24 +907,63 @@ def solve_history(
         p = run_pass(model, sections, tools=layout.tools, opts=opts, warnings=warnings)
         return p, hist
 
-    def first_attempt(n: Sequence[int]) -> tuple[Pass, MessageSection | None]:
-        try:
-            return attempt(n)
-        except ContextOverflowError:
-            if not opts.truncate_tool_results or not _has_truncatable(layout, model):
-                raise
-        # The newest tool round alone does not fit: truncate its results, halving the
-        # cap until it fits (a round of many results), else the error stands.
+    def truncated(n: Sequence[int]) -> tuple[Pass, MessageSection | None]:
+        """The newest tool round alone does not fit: its results truncated, the cap
+        halved until it fits (a round of many results), else the error stands."""
         limit = cap
         while True:
             newest_cap.append(limit)
             newest.clear()
             try:
-                return attempt(n)
+                p, hist = attempt(n)
             except ContextOverflowError:
                 if limit <= 64:
+                    newest_cap.clear()
                     raise
                 limit = max(64, limit // 2)
+                continue
+            cut = sum(
+                len(s.changed)
+                for s in p.sections
+                if isinstance(s, MessageSection) and s.truncatable
+            )
+            p.warnings.append(
+                f"The newest tool round does not fit whole: {cut} of its results truncated to "
+                f"about {limit:,} tokens each (head and tail kept). plan.dropped lists them."
+            )
+            return p, hist
+
+    def first_attempt(n: Sequence[int]) -> tuple[Pass, MessageSection | None]:
+        """The first pass; when the required input does not fit: the newest round's tool
+        results truncated, then the pinned opening sent as history (dropped first)."""
+        nonlocal layout
+        unpinned = getattr(layout, "unpinned", lambda: None)()
+        try:
+            return attempt(n)
+        except ContextOverflowError:
+            if unpinned is None and not (
+                opts.truncate_tool_results and _has_truncatable(layout, model)
+            ):
+                raise
+        if opts.truncate_tool_results and _has_truncatable(layout, model):
+            try:
+                return truncated(n)
+            except ContextOverflowError:
+                if unpinned is None:
+                    raise
+        assert unpinned is not None
+        layout = unpinned
+        try:
+            p, hist = attempt(n)
+        except ContextOverflowError:
+            if not (opts.truncate_tool_results and _has_truncatable(layout, model)):
+                raise
+            p, hist = truncated(n)
+        p.warnings.append(
+            "The pinned opening (pin=) does not fit with the newest round: sent as history "
+            "for this request, oldest first to go."
+        )
+        return p, hist
 
     zero = [0] * len(steps)
     if not stable and not steps:
@@ -1129,7 +1168,13 @@ def build_plan(
     extras: dict[str, Any] = {}
     for s in p.sections:
         if s in p.left_out:
-            all_runs += s.runs(None)
+            left = s.runs(None)
+            all_runs += left
+            n = sum(r.stop - r.start for r in left)
+            warnings.append(
+                f"{s.name}: left out whole ({n:,} items): it does not fit with the required "
+                "input, the output floor and the margin. plan.dropped lists it."
+            )
             continue
         messages += p.rendered[s.name]
         all_runs += s.runs(p.alloc)

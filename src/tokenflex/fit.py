@@ -8,7 +8,8 @@ of a chat request sits; the engine counts, solves, renders, falls back and summa
   sent as a system message after the pinned ones.
 - ``summary``: a previous summary message right after them (pinned; rolled forward).
 - ``pinned``: the opening of the history up to its first ``pin`` user messages (the task
-  of an agent loop); sent whole, or left out whole (listed) when it cannot fit.
+  of an agent loop); required, or, when it cannot fit with the newest round, history
+  for that request (the oldest: the first dropped, and listed).
 - ``history``: everything after it up to the current turn, newest first, in atomic groups
   (a tool call stays with its results); optional, contiguous, a soft share of the room
   once it must be cut (a history that fits is sent as it is).
@@ -205,9 +206,7 @@ class FitLayout:
             i = self.summary_idx
             out.append(MessageSection("summary", msgs, i, i + 1, priority=80))
         if self.pin_end > self.hist_start:
-            pinned = MessageSection("pinned", msgs, self.hist_start, self.pin_end, priority=85)
-            pinned.may_leave_out = True
-            out.append(pinned)
+            out.append(MessageSection("pinned", msgs, self.hist_start, self.pin_end, priority=85))
         out.append(
             MessageSection(
                 "history",
@@ -228,6 +227,13 @@ class FitLayout:
         current.truncatable = o.truncate_tool_results
         out.append(current)
         return out
+
+    def unpinned(self) -> FitLayout | None:
+        """This layout with nothing pinned (the engine's fallback when the pinned opening
+        does not fit with the newest round), or None when nothing is pinned."""
+        if self.pin_end <= self.hist_start:
+            return None
+        return replace(self, pin_end=self.hist_start)
 
     def summary_target(self) -> SummaryTarget | None:
         return SummaryTarget(

@@ -99,7 +99,8 @@ class FitOptions:
     """User messages at the opening of the history that are always sent, with what lies
     between them: the task of an agent loop (one user task, then tool rounds), the
     question a chat began with. 0 pins none. A pinned opening that cannot fit with the
-    newest round is left out (listed in ``dropped``) rather than the request refused."""
+    newest round is sent as history for that request (the oldest, so the first to be
+    dropped and listed) rather than the request refused."""
     truncate_tool_results: bool = True
     """A tool result longer than a quarter of the input room is truncated (head and
     tail kept, with a counted marker) instead of refusing the request, when it is in

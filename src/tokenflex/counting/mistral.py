@@ -146,11 +146,11 @@ class MistralCounter(MessageCounter):
 
     def _tools(self, tools: Sequence[Tool]) -> tuple[int, bool]:
         """``(tokens, encoded)``; schemas mistral-common refuses get the generic rule."""
+        tool_list = self._tool_list(tools)  # checked first: a bad schema names itself
         key = dumps(list(tools))
         hit = self._tool_costs.get(key)
         if hit is not None:
             return hit
-        tool_list = self._tool_list(tools)
         try:
             cost = (self._chat([_USER], tool_list) - self._chat([_USER]), True)
         except InvalidMessagesError:

@@ -465,20 +465,16 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
         return name
     if not isinstance(name, str) or not name.strip():
         raise UnknownModelError(str(name))
-    with _lock:
-        _ensure_loaded()
-        found = _resolve(name.strip())
-        if found is not None:
-            return found
-        family = family_for(name)
-        if strict:
-            raise UnknownModelError(
-                name, list(_registry) + list(_aliases), family=family.describe() if family else ""
-            )
-        guess = _family_guess(name, family) if family is not None else None
+    found, family = _lookup(name)
+    if found is not None and family is None:
+        return found
+    if strict:
+        with _lock:
+            known = list(_registry) + list(_aliases)
+        raise UnknownModelError(name, known, family=family.describe() if family else "")
     log.warning("%s", unknown_model_warning(name))
-    if guess is not None:
-        return guess
+    if found is not None:
+        return found
     return Model(
         name=name,
         context_window=DEFAULT_CONTEXT_WINDOW,
@@ -487,6 +483,18 @@ def get_model(name: str | Model, *, strict: bool = False) -> Model:
         source="default",
         known=False,
     )
+
+
+def _lookup(name: str) -> tuple[Model | None, Family | None]:
+    """The entry ``name`` resolves to (family None), else its family's guess and the
+    family (the guess None when the family's member is not registered)."""
+    with _lock:
+        _ensure_loaded()
+        found = _resolve(name.strip())
+        if found is not None:
+            return found, None
+        family = family_for(name)
+        return (_family_guess(name, family) if family is not None else None), family
 
 
 def _family_guess(name: str, family: Family) -> Model | None:
@@ -515,13 +523,7 @@ def find_model(name: str) -> Model | None:
     """
     if not isinstance(name, str) or not name.strip():
         return None
-    with _lock:
-        _ensure_loaded()
-        found = _resolve(name.strip())
-        if found is not None:
-            return found
-        family = family_for(name)
-        return _family_guess(name, family) if family is not None else None
+    return _lookup(name)[0]
 
 
 def _family_key(name: str) -> str:

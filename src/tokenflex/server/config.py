@@ -27,7 +27,8 @@ Option tables merge in the order ``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]
 Three keys are the proxy's own, not fit() options: ``default_max_tokens`` (the request
 for output when the client asks for none), ``max_tokens_field`` (``max_tokens`` or
 ``max_completion_tokens``, the field added in that case) and ``add_max_tokens`` (false to
-leave such requests without a limit). ``mode`` (``"fit"`` or ``"observe"``) is set for
+leave such requests without a limit; a request that fits as sent is forwarded as it came,
+with no limit added, whatever this says). ``mode`` (``"fit"`` or ``"observe"``) is set for
 the whole proxy at the top level and per route in ``[routes.NAME]`` (nowhere else).
 """
 
