@@ -267,8 +267,14 @@ def bench_local(quick: bool) -> dict[str, Any]:
     model = tf_model()
 
     def tf_fit(msgs: list[Message]) -> Any:
+        # pin=0: the same job as the limit and the peers (no pinned opening message)
         return tokenflex.fit(
-            msgs, model=model, max_tokens=MAX_TOKENS, safety_margin=MARGIN, history_share=1.0
+            msgs,
+            model=model,
+            max_tokens=MAX_TOKENS,
+            safety_margin=MARGIN,
+            history_share=1.0,
+            pin=0,
         )
 
     def tf_prompt(msgs: list[Message]) -> Any:
@@ -335,7 +341,7 @@ def bench_local(quick: bool) -> dict[str, Any]:
 
     def run_tf_conv_session() -> list[int]:
         conv = tokenflex.Conversation(
-            [system], model=model, safety_margin=MARGIN, history_share=1.0
+            [system], model=model, safety_margin=MARGIN, history_share=1.0, pin=0
         )
         kept = []
         for user, assistant in pairs:
