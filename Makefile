@@ -75,7 +75,7 @@ bench-cache: $(VENV)/.dev
 bench-cache-server: $(VENV)/.dev
 	$(PY) scripts/bench_cache_server.py
 
-# loopback only, about five minutes: agent loops through the proxy to a real llama-server,
+# loopback only, about fifteen minutes: agent loops through the proxy to a real llama-server,
 # and a 200-round agent session's Anthropic-priced cost in the library
 bench-agents: $(VENV)/.dev
 	$(PY) scripts/bench_agents.py

@@ -33,7 +33,8 @@ rounds down to 40%, and keep that start until the next trigger; system and task 
 
 Run: ``make bench-agents`` (or ``PYTHONPATH=src .venv/bin/python scripts/bench_agents.py``;
 ``--rounds 6 --sim-rounds 40`` for a quick look, ``--part sim`` for part 2 only).
-Loopback only; about five minutes on 2 cores.
+Loopback only; about 15 minutes on a shared 2-core machine, nearly all of it llama-server
+computing prompts on one thread (``--threads 2`` computes about 1.7x faster on an idle one).
 """
 
 from __future__ import annotations
@@ -400,9 +401,9 @@ def server_table(results: list[tuple[str, str, list[Turn]]], rounds: int) -> Non
     print(
         "| client | sent to | turns served | task sent | prompt tokens/turn "
         "| computed/turn (prompt_n) | of them sent before | cached share | median turn s "
-        "| median s, turns both served |"
+        "| median s, turns both served | proxy fit ms |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     # the turns the direct run served too: the same requests until the window is full
     both = {
         name: sum(t.served for t in turns)
