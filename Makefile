@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server load clean
+.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ bench-cache: $(VENV)/.dev
 # loopback only, about ten minutes: what a real llama-server recomputes per turn through the proxy
 bench-cache-server: $(VENV)/.dev
 	$(PY) scripts/bench_cache_server.py
+
+# loopback only, about fifteen minutes: agent loops through the proxy to a real llama-server,
+# and a 200-round agent session's Anthropic-priced cost in the library
+bench-agents: $(VENV)/.dev
+	$(PY) scripts/bench_agents.py
 
 # loopback only, bounded in time: proxy vs direct against a fast local upstream
 load: $(VENV)/.dev
