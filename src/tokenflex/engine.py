@@ -94,13 +94,17 @@ def cut_note(omitted: int) -> Message:
     }
 
 
-def opens_history(message: Any) -> bool:
+def opens_history(message: Any, *, user_only: bool = False) -> bool:
     """Whether ``message`` may be the first kept message of a cut history: not an answer
     whose question was dropped (assistant text, a tool result without its call). A tool
-    round may open it: an agent's call stands on its own (the task is pinned before it)."""
+    round may open it: an agent's call stands on its own (the task is pinned before it).
+    ``user_only``: only a user message may (an API whose requests open with the user's
+    turn, with nothing pinned before the history)."""
     if not isinstance(message, Mapping):
         return True
     role = message.get("role")
+    if user_only:
+        return role == "user"
     if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
         return True
     return role not in ANSWER_ROLES
@@ -306,6 +310,8 @@ class MessageSection(Section):
         self.truncatable = False
         """Required tool results here may be truncated when the required input does not
         fit (the newest tool round of an agent loop)."""
+        self.user_opens = False
+        """Only a user message may open this history once cut (see :func:`opens_history`)."""
         self._first_kept: int | None = None
         self._span: tuple[int, int] | None = None  # the index's groups [g_lo, g_hi)
         self._groups: list[tuple[int, int, int]] = []  # (start, stop, tokens) in keep order
@@ -353,6 +359,7 @@ class MessageSection(Section):
             return SectionSpec(self.name, [t for _, _, t in self._groups], **common)
         if self.low_water is not None:
             common["low_water"] = self.low_water
+        user = self.user_opens
         index = self.index
         if index is not None and index.model is counter.model:
             self._span = index.groups(lo, hi)
@@ -364,7 +371,7 @@ class MessageSection(Section):
                 (),
                 contiguous=True,
                 cumulative=_NewestFirst(index.cum, g_lo, g_hi),
-                opens=lambda p: opens_history(src[starts[g_hi - 1 - p]]),
+                opens=lambda p: opens_history(src[starts[g_hi - 1 - p]], user_only=user),
                 hold=self._hold(),
                 **common,
             )
@@ -375,7 +382,7 @@ class MessageSection(Section):
             self.name,
             _Replayed(iter_groups(src, lo, hi, cost), groups),
             contiguous=True,
-            opens=lambda p: opens_history(src[groups[p][0]]),
+            opens=lambda p: opens_history(src[groups[p][0]], user_only=user),
             **common,
         )
 
@@ -386,7 +393,7 @@ class MessageSection(Section):
             return None
         if cut == hi:
             return 0
-        if not opens_history(self.source[cut]):
+        if not opens_history(self.source[cut], user_only=self.user_opens):
             return None
         if self._span is not None and self.index is not None:
             starts = self.index.starts
@@ -1168,12 +1175,10 @@ def build_plan(
     extras: dict[str, Any] = {}
     for s in p.sections:
         if s in p.left_out:
-            left = s.runs(None)
-            all_runs += left
-            n = sum(r.stop - r.start for r in left)
+            all_runs += s.runs(None)
             warnings.append(
-                f"{s.name}: left out whole ({n:,} items): it does not fit with the required "
-                "input, the output floor and the margin. plan.dropped lists it."
+                f"{s.name}: left out whole: it does not fit with the required input, the "
+                "output floor and the margin. plan.dropped lists what it held."
             )
             continue
         messages += p.rendered[s.name]

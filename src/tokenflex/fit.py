@@ -25,6 +25,7 @@ history could possibly fit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,7 +45,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import InvalidInputError, InvalidMessagesError
-from .formats.fitting import check_prepared, finish, prepare
+from .formats.fitting import Prepared, check_prepared, finish, prepare
 from .formats.objects import plain_message
 from .history import (
     HistorySource,
@@ -176,6 +177,10 @@ class FitLayout:
     """With a new summary: the history kept verbatim starts here (after the span the
     summary stands for)."""
     cur_start: int = -1
+    user_first: bool = False
+    """The API's requests open with the user's turn (Anthropic Messages): with nothing
+    pinned, the current turn starts at the last user message and only a user message may
+    open a cut history; the pinned opening is never sent as history."""
 
     def __post_init__(self) -> None:
         if self.sys_end >= 0:
@@ -194,6 +199,8 @@ class FitLayout:
         self.hist_start = i + 1 if self.summary_idx is not None else i
         self.cur_start = _current(msgs, self.hist_start, n)
         self.pin_end = _pinned(msgs, self.hist_start, self.cur_start, self.opts.pin)
+        if self.user_first and self.pin_end == self.hist_start:
+            self.cur_start = _last_user(msgs, self.hist_start, self.cur_start)
 
     def sections(self, model: Model) -> list[Section]:
         msgs, o = self.messages, self.opts
@@ -223,6 +230,9 @@ class FitLayout:
                 index=self.index,
             )
         )
+        history = out[-1]
+        assert isinstance(history, MessageSection)
+        history.user_opens = self.user_first and self.pin_end == self.hist_start
         current = MessageSection("current", msgs, self.cur_start, len(msgs), priority=90)
         current.truncatable = o.truncate_tool_results
         out.append(current)
@@ -231,7 +241,7 @@ class FitLayout:
     def unpinned(self) -> FitLayout | None:
         """This layout with nothing pinned (the engine's fallback when the pinned opening
         does not fit with the newest round), or None when nothing is pinned."""
-        if self.pin_end <= self.hist_start:
+        if self.pin_end <= self.hist_start or self.user_first:
             return None
         return replace(self, pin_end=self.hist_start)
 
@@ -262,6 +272,17 @@ def _current(msgs: Sequence[Message], lo: int, n: int) -> int:
         if last == n:
             last = start  # the newest group, if no user message or tool round
     return last
+
+
+def _last_user(msgs: Sequence[Message], lo: int, cur: int) -> int:
+    """The last user message at or before ``cur`` in ``msgs[lo:]`` (``cur`` if none)."""
+    i = cur
+    while i >= lo:
+        m = msgs[i] if i < len(msgs) else None
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            return i
+        i -= 1
+    return cur
 
 
 def _pinned(msgs: Sequence[Message], lo: int, hi: int, pin: int) -> int:
@@ -442,7 +463,9 @@ def fit(
     )
     if history is None:
         check_prepared(req, primary)
-    layout = FitLayout(req.messages, primary, req.tools, opts, documents)
+    layout = FitLayout(
+        req.messages, primary, req.tools, opts, documents, user_first=_user_first(req)
+    )
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = fit_layout(
         layout,
@@ -454,6 +477,11 @@ def fit(
         background=background_summaries,
     )
     return finish(plan, req)
+
+
+def _user_first(req: Prepared) -> bool:
+    """Whether the request's API wants the user's turn first (Anthropic Messages)."""
+    return req.converted is not None and req.converted.format == "anthropic"
 
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
@@ -516,7 +544,14 @@ async def afit(
     )
     if history is None:
         await asyncio.to_thread(check_prepared, req, primary)
-    layout = await asyncio.to_thread(FitLayout, req.messages, primary, req.tools, opts, documents)
+    layout = await asyncio.to_thread(
+        functools.partial(FitLayout, user_first=_user_first(req)),
+        req.messages,
+        primary,
+        req.tools,
+        opts,
+        documents,
+    )
     memory, summaries = _session(state, opts, primary, req.messages)
     plan = await afit_layout(
         layout,
