@@ -544,7 +544,24 @@ def check_accounting(plan: tokenflex.Plan, given: list[Any]) -> None:
     for d in plan.dropped:
         if d.section in ("history", "current", "system"):
             assert d.item is given[d.index]
-    assert plan.messages[-1] is given[-1], "the current turn is required"
+    # the current turn is required: sent as it is, or with its over-long tool results
+    # truncated (a copy in the caller's own shape, listed as truncated)
+    truncated = {d.index for d in plan.dropped if d.reason == "truncated"}
+    last = plan.messages[-1]
+    if last is not given[-1]:
+        assert len(given) - 1 in truncated, "the current turn is required"
+        assert _ids(last) == _ids(given[-1]), "a truncated copy keeps its ids and shape"
+
+
+def _ids(item: Any) -> list[Any]:
+    """The tool ids an item carries (a chat/Responses call id, Anthropic block ids)."""
+    if not isinstance(item, dict):
+        return []
+    out = [item.get(k) for k in ("tool_call_id", "call_id", "type", "role") if k in item]
+    content = item.get("content")
+    if isinstance(content, list):
+        out += [(b.get("type"), b.get("tool_use_id")) for b in content if isinstance(b, dict)]
+    return out
 
 
 def check_promise(plan: tokenflex.Plan, window: int) -> None:
@@ -853,3 +870,36 @@ def test_reasoning_taken_out_is_logged(caplog: pytest.LogCaptureFixture) -> None
         conv.append(m)
     conv.fit()
     assert "reason=reasoning" in caplog.text
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "responses"])
+def test_a_truncated_newest_result_is_counted_as_its_format_counts_it(fmt: str) -> None:
+    """The newest tool result, too long for the window, is sent truncated in the caller's
+    own shape, and the plan counts the copy as the independent recount of the body does
+    (the fresh-clone fuzz once found the copy counted without its ``tool_use_id``)."""
+    big = " ".join(f"row{k} value" for k in range(3000))
+    if fmt == "anthropic":
+        msgs: list[Any] = [
+            {"role": "user", "content": "Look it up."},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": big}],
+            },
+        ]
+    else:
+        msgs = [
+            {"role": "user", "content": "Look it up."},
+            {"type": "function_call", "call_id": "fc_9", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "fc_9", "output": big},
+        ]
+    plan = tokenflex.fit(
+        msgs, model=small(2000), max_tokens=64, format=fmt, tools=TOOLS[fmt], safety_margin=8
+    )
+    check_promise(plan, 2000)
+    check_accounting(plan, msgs)
+    assert [d.reason for d in plan.dropped] == ["truncated"]
+    assert "truncated to fit the context window" in json.dumps(plan.messages[-1])

@@ -157,6 +157,11 @@ def _internal(msg: Any) -> dict[str, Any]:
     return out
 
 
+def _rebuilt(items: Sequence[Any]) -> dict[str, Any]:
+    """The chat dict of one Anthropic message (a shrunk copy of a caller's message)."""
+    return _internal(plain_message(items[0]))
+
+
 def system_text(system: Any) -> dict[str, Any]:
     """The internal system message for a top-level ``system`` (string or text blocks)."""
     if isinstance(system, str):
@@ -188,7 +193,7 @@ def anthropic_to_internal(messages: Sequence[Any], system: Any = None) -> Conver
     for i, m in enumerate(messages):
         try:
             data = plain_message(m)
-            out.append(NativeMessage(_internal(data), [m], i))
+            out.append(NativeMessage(_internal(data), [m], i, _rebuilt))
         except BadMessage as exc:
             raise exc.at(i) from None
     return Converted("anthropic", out, system=system, count=len(messages))

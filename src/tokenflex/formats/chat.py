@@ -41,6 +41,12 @@ def is_plain_chat(messages: Sequence[Any]) -> bool:
     return True
 
 
+def _rebuilt(items: Sequence[Any]) -> dict[str, Any]:
+    """The chat dict of a shrunk copy of a caller's chat message (its reasoning out)."""
+    data = plain_message(items[0])
+    return {k: v for k, v in data.items() if k != REASONING_FIELD}
+
+
 def chat_to_internal(messages: Sequence[Any], *, keep_reasoning: bool = False) -> Converted:
     """Chat messages (dicts or objects) as internal messages.
 
@@ -62,9 +68,9 @@ def chat_to_internal(messages: Sequence[Any], *, keep_reasoning: bool = False) -
             data = {k: v for k, v in data.items() if k != REASONING_FIELD}
             if isinstance(text, str) and text:
                 reasoning.append((i, text))
-            out.append(NativeMessage(data, [data], i))
+            out.append(NativeMessage(data, [data], i, _rebuilt))
         elif data is m:
             out.append(data)
         else:
-            out.append(NativeMessage(dict(data), [m], i))
+            out.append(NativeMessage(dict(data), [m], i, _rebuilt))
     return Converted("chat", out, count=len(messages), reasoning=reasoning)

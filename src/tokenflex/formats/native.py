@@ -29,30 +29,42 @@ class NativeMessage(dict[str, Any]):
             ``system`` / ``instructions``, which is not in the list).
     """
 
-    __slots__ = ("native", "start")
+    __slots__ = ("native", "rebuild", "start")
 
-    def __init__(self, chat: dict[str, Any], native: Sequence[Any], start: int) -> None:
+    def __init__(
+        self,
+        chat: dict[str, Any],
+        native: Sequence[Any],
+        start: int,
+        rebuild: Callable[[Sequence[Any]], dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(chat)
         self.native = tuple(native)
         self.start = start
+        self.rebuild = rebuild
+        """The format's converter for these items: the chat dict of changed items."""
 
     def __reduce__(self) -> Any:  # copy/pickle keep the origin
-        return (NativeMessage, (dict(self), self.native, self.start))
+        return (NativeMessage, (dict(self), self.native, self.start, self.rebuild))
 
     def with_tool_text(self, text: Callable[[str], str]) -> NativeMessage:
         """This tool result with the text of each result it carries replaced by
         ``text(old)``, in the caller's own shape (Anthropic ``tool_result`` blocks,
         Responses ``function_call_output`` items, chat ``tool`` messages), so the body
-        sent is one the API accepts; the chat dict counted is rebuilt from them."""
+        sent is one the API accepts; the chat dict counted is the format's own converter's
+        (:attr:`rebuild`), so the copy is counted as any item of its format is."""
         native: list[Any] = []
         parts: list[dict[str, Any]] = []
         for item in self.native:
             shrunk, texts = _tool_item(item, text)
             native.append(shrunk)
             parts += ({"type": "text", "text": t} for t in texts)
-        chat = dict(self)
-        chat["content"] = parts
-        return NativeMessage(chat, native, self.start)
+        if self.rebuild is not None:
+            chat = self.rebuild(native)
+        else:  # pragma: no cover - every converter that makes tool units sets rebuild
+            chat = dict(self)
+            chat["content"] = parts
+        return NativeMessage(chat, native, self.start, self.rebuild)
 
 
 def _plain(value: Any) -> Any:

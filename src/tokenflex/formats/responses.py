@@ -153,6 +153,21 @@ def _check(item: Any) -> Mapping[str, Any]:
     return item
 
 
+def _output_chat(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat dict of a ``function_call_output`` item."""
+    output = data.get("output", "")
+    return {
+        "role": "tool",
+        "tool_call_id": str(data.get("call_id", "")),
+        "content": _parts(output if isinstance(output, list) else str(output), "output"),
+    }
+
+
+def _rebuilt_output(items: Sequence[Any]) -> dict[str, Any]:
+    """The chat dict of a shrunk copy of a ``function_call_output`` item."""
+    return _output_chat(_check(plain_message(items[0])))
+
+
 def responses_to_internal(items: Sequence[Any], instructions: Any = None) -> Converted:
     """Responses ``input`` items (and ``instructions``) as internal messages.
 
@@ -196,14 +211,8 @@ def responses_to_internal(items: Sequence[Any], instructions: Any = None) -> Con
                     "content": _parts(data.get("content", ""), "content"),
                 }
             elif kind == "output":
-                output = data.get("output", "")
-                chat = {
-                    "role": "tool",
-                    "tool_call_id": str(data.get("call_id", "")),
-                    "content": _parts(
-                        output if isinstance(output, list) else str(output), "output"
-                    ),
-                }
+                out.append(NativeMessage(_output_chat(data), [m], i, _rebuilt_output))
+                continue
             else:
                 chat = {"role": "user", "content": [{"type": "text", "text": _dumps(dict(data))}]}
             out.append(NativeMessage(chat, [m], i))
