@@ -160,6 +160,13 @@ def expected_history_groups(
     return unorphaned(k, opens)
 
 
+def sensible_output(model: tokenflex.Model, request: int) -> int:
+    """The output history is fitted for when the request is more than the window can give
+    (docs/fit.md): the smaller of the model's max output and a quarter of the window."""
+    quarter = model.context_window // 4
+    return min(model.max_output_tokens or quarter, quarter, request)
+
+
 def room_for_optional(
     window: int,
     margin: int,
@@ -523,7 +530,7 @@ def reference(case: FitCase) -> Reference:
         case.opt("max_input_tokens", None),
         required,
         given=case.max_tokens is not None,
-        sensible=min(m.max_output_tokens or m.context_window // 4, m.context_window // 4, request),
+        sensible=sensible_output(m, request),
     )
     bounds = groups_of(msgs, case.sys_end, case.cur)
     costs = [sum(msg_cost(msgs[i], m) for i in range(a, b)) for a, b in bounds]
@@ -990,6 +997,7 @@ def prompt_history_reference(case: PromptCase) -> tuple[list[int], list[bool], i
         case.max_input_tokens,
         case.required(),
         given=case.max_tokens is not None,
+        sensible=sensible_output(case.model, request),
     )
     h = case.history
     bounds = groups_of(h, 0, len(h))
