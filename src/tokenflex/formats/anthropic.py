@@ -33,6 +33,7 @@ from .native import Converted, NativeMessage
 from .objects import plain_message
 
 __all__ = [
+    "EARLIER_LEFT_OUT",
     "anthropic_to_chat",
     "anthropic_to_internal",
     "chat_to_anthropic",
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 _ROLES = ("user", "assistant")
+
+EARLIER_LEFT_OUT = "(Earlier turns of this conversation were left out.)"
+"""The user turn a converted request opens with when its messages open with the
+assistant's (:func:`chat_to_anthropic`)."""
 
 
 def _dumps(value: Any) -> str:
@@ -324,7 +329,15 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 def chat_to_anthropic(messages: Sequence[Any]) -> tuple[Any, list[dict[str, Any]]]:
     """``(system, messages)`` of an Anthropic request for OpenAI chat messages: system
     messages joined into ``system``, tool messages as ``tool_result`` blocks of a user
-    message, consecutive same-role messages merged (the API wants them alternating)."""
+    message, consecutive same-role messages merged (the API wants them alternating).
+
+    The API wants the user's turn first: messages that open with the assistant's (a plan
+    whose history was cut at a tool round) get :data:`EARLIER_LEFT_OUT` as a user turn
+    before them.
+
+    >>> chat_to_anthropic([{"role": "assistant", "content": "Done."}])[1][0]["content"]
+    [{'type': 'text', 'text': '(Earlier turns of this conversation were left out.)'}]
+    """
     system: list[str] = []
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -361,4 +374,6 @@ def chat_to_anthropic(messages: Sequence[Any]) -> tuple[Any, list[dict[str, Any]
             out[-1]["content"] += blocks
         elif blocks:
             out.append({"role": role, "content": blocks})
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": EARLIER_LEFT_OUT}]})
     return ("\n\n".join(system) if system else None), out
