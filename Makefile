@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: vocab demo test lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents load clean
+.PHONY: vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ pytest: $(VENV)/.dev
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules tests src/tokenflex
 
 test: lint typecheck pytest
+
+# hypothesis with new random draws on every run (make test's draws are fixed)
+fuzz: $(VENV)/.dev
+	HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -p no:cacheprovider -m "not server" tests
 
 # peers (litellm pins openai<3) live in their own venv so they never touch .venv
 bench:
