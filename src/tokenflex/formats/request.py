@@ -7,8 +7,9 @@
 
 A plan in the same format as the body is sent as fitted (the caller's items, objects
 dumped to JSON); another format is converted through chat messages (what only one API
-has, such as thinking blocks or reasoning items, is not carried across; an Anthropic body whose messages would open with the assistant's
-turn gets a short user turn before them, see :func:`~.anthropic.chat_to_anthropic`).
+has, such as thinking blocks or reasoning items, is not carried across; an Anthropic
+body whose messages would open with the assistant's turn gets a short user turn before
+them, see :func:`~.anthropic.chat_to_anthropic`).
 """
 
 from __future__ import annotations
