@@ -49,6 +49,7 @@ from .options import LOW_WATER, FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
 from .session import HistoryCut, SessionMemory
 from .summarize import summary_message
+from .summarize.facts import fact_report
 
 __all__ = [
     "ANSWER_ROLES",
@@ -1358,7 +1359,15 @@ class _Outcome:
             span_start = target.previous
         window = self.first.model.context_window
         max_tokens = min(self.opts.summary_max_tokens, max(1, window // 4))
-        covers = functools.partial(summary_key, summarizer, max_tokens, previous, src, target.lo)
+        covers = functools.partial(
+            summary_key,
+            summarizer,
+            max_tokens,
+            previous,
+            src,
+            target.lo,
+            facts=self.opts.summary_facts,
+        )
         r = self.request = _SummaryRequest(
             span=list(src[target.lo : recent_start]),
             span_start=span_start,
@@ -1431,6 +1440,7 @@ class _Outcome:
         src = target.source
         span_tokens = sum(cost(src[i]) for i in range(r.span_start, r.recent_start))
         summary_tokens = cost(message)
+        kept, missing = fact_report(r.span, r.previous, text)
         log.info(
             "tokenflex: summarized messages [%d:%d] into %d tokens (saved %d)",
             r.span_start,
@@ -1451,6 +1461,8 @@ class _Outcome:
                 saved_tokens=span_tokens - summary_tokens,
                 summarizer=summarizer_name,
                 reused=reused,
+                facts_kept=kept,
+                facts_missing=missing,
             ),
         )
         if cut is not None:
@@ -1589,7 +1601,7 @@ def fit_layout(
     if background is not None:
         calls = _calls(summarizer, r, outcome.first.counter)
         if calls > 1:
-            job = _background_job(summarizer, r, outcome.first.counter)
+            job = _background_job(summarizer, r, outcome.first.counter, opts.summary_facts)
             started = _defer(background, summaries, key, job)
             return outcome.deferred(calls, started, _name(summarizer))
     try:
@@ -1599,6 +1611,7 @@ def fit_layout(
             previous_summary=r.previous,
             max_tokens=r.max_tokens,
             counter=outcome.first.counter,
+            check_facts=opts.summary_facts,
         )
     except Exception as exc:  # any failure: fall back to dropping, and say so
         return outcome.failed(exc)
@@ -1636,7 +1649,7 @@ async def afit_layout(
     if background is not None:
         calls = await asyncio.to_thread(_calls, summarizer, r, outcome.first.counter)
         if calls > 1:
-            job = _background_job(summarizer, r, outcome.first.counter)
+            job = _background_job(summarizer, r, outcome.first.counter, opts.summary_facts)
             started = _defer(background, summaries, key, job)
             return await asyncio.to_thread(outcome.deferred, calls, started, _name(summarizer))
     try:
@@ -1646,6 +1659,7 @@ async def afit_layout(
             previous_summary=r.previous,
             max_tokens=r.max_tokens,
             counter=outcome.first.counter,
+            check_facts=opts.summary_facts,
         )
     except Exception as exc:  # any failure: fall back to dropping, and say so
         return await asyncio.to_thread(outcome.failed, exc)
@@ -1676,7 +1690,9 @@ def _calls(summarizer: Any, r: _SummaryRequest, counter: Any) -> int:
         return 1
 
 
-def _background_job(summarizer: Any, r: _SummaryRequest, counter: Any) -> Callable[[], str]:
+def _background_job(
+    summarizer: Any, r: _SummaryRequest, counter: Any, check_facts: bool
+) -> Callable[[], str]:
     """The summary ``r`` asks for, made later by a background runner (sync calls)."""
     from .summarize import summarize_span
 
@@ -1687,6 +1703,7 @@ def _background_job(summarizer: Any, r: _SummaryRequest, counter: Any) -> Callab
         previous_summary=r.previous,
         max_tokens=r.max_tokens,
         counter=counter,
+        check_facts=check_facts,
     )
 
 
@@ -1709,10 +1726,12 @@ def summary_key(
     source: Sequence[Message],
     lo: int,
     hi: int,
+    *,
+    facts: bool = True,
 ) -> str:
     """A summary's key in a state store: what it covers (``source[lo:hi]`` after the
     ``previous`` summary the caller sent, if any) and how it is made (the summarizer, its
-    plain settings, the length asked)."""
+    plain settings, the length asked, whether its facts were checked)."""
     import hashlib
     import json
 
@@ -1727,6 +1746,8 @@ def summary_key(
         and not k.startswith("_")  # state, not settings
     }
     what = [_name(summarizer), settings, max_tokens, previous]
+    if not facts:
+        what.append("unchecked")
     what.append([fingerprint(m) for m in source[lo:hi]])
     digest = hashlib.blake2b(json.dumps(what, default=str).encode(), digest_size=16)
     return "summary:" + digest.hexdigest()

@@ -58,6 +58,11 @@ class FitOptions:
     """Messages kept verbatim when summarizing (KEEP_RECENT_MESSAGES)."""
     summary_max_tokens: int = 512
     """Longest summary asked of the summarizer (at most a quarter of the window)."""
+    summary_facts: bool = True
+    """Check a new summary for the facts of the span it covers (numbers with units,
+    dates, paths, identifiers, names, the user's instructions) and carry the missing
+    ones forward on a ``Carried forward:`` line within ``summary_max_tokens``
+    (:mod:`tokenflex.summarize.facts`); ``plan.summary`` reports what was kept."""
     documents_cap: int | None = None
     """Most tokens the documents may take; None: half of what the required input leaves."""
     documents_format: str = "markdown"
@@ -209,6 +214,7 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
     "max_input_tokens": (_int(1, none=True), "a positive int or None"),
     "keep_recent": (_int(0), "an int >= 0"),
     "summary_max_tokens": (_int(1), "a positive int"),
+    "summary_facts": (lambda v: isinstance(v, bool), "True or False"),
     "documents_cap": (_int(0, none=True), "an int >= 0 or None"),
     "documents_format": (
         lambda v: v in _documents_choices("format"),

@@ -163,6 +163,12 @@ class SummaryInfo:
     """Which summarizer made it."""
     reused: bool = False
     """True when an earlier summary was reused (nothing newly aged out)."""
+    facts_kept: tuple[str, ...] = ()
+    """The covered span's facts the summary states (see
+    :mod:`tokenflex.summarize.facts`)."""
+    facts_missing: tuple[str, ...] = ()
+    """The covered span's facts the summary does not state (with ``summary_facts=True``
+    only those that did not fit the summary's budget)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +335,8 @@ class Plan:
                 "saved_tokens": self.summary.saved_tokens,
                 "summarizer": self.summary.summarizer,
                 "reused": self.summary.reused,
+                "facts_kept": list(self.summary.facts_kept),
+                "facts_missing": list(self.summary.facts_missing),
             },
             "warnings": list(self.warnings),
             "fallback_from": self.fallback_from,

@@ -294,6 +294,7 @@ PROMPT_OPTIONS = (
     "max_input_tokens",
     "keep_recent",
     "summary_max_tokens",
+    "summary_facts",
     "fallback_models",
     "fallback_input_share",
     "strict",

@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._types import Message
 from ..errors import SummarizerError
 from .extractive import ExtractiveSummarizer
+from .facts import extract_facts, keep_facts
 from .sentences import Count, counter_fn, split_text, trim_to_tokens
 from .transcript import message_line
 
@@ -92,6 +93,7 @@ class _SpanJob:
         window_tokens: int | None,
         counter: Any,
         quiet: bool = False,
+        check_facts: bool = False,
     ) -> None:
         if max_tokens <= 0:
             raise SummarizerError(f"max_tokens must be positive, got {max_tokens!r}.")
@@ -101,6 +103,8 @@ class _SpanJob:
         self.summarizer = summarizer
         self.max_tokens = max_tokens
         self.previous = previous_summary
+        self.span = span
+        self.check_facts = check_facts
         own = getattr(summarizer, "tokenizer", None)
         if window_tokens is None and callable(getattr(summarizer, "window_tokens", None)):
             # Counted in the caller's tokenizer the summarizer's window needs headroom.
@@ -130,6 +134,9 @@ class _SpanJob:
         out = trim_to_tokens(text, self.max_tokens, self.count)
         if not out.strip():
             raise SummarizerError("The summarizer returned nothing that fits the summary budget.")
+        if self.check_facts:
+            facts = extract_facts(self.span, self.previous)
+            out = keep_facts(out, facts, self.max_tokens, self.count)
         return out
 
 
@@ -171,6 +178,7 @@ def summarize_span(
     max_tokens: int = 512,
     window_tokens: int | None = None,
     counter: Any = None,
+    check_facts: bool = True,
 ) -> str:
     """Summarize ``span`` (rolled together with ``previous_summary``) into at most
     ``max_tokens`` tokens, in pieces when it does not fit the summarizer's window.
@@ -185,6 +193,10 @@ def summarize_span(
             summarizer says (``ChatSummarizer(context_window=...)``), else one call.
         counter: How to count: a MessageCounter, a tokenizer, a tokenizer name or a
             callable; None: the conservative estimator.
+        check_facts: Look for the span's facts (numbers with units, dates, paths,
+            identifiers, names, the user's instructions: :mod:`~tokenflex.summarize.facts`)
+            in the summary and carry the missing ones forward on a ``Carried forward:``
+            line within ``max_tokens``.
 
     Raises:
         SummarizerError: the summarizer failed on any piece (nothing is half-done: the
@@ -200,6 +212,7 @@ def summarize_span(
         max_tokens=max_tokens,
         window_tokens=window_tokens,
         counter=counter,
+        check_facts=check_facts,
     )
     summary = job.previous
     for piece in job.pieces:
@@ -217,6 +230,7 @@ async def asummarize_span(
     max_tokens: int = 512,
     window_tokens: int | None = None,
     counter: Any = None,
+    check_facts: bool = True,
 ) -> str:
     """Async twin of :func:`summarize_span` (awaits ``asummarize``)."""
     job = _SpanJob(
@@ -226,6 +240,7 @@ async def asummarize_span(
         max_tokens=max_tokens,
         window_tokens=window_tokens,
         counter=counter,
+        check_facts=check_facts,
     )
     summary = job.previous
     for piece in job.pieces:
