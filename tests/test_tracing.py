@@ -28,15 +28,28 @@ from tokenflex.server import ServerConfig, create_app
 EXPORTER = InMemorySpanExporter()
 
 
+class Gate(SimpleSpanProcessor):
+    """Exports only while a test of this file runs: the provider stays set for the rest
+    of the session, but other tests' spans are not kept."""
+
+    open = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if Gate.open:
+            super().on_end(span)
+
+
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        provider.add_span_processor(Gate(EXPORTER))
         trace.set_tracer_provider(provider)
     EXPORTER.clear()
+    Gate.open = True
     yield EXPORTER
+    Gate.open = False
     EXPORTER.clear()
 
 

@@ -199,13 +199,11 @@ class ProxyMetrics:
         an alias or a dated version), else ``other``."""
         label = self._labels.get(name)
         if label is None:
-            found = find_model(name) if name not in self.config.models else None
-            if name in self.config.models:
-                label = name
-            elif found is not None and found.known:
-                label = found.name
+            found = None if name in self.config.models else find_model(name)
+            if found is None:
+                label = name if name in self.config.models else _OTHER
             else:
-                label = _OTHER
+                label = found.name if found.known else _OTHER
             if len(self._labels) >= MAX_MODEL_LABELS:
                 self._labels.clear()
             self._labels[name] = label
