@@ -171,6 +171,10 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
         assert client.get(f"{proxy.url}/v1/files").status_code == 200  # passed through
 
         after = scrape(client, proxy)
+        kept = [
+            client.get(f"{proxy.url}/tokenflex/plans/{a.headers['x-tokenflex-plan-id']}").json()
+            for a in [*answers, failed]
+        ]
 
     def requests(**labels: str) -> float:
         return value(after, "tokenflex_requests_total", **labels)
@@ -205,6 +209,10 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
     assert dropped > 0
     assert value(after, "tokenflex_messages_removed_total") == dropped
     assert value(after, "tokenflex_messages_removed_total", reason="budget") > 0
+    # each dropped item's tokens, as the stored plans list them
+    assert value(after, "tokenflex_tokens_removed_total") == sum(
+        d["tokens"] for plan in kept for d in plan["dropped"]
+    )
     assert value(after, "tokenflex_tokens_removed_total", model="other") > 0
     # one fit per plan made (the refused request never got one)
     assert value(after, "tokenflex_fit_seconds_count") == 5

@@ -140,9 +140,9 @@ class ProxyMetrics:
         )
         self.tokens_removed = Counter(
             "tokenflex_tokens_removed",
-            "Tokens of the items left out, by reason (plans the proxy keeps: their JSON "
+            "Tokens of the items left out, all reasons (plans the proxy keeps: their JSON "
             "sums these already).",
-            ["model", "reason"],
+            ["model"],
             registry=reg,
         )
         self.summarized = Counter(
@@ -321,9 +321,10 @@ class RequestRecord:
                 m.planned_reported.labels(model).inc(plan.input_tokens)
             for reason, n in plan.dropped.by_reason().items():
                 m.messages_removed.labels(model, reason).inc(n)
-            if plan.dropped and "full_input_tokens" in vars(plan):  # counted for its JSON
-                for reason, tokens in removed_tokens(plan).items():
-                    m.tokens_removed.labels(model, reason).inc(tokens)
+            if plan.dropped and "full_input_tokens" in vars(plan):  # summed for its JSON
+                summary = plan.summary.tokens if plan.summary is not None else 0
+                removed = plan.full_input_tokens - plan.input_tokens + summary
+                m.tokens_removed.labels(model).inc(removed)
             if plan.summary is not None:
                 m.summaries.labels(model).inc()
                 m.summarized.labels(model).inc(max(plan.summary.saved_tokens, 0))
@@ -333,17 +334,6 @@ class RequestRecord:
                 m.cached.labels(model).inc(plan.cached_tokens)
         if self.span is not None:
             self.span.end(status, outcome, plan, self.reported, error)
-
-
-def removed_tokens(plan: Any) -> dict[str, int]:
-    """Tokens of a plan's dropped items by reason (each item's count as the plan has it)."""
-    out: dict[str, int] = {}
-    dropped = plan.dropped
-    for section, start, stop, reason in dropped.runs():
-        out[reason] = out.get(reason, 0) + sum(
-            dropped.cost_of(section, i) for i in range(start, stop)
-        )
-    return out
 
 
 class CalibrationCollector(Collector):
