@@ -138,7 +138,7 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
     upstream: tuple[Upstream, ServerThread], client: httpx.Client
 ) -> None:
     _, server = upstream
-    with proxy_for(server, routes={"team": {}}) as proxy:
+    with proxy_for(server, routes={"team": {}, "trial": {"mode": "observe"}}) as proxy:
         r = client.get(f"{proxy.url}/metrics", headers={"x-tokenflex-key": "wrong"})
         assert r.status_code == 401  # protected like the other /tokenflex routes
         before = scrape(client, proxy)
@@ -169,11 +169,16 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
         )
         assert failed.status_code == 500
         assert client.get(f"{proxy.url}/v1/files").status_code == 200  # passed through
+        observed = client.post(
+            f"{proxy.url}/trial/v1/chat/completions",
+            json={"model": "tiny", "messages": conversation(1, 40)},
+        )
+        assert observed.headers["x-tokenflex-would-change"] == "yes"
 
         after = scrape(client, proxy)
         kept = [
             client.get(f"{proxy.url}/tokenflex/plans/{a.headers['x-tokenflex-plan-id']}").json()
-            for a in [*answers, failed]
+            for a in [*answers, failed, observed]
         ]
 
     def requests(**labels: str) -> float:
@@ -187,7 +192,8 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
     assert requests(api="chat", outcome="refused") == 1
     assert requests(api="chat", outcome="upstream_error") == 1
     assert requests(api="passthrough", outcome="passed_through") == 1
-    assert requests() == 8
+    assert requests(route="trial", api="chat", outcome="observed") == 1
+    assert requests() == 9
 
     # no series is named after a model a client invents; tiny is no registry model
     labels = {v for (_, ls) in after for _, v in ls}
@@ -198,14 +204,15 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
     tiny = [answers[0], answers[1], answers[2], failed]
     assert value(after, "tokenflex_input_tokens_planned_total", model="other") == sum(
         int(a.headers["x-tokenflex-input-tokens"]) for a in tiny
-    )
+    ) + int(observed.headers["x-tokenflex-would-input-tokens"])
     # what the upstream reported, for the answers that carried usage (Anthropic's cached
     # input added back), against the planned tokens of the same requests
-    assert value(after, "tokenflex_input_tokens_reported_total") == 4 * REPORTED
+    assert value(after, "tokenflex_input_tokens_reported_total") == 5 * REPORTED
     assert value(after, "tokenflex_input_tokens_planned_with_usage_total") == sum(
         int(a.headers["x-tokenflex-input-tokens"]) for a in answers
-    )
+    ) + int(observed.headers["x-tokenflex-would-input-tokens"])
     dropped = sum(int(a.headers["x-tokenflex-dropped"]) for a in answers)
+    dropped += int(observed.headers["x-tokenflex-would-dropped"])
     assert dropped > 0
     assert value(after, "tokenflex_messages_removed_total") == dropped
     assert value(after, "tokenflex_messages_removed_total", reason="budget") > 0
@@ -215,8 +222,8 @@ def test_requests_tokens_and_drops_are_counted_with_bounded_labels(
     )
     assert value(after, "tokenflex_tokens_removed_total", model="other") > 0
     # one fit per plan made (the refused request never got one)
-    assert value(after, "tokenflex_fit_seconds_count") == 5
-    assert value(after, "tokenflex_fit_seconds_bucket", le="+Inf") == 5
+    assert value(after, "tokenflex_fit_seconds_count") == 6
+    assert value(after, "tokenflex_fit_seconds_bucket", le="+Inf") == 6
     assert value(after, "tokenflex_state_store_errors_total") == 0
 
 
