@@ -56,7 +56,7 @@ from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Busy, Limits
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .metrics import ProxyMetrics
+from .metrics import ProxyMetrics, exc_kind
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
@@ -553,26 +553,19 @@ class Proxy:
         (:func:`~tokenflex.server.paths.upstream_path`) and must match
         ``passthrough_paths`` when that list is set."""
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
-        record = self.metrics.record("passthrough", route)
-        try:
-            path = upstream_path(raw_path, route)
-            if not path_allowed(path, self.config.passthrough_paths):
-                raise ProxyError(
-                    404,
-                    f"{path[:80]!r} is not forwarded by this proxy (passthrough_paths).",
-                    param="path",
-                    code="path_not_allowed",
-                )
-            url = self.upstream.url(path, request.scope["query_string"])
-            body = await read_body(request, self.config.max_body_bytes)
-            upstream = await self.upstream.send(
-                request.method, url, self.upstream.request_headers(request.headers), body or None
+        path = upstream_path(raw_path, route)
+        if not path_allowed(path, self.config.passthrough_paths):
+            raise ProxyError(
+                404,
+                f"{path[:80]!r} is not forwarded by this proxy (passthrough_paths).",
+                param="path",
+                code="path_not_allowed",
             )
-        except ProxyError as exc:
-            record.finish(exc.status_code, error=exc_kind(exc))
-            raise
-        record.answered(upstream.status_code, None)
-        record.finish(upstream.status_code)
+        url = self.upstream.url(path, request.scope["query_string"])
+        body = await read_body(request, self.config.max_body_bytes)
+        upstream = await self.upstream.send(
+            request.method, url, self.upstream.request_headers(request.headers), body or None
+        )
         return self.upstream.streamed(upstream, request_id=request.state.request_id)
 
     async def metrics_text(self, request: Request, route: str | None) -> Response:
@@ -591,12 +584,6 @@ def plan_json(plan: Any) -> bytes | None:
         return None
     data["warnings"] = [redact(str(w)) for w in data.get("warnings", [])]
     return serialize(data)
-
-
-def exc_kind(exc: ProxyError) -> str:
-    """What the metrics and the span call a ProxyError: its type for an upstream's
-    failure, else its code."""
-    return exc.type if exc.type == "upstream_error" else (exc.code or exc.type)
 
 
 def internal_proxy_error(request_id: str) -> ProxyError:
@@ -713,10 +700,13 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         if name is not None:
             routes.append(
                 Route(
-                    prefix + "/{path:path}", ep(proxy.passthrough, route=name), methods=_ALL_METHODS
+                    prefix + "/{path:path}",
+                    ep(proxy.metrics.counted(proxy.passthrough), route=name),
+                    methods=_ALL_METHODS,
                 )
             )
-    routes.append(Route("/{path:path}", ep(proxy.passthrough), methods=_ALL_METHODS))
+    passthrough = proxy.metrics.counted(proxy.passthrough)
+    routes.append(Route("/{path:path}", ep(passthrough), methods=_ALL_METHODS))
     app = Starlette(
         routes=routes,
         lifespan=proxy.lifespan,

@@ -18,7 +18,7 @@ The metrics (all prefixed ``tokenflex_``) are listed in docs/operating.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -26,11 +26,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
 
 from ..calibration import Calibration
 from ..models import find_model
 from ..tracing import RequestSpan, request_span
 from .config import ServerConfig
+from .errors import ProxyError
 
 __all__ = [
     "CONTENT_TYPE",
@@ -38,8 +41,11 @@ __all__ = [
     "CountedStore",
     "ProxyMetrics",
     "RequestRecord",
+    "exc_kind",
     "reported_input_tokens",
 ]
+
+Handler = Callable[[Request, "str | None"], Awaitable[Response]]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The ``Content-Type`` of ``GET /metrics``."""
@@ -239,6 +245,22 @@ class ProxyMetrics:
                 return route, wire.name
         return route, "passthrough"
 
+    def counted(self, handler: Handler) -> Handler:
+        """``handler`` (the pass-through endpoint) with each request counted."""
+
+        async def run(request: Request, route: str | None) -> Response:
+            record = self.record("passthrough", route)
+            try:
+                response = await handler(request, route)
+            except ProxyError as exc:
+                record.finish(exc.status_code, error=exc_kind(exc))
+                raise
+            record.answered(response.status_code, None)
+            record.finish(response.status_code)
+            return response
+
+        return run
+
     def store(self, store: Any) -> CountedStore:
         """``store`` with its errors counted."""
         return CountedStore(store, self.state_errors)
@@ -255,6 +277,12 @@ class ProxyMetrics:
     def exposition(self) -> bytes:
         """The text exposition of every metric, for ``GET /metrics``."""
         return generate_latest(self.registry)
+
+
+def exc_kind(exc: ProxyError) -> str:
+    """What the metrics and the span call a ProxyError: ``upstream_error`` for an
+    upstream's failure, else its code."""
+    return exc.type if exc.type == "upstream_error" else (exc.code or exc.type)
 
 
 class RequestRecord:
