@@ -111,6 +111,7 @@ class ProxyMetrics:
         self.config = config
         self.registry = CollectorRegistry(auto_describe=True)
         self._labels: dict[str, str] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         reg = self.registry
         self.requests = Counter(
             "tokenflex_requests",
@@ -200,6 +201,15 @@ class ProxyMetrics:
             reg.register(CalibrationCollector(calibration, self.model_label))
 
     # -- labels --------------------------------------------------------------------------
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, kept: a request's dozen series cost dict lookups,
+        not prometheus_client's validation and lock each time. Bounded as the labels are."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
     def model_label(self, name: str) -> str:
         """``name`` when the config or the registry knows it (the registry's own name for
         an alias or a dated version), else ``other``."""
@@ -311,7 +321,7 @@ class RequestRecord:
         """The plan made for the request, ``seconds`` after it arrived."""
         self.plan = plan
         self.outcome = "fitted" if changed else "unchanged"
-        self.metrics.fit_seconds.labels(self.api).observe(seconds)
+        self.metrics.child(self.metrics.fit_seconds, self.api).observe(seconds)
 
     def answered(self, status: int, body: bytes | None) -> None:
         """The upstream's status and (buffered answers) body."""
@@ -339,27 +349,27 @@ class RequestRecord:
         else:
             outcome = self.outcome or "passed_through"
         m = self.metrics
-        m.requests.labels(self.route, self.api, outcome).inc()
+        m.child(m.requests, self.route, self.api, outcome).inc()
         plan = self.plan
         if plan is not None:
             model = m.model_label(plan.model.name)
-            m.planned.labels(model).inc(plan.input_tokens)
+            m.child(m.planned, model).inc(plan.input_tokens)
             if self.reported is not None:
-                m.reported.labels(model).inc(self.reported)
-                m.planned_reported.labels(model).inc(plan.input_tokens)
+                m.child(m.reported, model).inc(self.reported)
+                m.child(m.planned_reported, model).inc(plan.input_tokens)
             for reason, n in plan.dropped.by_reason().items():
-                m.messages_removed.labels(model, reason).inc(n)
+                m.child(m.messages_removed, model, reason).inc(n)
             if plan.dropped and "full_input_tokens" in vars(plan):  # summed for its JSON
                 summary = plan.summary.tokens if plan.summary is not None else 0
                 removed = plan.full_input_tokens - plan.input_tokens + summary
-                m.tokens_removed.labels(model).inc(removed)
+                m.child(m.tokens_removed, model).inc(removed)
             if plan.summary is not None:
-                m.summaries.labels(model).inc()
-                m.summarized.labels(model).inc(max(plan.summary.saved_tokens, 0))
+                m.child(m.summaries, model).inc()
+                m.child(m.summarized, model).inc(max(plan.summary.saved_tokens, 0))
             if plan.prefix_tokens:
-                m.prefix.labels(model).inc(plan.prefix_tokens)
+                m.child(m.prefix, model).inc(plan.prefix_tokens)
             if plan.cached_tokens:
-                m.cached.labels(model).inc(plan.cached_tokens)
+                m.child(m.cached, model).inc(plan.cached_tokens)
         if self.span is not None:
             self.span.end(status, outcome, plan, self.reported, error)
 
