@@ -25,6 +25,7 @@ from tokenflex.server import ServerConfig, create_app
 
 ALICE = {"x-tokenflex-key": KEY, "authorization": "Bearer sk-alice"}
 BOB = {"x-tokenflex-key": KEY, "authorization": "Bearer sk-bob"}
+CAROL = {"x-tokenflex-key": KEY, "x-api-key": "sk-carol"}  # an Anthropic client
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,9 @@ def proxy() -> Iterator[ServerThread]:
 
 @pytest.fixture(scope="module")
 def made(proxy: ServerThread) -> dict[str, list[httpx.Response]]:
-    """Alice's three answers (two cut, one whole) and Bob's one, oldest first."""
+    """Alice's three answers (two cut, one whole), Bob's and Carol's, oldest first."""
     url = f"{proxy.url}/v1/chat/completions"
-    out: dict[str, list[httpx.Response]] = {"alice": [], "bob": []}
+    out: dict[str, list[httpx.Response]] = {"alice": [], "bob": [], "carol": []}
     with httpx.Client(timeout=60, trust_env=False) as client:
         for who, headers, seed, turns in [
             ("alice", ALICE, 31, 40),
@@ -52,6 +53,10 @@ def made(proxy: ServerThread) -> dict[str, list[httpx.Response]]:
             r = client.post(url, json=body, headers=headers)
             assert r.status_code == 200, r.text
             out[who].append(r)
+        body = {"model": "tiny", "messages": conversation(35, 30), "max_tokens": 100}
+        r = client.post(f"{proxy.url}/v1/messages", json=body, headers=CAROL)
+        assert r.status_code == 200, r.text
+        out["carol"].append(r)
     return out
 
 
@@ -162,6 +167,14 @@ def test_chromium_shows_the_callers_plans_as_bars_and_tables(
         kinds: list[Any] = dom.rows[plan_id]
         assert "kept" in kinds
         assert ("dropped" in kinds) == (int(h["x-tokenflex-dropped"]) > 0)
+
+    # an Anthropic client's key goes as x-api-key
+    carol = chromium(
+        *common, "--dump-dom", f"{proxy.url}/tokenflex/ui#x-api-key=sk-carol&proxy-key={KEY}"
+    )
+    dom = Dom()
+    dom.feed(carol.stdout)
+    assert dom.plans == [made["carol"][0].headers["x-tokenflex-plan-id"]]
 
     shot = tmp_path / "ui.png"
     taken = chromium(

@@ -4,7 +4,7 @@
 The page is one static HTML file with its script inline (``static/ui.html``, no build
 step, nothing fetched from elsewhere). It holds no data: it asks ``/tokenflex/plans``
 with the credentials the person gives it (a form, or the URL's fragment
-``#key=KEY&proxy-key=KEY``, which browsers never send to a server), so it shows what
+``#key=KEY&x-api-key=KEY&proxy-key=KEY``, which browsers never send to a server), so it shows what
 those credentials' requests made, like ``GET /tokenflex/plans/{id}``, and refreshes
 itself. Each plan is drawn as the CLI's window bar and a table of the messages kept and
 the runs dropped. The page is served without the proxy key (it is the same for everyone)
