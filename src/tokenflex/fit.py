@@ -58,6 +58,7 @@ from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan
 from .summarize import is_summary_message
+from .tracing import trace_fit
 
 __all__ = ["PINNED_ROLES", "FitLayout", "afit", "fit"]
 
@@ -476,7 +477,7 @@ def fit(
         summaries=summaries,
         background=background_summaries,
     )
-    return finish(plan, req)
+    return trace_fit(finish(plan, req))
 
 
 def _user_first(req: Prepared) -> bool:
@@ -562,4 +563,4 @@ async def afit(
         summaries=summaries,
         background=background_summaries,
     )
-    return finish(plan, req)
+    return trace_fit(finish(plan, req))

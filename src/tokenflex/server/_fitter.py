@@ -39,8 +39,9 @@ from ..models.discovery import refusal
 from ..redact import redact
 from ..state import TenantStore, open_store
 from ..summarize.background import Activity, BackgroundSummaries
+from ..tracing import plan_changed
 from ._models import ModelResolver
-from ._summarizer import build_summarizer, calls_upstream
+from ._summarizer import Wrap, build_summarizer, calls_upstream
 from ._validate import ChatRequest
 from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
@@ -191,15 +192,7 @@ class Observation:
         summarized, another model, or a lower output limit than the client asked for (a
         limit added where the client asked for none does not count)."""
         plan, req = self.plan, self.request
-        if plan is None or req is None:
-            return False
-        asked = req.requested_output
-        return bool(
-            len(plan.dropped)
-            or plan.summary is not None
-            or plan.fallback_from is not None
-            or (asked is not None and plan.max_tokens < asked)
-        )
+        return plan is not None and req is not None and plan_changed(plan, req.requested_output)
 
     def headers(self, plan_id: str) -> dict[str, str]:
         """The ``x-tokenflex-would-*`` headers: each ``x-tokenflex-*`` plan header fit mode
@@ -263,6 +256,8 @@ class Fitter:
         self.activity = Activity(redact(config.upstream))
         """Client requests in flight through the proxy to the upstream (counted by the
         app's middleware): background summaries made by the upstream wait for it."""
+        self.summarizer_transports: Wrap | None = None
+        """Wraps the transports of the summarizers that call a server (the metrics)."""
 
     async def model_for(
         self, name: str, route: str | None, api_key: str | None = None
@@ -357,7 +352,12 @@ class Fitter:
         if calls_upstream(fit_options, self.config):  # its jobs wait for the upstream
             background = self.background.bound(self.activity)
         summarizer = build_summarizer(
-            fit_options, config=self.config, model=model, request_model=req.model, api_key=api_key
+            fit_options,
+            config=self.config,
+            model=model,
+            request_model=req.model,
+            api_key=api_key,
+            transports=self.summarizer_transports,
         )
         if not summarize:
             summarizer = None

@@ -18,6 +18,7 @@ answer is read up to :data:`SUMMARY_MAX_BYTES`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,6 +34,11 @@ UPSTREAM_SUMMARY_TIMEOUT = 60.0
 SUMMARY_MAX_BYTES = 1024 * 1024
 """Largest summarizer answer read (a summary is a few KB; more is a broken server)."""
 CHAT_SUMMARIZER_TIMEOUT = 30.0  # ChatSummarizer's own default
+Wrap = Callable[
+    [httpx.BaseTransport, httpx.AsyncBaseTransport],
+    tuple[httpx.BaseTransport, httpx.AsyncBaseTransport],
+]
+"""Wraps a summarizer's sync and async transports."""
 
 
 def calls_upstream(options: dict[str, Any], config: ServerConfig) -> bool:
@@ -58,11 +64,13 @@ def build_summarizer(
     model: Model,
     request_model: str,
     api_key: str | None,
+    transports: Wrap | None = None,
 ) -> Any:
     """The summarizer for one request (None when summarizing is off); pops the two keys.
 
     Summarizers are cheap objects without connections, so one is built per request: the
-    upstream summarizer then carries that request's own key.
+    upstream summarizer then carries that request's own key. ``transports`` wraps the
+    HTTP transports of a summarizer that calls a server (the proxy counts its calls).
     """
     spec = options.pop("summarizer", None)
     if not options.pop("summarize", spec is not None):
@@ -77,6 +85,8 @@ def build_summarizer(
         transport, async_transport = bounded_transports(
             timeout, SUMMARY_MAX_BYTES, what="upstream summarizer", before=pause_for_clients
         )
+        if transports is not None:
+            transport, async_transport = transports(transport, async_transport)
         return ChatSummarizer(
             f"{config.upstream}/v1",
             request_model,
@@ -93,6 +103,8 @@ def build_summarizer(
         what="summarizer",
         before=pause_for_clients,  # a job bound to the upstream's activity pauses there
     )
+    if transports is not None:
+        transport, async_transport = transports(transport, async_transport)
     return ChatSummarizer(
         table.pop("base_url"),
         table.pop("model"),

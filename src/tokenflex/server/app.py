@@ -11,7 +11,9 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``GET /v1/models``: the upstream's list (or the config's models when it has none);
 - ``POST /tokenflex/count`` (alias ``/v1/tokenize``): ``{"model", "messages" | "text"}``
   -> ``{"tokens": n, ...}``;
-- ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/health``;
+- ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/plans``: the
+  caller's recent plans; ``GET /tokenflex/ui``: a page that shows them;
+  ``GET /tokenflex/health``; ``GET /metrics``: Prometheus metrics;
 - anything else: passed through to the upstream unchanged.
 
 Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
@@ -44,6 +46,7 @@ from ..errors import TokenflexError
 from ..models import load_models_file
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
+from ..tracing import plan_changed
 from ._calibration import calibration_figures, observe_response
 from ._fitter import Fitter, Observation, Unfitted, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
@@ -52,9 +55,12 @@ from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Busy, Limits
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import ProxyMetrics, exc_kind
 from .paths import path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
+from .ui import ui_routes
 
 __all__ = ["Proxy", "create_app"]
 
@@ -176,6 +182,9 @@ class Proxy:
         self.fitter = Fitter(config, self.models, self.calibration if config.calibrate else None)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
         self.keeps_plans = config.store_plans and config.plans_max > 0
+        self.metrics = ProxyMetrics(config, self.calibration if config.calibrate else None)
+        self.fitter.store = self.metrics.store(self.fitter.store)
+        self.fitter.summarizer_transports = self.metrics.summarizer_transports
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -302,9 +311,11 @@ class Proxy:
         started = time.perf_counter()
         rid: str = request.state.request_id
         status, note, plan, plan_id, fit_ms = 0, "", None, "", 0.0
+        record, error = self.metrics.record(wire.name, route, request.headers), ""
         try:
             raw = await read_body(request, self.config.max_body_bytes)
             req = wire.parse(raw)
+            record.requested(req.model)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers)
             owner = credential_hash(request.headers)
@@ -317,6 +328,7 @@ class Proxy:
                     headers, body, plan = plan.headers(), raw, None
                 else:
                     fit_ms = (time.perf_counter() - started) * 1000
+                    record.planned(plan, fit_ms / 1000, plan_changed(plan, req.requested_output))
                     plan_id = await self._keep(plan, owner, len(raw))
                     headers = plan_headers(plan, plan_id)
                     body = fitted_body(self.fitter, req, plan, route, raw)
@@ -330,8 +342,10 @@ class Proxy:
                 )
                 status = upstream.status_code
                 if req.stream and status < 400:
+                    record.answered(status, None)
                     return self.upstream.streamed(upstream, headers, request_id=rid)
                 response = await self.upstream.buffered(upstream, headers)
+                record.answered(status, bytes(response.body))
                 if status >= 400 and learned is None:
                     learned = self.fitter.learn_window(
                         req.model, status, bytes(response.body), plan
@@ -344,8 +358,10 @@ class Proxy:
         except ProxyError as exc:
             status = exc.status_code
             note += f" error={exc.code}"
+            error = exc_kind(exc)
             raise
         finally:
+            record.finish(status, error=error)
             if plan is not None:
                 log.info(
                     "%s %s %s status=%d window=%d input=%d max_tokens=%d (asked %d) "
@@ -376,6 +392,7 @@ class Proxy:
         rid: str = request.state.request_id
         status, plan_id, fit_ms = 0, "", 0.0
         seen: Observation | None = None
+        record, error = self.metrics.record(wire.name, route, request.headers), ""
         try:
             raw = await read_body(request, self.config.max_body_bytes)
             forward_headers = self.upstream.request_headers(request.headers)
@@ -384,22 +401,29 @@ class Proxy:
                 wire.parse, raw, route, bearer(forward_headers), owner=owner
             )
             fit_ms = (time.perf_counter() - started) * 1000
+            if seen.request is not None:
+                record.requested(seen.request.model)
             if seen.plan is not None:
+                record.planned(seen.plan, fit_ms / 1000, seen.changes)
                 plan_id = await self._keep(seen.plan, owner, len(raw))
             url = self.upstream.url(wire.path, request.scope["query_string"])
             upstream = await self.upstream.send("POST", url, forward_headers, raw)
             status = upstream.status_code
             headers = seen.headers(plan_id)
             if seen.request is None or (seen.request.stream and status < 400):
+                record.answered(status, None)
                 return self.upstream.streamed(upstream, headers, request_id=rid)
             response = await self.upstream.buffered(upstream, headers)
+            record.answered(status, bytes(response.body))
             if self.config.calibrate and seen.plan is not None and not seen.changes:
                 observe_response(self.calibration, seen.plan, response)  # the body it counted
             return response
         except ProxyError as exc:
             status = exc.status_code
+            error = exc_kind(exc)
             raise
         finally:
+            record.finish(status, error=error, observed=True)
             log.info(
                 "%s %s mode=observe status=%d %s plan=%s fit_ms=%.1f total_ms=%.1f",
                 wire.name,
@@ -544,6 +568,11 @@ class Proxy:
         )
         return self.upstream.streamed(upstream, request_id=request.state.request_id)
 
+    async def metrics_text(self, request: Request, route: str | None) -> Response:
+        """``GET /metrics``: every metric in the Prometheus text format."""
+        body = await off_loop(self.fitter.limiter, self.metrics.exposition)
+        return Response(body, headers={"content-type": METRICS_CONTENT_TYPE})
+
 
 def plan_json(plan: Any) -> bytes | None:
     """A plan's stored JSON, its warnings redacted; None (logged) when it cannot be
@@ -640,8 +669,11 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
             ),
             methods=_ALL_METHODS,
         ),
+        *ui_routes(proxy, ep),
         Route("/tokenflex/{rest:path}", ep(proxy.not_found), methods=_ALL_METHODS),
     ]
+    if config.metrics:
+        routes.append(Route("/metrics", ep(proxy.metrics_text, methods=_GET), methods=_ALL_METHODS))
     for name in [None, *config.routes]:
         prefix = "" if name is None else f"/{name}"
         chat = proxy.observe if config.mode_for(name) == "observe" else proxy.chat
@@ -668,17 +700,20 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         if name is not None:
             routes.append(
                 Route(
-                    prefix + "/{path:path}", ep(proxy.passthrough, route=name), methods=_ALL_METHODS
+                    prefix + "/{path:path}",
+                    ep(proxy.metrics.counted(proxy.passthrough), route=name),
+                    methods=_ALL_METHODS,
                 )
             )
-    routes.append(Route("/{path:path}", ep(proxy.passthrough), methods=_ALL_METHODS))
+    passthrough = proxy.metrics.counted(proxy.passthrough)
+    routes.append(Route("/{path:path}", ep(passthrough), methods=_ALL_METHODS))
     app = Starlette(
         routes=routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         middleware=[
             Middleware(Busy, activity=proxy.fitter.activity),  # background work waits for it
-            Middleware(Limits, config=config),  # load, time and cache bounds
+            Middleware(Limits, config=config, on_shed=proxy.metrics.shed),  # load, time, caches
         ],
     )
     app.state.proxy = proxy

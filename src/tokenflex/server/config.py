@@ -124,6 +124,11 @@ class ServerConfig(BaseSettings):
     plans_max: int = Field(1000, ge=0)
     plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
     """Bytes of the stored plans' JSON (the store holds serialized plans only)."""
+    metrics: bool = True
+    """Serve ``GET /metrics`` (Prometheus text format, behind ``proxy_key`` when set)."""
+    ui: bool = True
+    """Serve ``GET /tokenflex/ui``: a page of the caller's recent plans (needs
+    ``store_plans``)."""
     cors_origins: list[str] = Field(default_factory=list)
     """Browser origins allowed to call the proxy (CORS); upstream CORS headers are never relayed."""
     allowed_hosts: list[str] | None = None

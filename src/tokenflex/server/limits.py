@@ -52,9 +52,13 @@ class Limits:
     """ASGI middleware: admission (in flight + queue), body deadline, cancel on disconnect,
     count caching only for answered requests. See the module docstring."""
 
-    def __init__(self, app: ASGIApp, config: ServerConfig) -> None:
+    def __init__(
+        self, app: ASGIApp, config: ServerConfig, on_shed: Callable[[str], None] | None = None
+    ) -> None:
         self.app = app
         self.config = config
+        self.on_shed = on_shed
+        """Called with the path of each request refused at capacity (the metrics)."""
         self.waiting = 0
         self.inflight = 0
         self.shed = 0
@@ -74,6 +78,8 @@ class Limits:
             return
         refusal = await self._admit(scope.get(ARRIVED))
         if refusal is not None:
+            if self.on_shed is not None:
+                self.on_shed(scope["path"])
             headers = {"retry-after": str(RETRY_AFTER_SECONDS)}
             if not await self._drain(receive):
                 headers["connection"] = "close"

@@ -1,4 +1,5 @@
-"""A bounded in-memory store of recent plans, for ``GET /tokenflex/plans/{id}``.
+"""A bounded in-memory store of recent plans, for ``GET /tokenflex/plans/{id}`` (and a
+caller's recent ones, ``GET /tokenflex/plans``).
 
 Plans hold the conversation, so each one is kept as its serialized JSON bytes (not as
 live objects: a plan's dicts cost ten times its JSON) and the store is bounded twice, by
@@ -101,6 +102,24 @@ class PlanStore:
                 _, (_, dropped) = self._items.popitem(last=False)
                 self._bytes -= len(dropped)
         return True
+
+    def recent(self, *, owner: str, limit: int = 20) -> list[tuple[str, bytes]]:
+        """``owner``'s newest plans, newest first: at most ``limit`` (id, JSON) pairs.
+
+        >>> store = PlanStore()
+        >>> for n in range(3):
+        ...     _ = store.put(f"plan_{n}", b"{}", owner="me" if n != 1 else "you")
+        >>> [plan_id for plan_id, _ in store.recent(owner="me")]
+        ['plan_2', 'plan_0']
+        """
+        out: list[tuple[str, bytes]] = []
+        with self._lock:
+            for plan_id, (who, data) in reversed(self._items.items()):
+                if len(out) >= limit:
+                    break
+                if hmac.compare_digest(who, owner):
+                    out.append((plan_id, data))
+        return out
 
     def get(self, plan_id: str, *, owner: str = "") -> bytes | None:
         """The JSON of the plan kept under ``plan_id``; None when unknown, evicted or
