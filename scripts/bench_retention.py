@@ -168,6 +168,9 @@ ROLES = {"human": "user", "ai": "assistant", "system": "system"}
 Variant = Callable[[list[Message]], tuple[list[Message], set[str]]]
 """History → (messages sent, texts recoverable by recall)."""
 
+LAST_SUMMARY: dict[str, tuple[str, list[Message]]] = {}
+"""Variant name → (its last plan's summary text, the span it covers)."""
+
 
 def text_of(messages: list[Message]) -> str:
     out = []
@@ -177,7 +180,7 @@ def text_of(messages: list[Message]) -> str:
     return "\n".join(out)
 
 
-def tokenflex_variant(model: tokenflex.Model, **options: Any) -> Variant:
+def tokenflex_variant(model: tokenflex.Model, name: str, **options: Any) -> Variant:
     store = MemoryStore()
     recall = options.get("recall", False)
 
@@ -191,6 +194,9 @@ def tokenflex_variant(model: tokenflex.Model, **options: Any) -> Variant:
             **options,
         )
         assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= model.context_window
+        if plan.summary is not None:
+            a, b = plan.summary.covers
+            LAST_SUMMARY[name] = (plan.summary.text, history[a:b])
         recoverable: set[str] = set()
         if recall:
             for rid in recall_ids(plan):
@@ -278,18 +284,30 @@ def has_recall() -> bool:
 def variants(model: tokenflex.Model, kind: str) -> list[tuple[str, Variant]]:
     room = model.context_window - MAX_TOKENS - MARGIN
     out: list[tuple[str, Variant]] = [
-        ("tokenflex fit (drop)", tokenflex_variant(model)),
+        ("tokenflex fit (drop)", tokenflex_variant(model, "tokenflex fit (drop)")),
         (
             "tokenflex + summary, checked",
-            tokenflex_variant(model, summarizer=ExtractiveSummarizer()),
+            tokenflex_variant(
+                model, "tokenflex + summary, checked", summarizer=ExtractiveSummarizer()
+            ),
         ),
         (
             "tokenflex + summary, unchecked",
-            tokenflex_variant(model, summarizer=ExtractiveSummarizer(), summary_facts=False),
+            tokenflex_variant(
+                model,
+                "tokenflex + summary, unchecked",
+                summarizer=ExtractiveSummarizer(),
+                summary_facts=False,
+            ),
         ),
     ]
     if has_recall():
-        out.append(("tokenflex fit(recall=True)", tokenflex_variant(model, recall=True)))
+        out.append(
+            (
+                "tokenflex fit(recall=True)",
+                tokenflex_variant(model, "tokenflex fit(recall=True)", recall=True),
+            )
+        )
     if kind == "chat":
         out.append(("LangChain trim_messages", langchain_variant(model, room)))
     out += [
@@ -305,6 +323,8 @@ class Row:
     recoverable: list[float] = field(default_factory=list)
     lost: list[float] = field(default_factory=list)
     input_per_turn: list[float] = field(default_factory=list)
+    span_kept: list[int] = field(default_factory=list)
+    span_planted: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -334,6 +354,11 @@ def run_cell(window: int, kind: str, seeds: list[int], table: dict[str, Row]) ->
             row.recoverable.append(len(back) / n)
             row.lost.append((n - len(found) - len(back)) / n)
             row.input_per_turn.append(statistics.mean(sent_tokens))
+            if name in LAST_SUMMARY:  # planted facts of the last summary's span it states
+                summary, span = LAST_SUMMARY.pop(name)
+                in_span = [f for f in session.facts if f in text_of(span)]
+                row.span_planted.append(len(in_span))
+                row.span_kept.append(sum(f in summary for f in in_span))
 
 
 def main() -> None:
@@ -350,13 +375,19 @@ def main() -> None:
             table: dict[str, Row] = {}
             run_cell(window, kind, seeds, table)
             print(f"\n### {kind}, {window:,}-token window\n")
-            print("| variant | in the request | recoverable | lost | input/turn | time |")
-            print("|---|---:|---:|---:|---:|---:|")
+            print(
+                "| variant | in the request | recoverable | lost | summary keeps of its span "
+                "| input/turn | time |"
+            )
+            print("|---|---:|---:|---:|---:|---:|---:|")
             for name, row in table.items():
+                span = (
+                    f"{sum(row.span_kept)} of {sum(row.span_planted)}" if row.span_planted else "—"
+                )
                 print(
                     f"| {name} | {statistics.mean(row.in_request):.0%} "
                     f"| {statistics.mean(row.recoverable):.0%} | {statistics.mean(row.lost):.0%} "
-                    f"| {statistics.mean(row.input_per_turn):,.0f} | {row.seconds:.1f} s |"
+                    f"| {span} | {statistics.mean(row.input_per_turn):,.0f} | {row.seconds:.1f} s |"
                 )
             sys.stdout.flush()
     print(f"\nWhole run: {time.perf_counter() - started:.0f} s")

@@ -193,3 +193,12 @@ def test_summarize_span_checks_by_default_and_says_what_it_carried() -> None:
     assert text.startswith("The user and the assistant talked for a while.")
     assert CARRIED_FORWARD + "2026-02-03; 7731" in text  # a bare number after the rest
     assert summarize_span(Forgetful(), msgs, max_tokens=64, check_facts=False).endswith("while.")
+
+
+def test_a_fact_the_model_still_sees_is_not_carried() -> None:
+    span = [{"role": "user", "content": "Use port 8443 and ship on 2026-02-03."}]
+    recent = [{"role": "assistant", "content": "Port 8443 it is."}]
+    assert [f.text for f in extract_facts(span, sent=recent)] == ["2026-02-03"]
+    text = summarize_span(Forgetful(), span, max_tokens=64, counter=COUNT, sent=recent)
+    assert text.endswith(CARRIED_FORWARD + "2026-02-03")
+    assert fact_report(span, None, text, sent=recent) == (("2026-02-03",), ())

@@ -1270,6 +1270,9 @@ class _SummaryRequest:
     max_tokens: int
     key: str = ""
     """The summary's key in the state store: what it covers and how it is made."""
+    sent: list[Message] = field(default_factory=list)
+    """Messages sent beside the summary (the opening and the recent ones): a fact they
+    state needs no carrying in the summary."""
     rolled_before: int | None = None
     """Where the stored summary this one rolls forward ends (``previous`` is its text)."""
 
@@ -1370,6 +1373,7 @@ class _Outcome:
         )
         r = self.request = _SummaryRequest(
             span=list(src[target.lo : recent_start]),
+            sent=[*src[: target.lo], *src[recent_start:]],
             span_start=span_start,
             recent_start=recent_start,
             previous=previous,
@@ -1440,7 +1444,7 @@ class _Outcome:
         src = target.source
         span_tokens = sum(cost(src[i]) for i in range(r.span_start, r.recent_start))
         summary_tokens = cost(message)
-        kept, missing = fact_report(r.span, r.previous, text)
+        kept, missing = fact_report(r.span, r.previous, text, sent=r.sent)
         log.info(
             "tokenflex: summarized messages [%d:%d] into %d tokens (saved %d)",
             r.span_start,
@@ -1612,6 +1616,7 @@ def fit_layout(
             max_tokens=r.max_tokens,
             counter=outcome.first.counter,
             check_facts=opts.summary_facts,
+            sent=r.sent,
         )
     except Exception as exc:  # any failure: fall back to dropping, and say so
         return outcome.failed(exc)
@@ -1660,6 +1665,7 @@ async def afit_layout(
             max_tokens=r.max_tokens,
             counter=outcome.first.counter,
             check_facts=opts.summary_facts,
+            sent=r.sent,
         )
     except Exception as exc:  # any failure: fall back to dropping, and say so
         return await asyncio.to_thread(outcome.failed, exc)
@@ -1704,6 +1710,7 @@ def _background_job(
         max_tokens=r.max_tokens,
         counter=counter,
         check_facts=check_facts,
+        sent=r.sent,
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .._types import Message
 from .format import SUMMARY_PREFIX, is_summary_message
-from .sentences import Count, split_sentences
+from .sentences import Count, split_sentences, trim_to_tokens
 from .transcript import message_line
 
 __all__ = ["CARRIED_FORWARD", "Fact", "extract_facts", "fact_report", "keep_facts", "missing_facts"]
@@ -241,8 +241,33 @@ def _role(msg: Message) -> str:
     return role if role in ("user", "assistant") else "tool"
 
 
-def extract_facts(messages: Sequence[Message], previous_summary: str | None = None) -> list[Fact]:
-    """The facts of ``previous_summary`` and ``messages``, each once, most telling first:
+def _texts(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """(role, text) of each message a summary may stand for (system prompts are sent)."""
+    out: list[tuple[str, str]] = []
+    for msg in messages:
+        if str(msg.get("role", "")) in ("system", "developer") and not is_summary_message(msg):
+            continue
+        role = _role(msg)
+        line = message_line(msg)
+        out.append(
+            (role, line[len(SUMMARY_PREFIX) :] if role == "summary" else line.partition(": ")[2])
+        )
+    return out
+
+
+def _facts(groups: Iterable[tuple[str, str]]) -> Iterable[Fact]:
+    for role, text in groups:
+        yield from _facts_of(role, text)
+
+
+def extract_facts(
+    messages: Sequence[Message],
+    previous_summary: str | None = None,
+    *,
+    sent: Sequence[Message] = (),
+) -> list[Fact]:
+    """The facts of ``previous_summary`` and ``messages`` that ``sent`` (messages the
+    model sees beside the summary) does not state, each once, most telling first:
     the user's and an earlier summary's, then the rest, with names and bare numbers (often
     not a fact at all) after every other kind; in order of appearance within a rank.
 
@@ -250,17 +275,9 @@ def extract_facts(messages: Sequence[Message], previous_summary: str | None = No
     ...     "Deploy api_gateway v2.3.1 to /srv/app/releases by 2026-03-14; budget $4,200."}])]
     ['api_gateway', 'v2.3.1', '/srv/app/releases', '2026-03-14', '$4,200']
     """
-    groups: list[tuple[str, str]] = []
-    if previous_summary:
-        groups.append(("summary", previous_summary))
-    for msg in messages:
-        if str(msg.get("role", "")) in ("system", "developer") and not is_summary_message(msg):
-            continue
-        role = _role(msg)
-        line = message_line(msg)
-        text = line[len(SUMMARY_PREFIX) :] if role == "summary" else line.partition(": ")[2]
-        groups.append((role, text))
-    seen: set[str] = set()
+    groups = [("summary", previous_summary)] if previous_summary else []
+    groups += _texts(messages)
+    seen = {_norm(f.text) for f in _facts(_texts(sent))}  # said where the model sees it
     out: list[tuple[int, int, Fact]] = []
     for pos, (role, text) in enumerate(groups):
         for fact in _facts_of(role, text):
@@ -313,12 +330,13 @@ def keep_facts(summary: str, facts: Sequence[Fact], max_tokens: int, count: Coun
     def render(text: str, chosen: list[str]) -> str:
         return f"{text}\n{CARRIED_FORWARD}{'; '.join(chosen)}".strip()
 
-    line = count(render("", [f.text for f in missing]))
-    reserve = min(line, max_tokens // 2)
-    if count(summary) + reserve > max_tokens:
-        from .sentences import trim_to_tokens
-
-        summary = trim_to_tokens(summary, max_tokens - reserve, count)
+    whole, reserve = summary, 0
+    for _ in range(4):  # the room a trim makes can cost facts: make room for them too
+        line = count(render("", [f.text for f in missing]))
+        reserve = min(max(reserve, line), max_tokens // 2)
+        if count(summary) + reserve <= max_tokens:
+            break
+        summary = trim_to_tokens(whole, max_tokens - reserve, count)
         missing = missing_facts(facts, summary)
     chosen: list[str] = []
     for fact in missing:
@@ -328,11 +346,15 @@ def keep_facts(summary: str, facts: Sequence[Fact], max_tokens: int, count: Coun
 
 
 def fact_report(
-    messages: Sequence[Message], previous_summary: str | None, summary: str
+    messages: Sequence[Message],
+    previous_summary: str | None,
+    summary: str,
+    *,
+    sent: Sequence[Message] = (),
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(kept, missing)``: the texts of the span's facts that ``summary`` states and
-    those it does not."""
-    facts = extract_facts(messages, previous_summary)
+    """``(kept, missing)``: the texts of the span's facts (those ``sent`` does not state)
+    that ``summary`` states and those it does not."""
+    facts = extract_facts(messages, previous_summary, sent=sent)
     missing = missing_facts(facts, summary)
     lost = {id(f) for f in missing}
     return tuple(f.text for f in facts if id(f) not in lost), tuple(f.text for f in missing)

@@ -94,6 +94,7 @@ class _SpanJob:
         counter: Any,
         quiet: bool = False,
         check_facts: bool = False,
+        sent: Sequence[Message] = (),
     ) -> None:
         if max_tokens <= 0:
             raise SummarizerError(f"max_tokens must be positive, got {max_tokens!r}.")
@@ -105,6 +106,7 @@ class _SpanJob:
         self.previous = previous_summary
         self.span = span
         self.check_facts = check_facts
+        self.sent = sent
         own = getattr(summarizer, "tokenizer", None)
         if window_tokens is None and callable(getattr(summarizer, "window_tokens", None)):
             # Counted in the caller's tokenizer the summarizer's window needs headroom.
@@ -135,7 +137,7 @@ class _SpanJob:
         if not out.strip():
             raise SummarizerError("The summarizer returned nothing that fits the summary budget.")
         if self.check_facts:
-            facts = extract_facts(self.span, self.previous)
+            facts = extract_facts(self.span, self.previous, sent=self.sent)
             out = keep_facts(out, facts, self.max_tokens, self.count)
         return out
 
@@ -179,6 +181,7 @@ def summarize_span(
     window_tokens: int | None = None,
     counter: Any = None,
     check_facts: bool = True,
+    sent: Sequence[Message] = (),
 ) -> str:
     """Summarize ``span`` (rolled together with ``previous_summary``) into at most
     ``max_tokens`` tokens, in pieces when it does not fit the summarizer's window.
@@ -197,6 +200,7 @@ def summarize_span(
             identifiers, names, the user's instructions: :mod:`~tokenflex.summarize.facts`)
             in the summary and carry the missing ones forward on a ``Carried forward:``
             line within ``max_tokens``.
+        sent: Messages sent beside the summary: the facts they state need no carrying.
 
     Raises:
         SummarizerError: the summarizer failed on any piece (nothing is half-done: the
@@ -213,6 +217,7 @@ def summarize_span(
         window_tokens=window_tokens,
         counter=counter,
         check_facts=check_facts,
+        sent=sent,
     )
     summary = job.previous
     for piece in job.pieces:
@@ -231,6 +236,7 @@ async def asummarize_span(
     window_tokens: int | None = None,
     counter: Any = None,
     check_facts: bool = True,
+    sent: Sequence[Message] = (),
 ) -> str:
     """Async twin of :func:`summarize_span` (awaits ``asummarize``)."""
     job = _SpanJob(
@@ -241,6 +247,7 @@ async def asummarize_span(
         window_tokens=window_tokens,
         counter=counter,
         check_facts=check_facts,
+        sent=sent,
     )
     summary = job.previous
     for piece in job.pieces:
