@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents load clean
+.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents bench-retention load clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,10 @@ bench-cache-server: $(VENV)/.dev
 # and a 200-round agent session's Anthropic-priced cost in the library
 bench-agents: $(VENV)/.dev
 	$(PY) scripts/bench_agents.py
+
+# offline, a few minutes: planted facts kept, recoverable or lost at 8K-128K windows, vs peers
+bench-retention: $(VENV)/.dev
+	$(PY) scripts/bench_retention.py
 
 # loopback only, bounded in time: proxy vs direct against a fast local upstream
 load: $(VENV)/.dev
