@@ -351,7 +351,7 @@ class Fitter:
         if model.source == "default" and self.config.unknown_models == "pass":
             return Unfitted("unknown-model")  # a guessed 8K window would cut, not protect
         if self.calibration is not None:  # plan with the count factor learned from the wire
-            model = self.calibration.apply(model)
+            model = self.calibration.apply(model, self.config.upstream)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
         background: Any = self.background
         if calls_upstream(fit_options, self.config):  # its jobs wait for the upstream
