@@ -72,6 +72,7 @@ MAX_TEMPLATE_CHARS = 1024 * 1024
 """Longest chat template compiled (real ones are under 50 KB)."""
 _CHECK_EVERY = 256  # steps between two looks at the clock
 _MAX_ARG = 1_000_000  # no real template passes a larger number to a call or filter
+_SEQUENCES = frozenset({str, list, tuple})
 
 
 class RenderBudget(Exception):
@@ -193,21 +194,17 @@ def _environment() -> Any:
             return _sized(super().call(__context, __obj, *args, **kwargs))
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            _charge()
+            # No clock here: an operator alone cannot run long; loops and calls are timed.
+            if operator == "+":  # the common one (templates join text with +): kept cheap
+                sized = type(left) in _SEQUENCES and type(right) in _SEQUENCES
+                if sized and len(left) + len(right) > MAX_RENDER_CHARS:
+                    raise RenderBudget(
+                        f"the chat template built a value over {MAX_RENDER_CHARS:,} items"
+                    )
+                return left + right
             power = operator == "**" and isinstance(right, int | float) and isinstance(left, int)
             if power and abs(right) * max(left.bit_length(), 1) > 4096:
                 raise RenderBudget(f"the chat template raised a number to {right!r:.40}")
-            if (
-                operator == "+"
-                and isinstance(left, str | list | tuple)
-                and (
-                    isinstance(right, str | list | tuple)
-                    and len(left) + len(right) > MAX_RENDER_CHARS
-                )
-            ):
-                raise RenderBudget(
-                    f"the chat template built a value over {MAX_RENDER_CHARS:,} items"
-                )
             if operator == "*":
                 for seq, n in ((left, right), (right, left)):
                     sized = isinstance(seq, str | list | tuple) and isinstance(n, int)
