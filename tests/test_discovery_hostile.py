@@ -22,7 +22,7 @@ from test_discovery import LLAMA_CPP, Routes, fake, ollama, serve_here
 from tokenflex.counting import template as templates
 from tokenflex.errors import UpstreamError
 from tokenflex.models import discovery
-from tokenflex.models.discovery import discover_model
+from tokenflex.models.discovery import adiscover_model, discover_model
 from tokenflex.models.served_files import served_path
 
 # -- templates rendered with bounds --------------------------------------------------------------
@@ -208,3 +208,26 @@ def test_a_tampered_cache_entry_is_not_used(
     file.write_text(json.dumps(entry))
     with pytest.raises(UpstreamError, match="HTTP 500"):  # not used: the server is asked
         discover_model("http://box:8080/v1", transport=down)
+
+
+def test_an_answer_over_the_size_bound_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(discovery, "MAX_ANSWER_BYTES", 2000)
+    routes: Routes = {
+        **LLAMA_CPP,
+        ("GET", "/props"): {**LLAMA_CPP[("GET", "/props")], "chat_template": "x" * 5000},
+    }
+    with pytest.raises(UpstreamError, match="exposes no context window"):  # /props not read
+        discover_model("http://box:8080/v1", transport=fake(routes), cache_ttl=0)
+
+
+async def test_the_async_driver_reads_with_the_same_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(discovery, "MAX_ANSWER_BYTES", 2000)
+    routes: Routes = {
+        **LLAMA_CPP,
+        ("GET", "/props"): {**LLAMA_CPP[("GET", "/props")], "chat_template": "x" * 5000},
+    }
+    with pytest.raises(UpstreamError, match="exposes no context window"):
+        await adiscover_model("http://box:8080/v1", transport=fake(routes), cache_ttl=0)
+    monkeypatch.setattr(discovery, "MAX_ANSWER_BYTES", 20_000)  # under the bound: read
+    m = await adiscover_model("http://box:8080/v1", transport=fake(routes), cache_ttl=0)
+    assert m.context_window == 4096

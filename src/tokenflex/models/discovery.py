@@ -53,6 +53,7 @@ from .served_files import local_server_process, modelfile_path, served_path, vll
 __all__ = [
     "DEFAULT_PROBE_TOKENS",
     "DISCOVERY_TTL_S",
+    "MAX_ANSWER_BYTES",
     "OLLAMA_DEFAULT_NUM_CTX",
     "REFUSAL_WORDINGS",
     "FieldDifference",
@@ -584,12 +585,40 @@ def _store(root: str, model: str | None, found: Model, ttl: float) -> None:
         log.info("tokenflex: cannot write the discovery cache %s: %s", path, exc)
 
 
-def _response(r: httpx.Response) -> _Resp:
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""Largest server answer discovery reads (a longer one is not parsed)."""
+
+
+def _response(r: httpx.Response, data: bytes | None) -> _Resp:
+    """``r`` as the flow sees it; ``data`` None: its body was over MAX_ANSWER_BYTES."""
+    if data is None:
+        return _Resp(r.status_code, None, f"(an answer over {MAX_ANSWER_BYTES:,} bytes, not read)")
+    text = data.decode("utf-8", "replace")
     try:
-        body = r.json()
+        body = json.loads(text)
     except ValueError:
         body = None
-    return _Resp(r.status_code, body, r.text)
+    return _Resp(r.status_code, body, text)
+
+
+def _read(client: httpx.Client, req: _Req, root: str) -> _Resp:
+    with client.stream(req.method, root + req.path, json=req.json) as resp:
+        data = bytearray()
+        for chunk in resp.iter_bytes():
+            data += chunk
+            if len(data) > MAX_ANSWER_BYTES:
+                return _response(resp, None)
+        return _response(resp, bytes(data))
+
+
+async def _aread(client: httpx.AsyncClient, req: _Req, root: str) -> _Resp:
+    async with client.stream(req.method, root + req.path, json=req.json) as resp:
+        data = bytearray()
+        async for chunk in resp.aiter_bytes():
+            data += chunk
+            if len(data) > MAX_ANSWER_BYTES:
+                return _response(resp, None)
+        return _response(resp, bytes(data))
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -639,7 +668,7 @@ def discover_model(
         req = next(flow)
         while True:
             try:
-                r = _response(client.request(req.method, root + req.path, json=req.json))
+                r = _read(client, req, root)
             except httpx.HTTPError as exc:
                 r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
             try:
@@ -674,8 +703,7 @@ async def adiscover_model(
         step: _Req | Model = next(flow)
         while isinstance(step, _Req):
             try:
-                resp = await client.request(step.method, root + step.path, json=step.json)
-                r = _response(resp)
+                r = await _aread(client, step, root)
             except httpx.HTTPError as exc:
                 r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
             step = await asyncio.to_thread(_advance, flow, r)
