@@ -438,3 +438,14 @@ def test_a_streams_usage_is_read_wherever_its_chunks_are_cut(events: int, cuts: 
     for start, stop in itertools.pairwise(bounds):
         tap.feed(stream[start:stop])
     assert tap.reported == expected
+
+
+def test_an_exact_count_is_never_learned_below_itself() -> None:
+    cal = Calibration()
+    plan = fit([{"role": "user", "content": "word " * 200}], model="gpt-4o", max_tokens=10)
+    for _ in range(30):  # an upstream that keeps reporting 40% less than o200k counts
+        cal.observe_plan(plan, plan.input_tokens * 6 // 10)
+    assert cal.factor("gpt-4o") == 1.0
+    for _ in range(30):  # an estimate is: toward what the upstream counts, one step each
+        cal.observe("estimated", 1000, 600)
+    assert 0.61 <= cal.factor("estimated") < 1.0

@@ -18,7 +18,8 @@ model's counts for every client:
   has a wrong registry entry, not a tokenizer difference; the warning says so);
 - **down**, once ``min_observations`` (8) eligible answers were seen: at most
   ``x down_step`` (0.95) per observation, never below the largest ``needed`` ever
-  observed (plus headroom) nor below ``min_factor`` (0.5);
+  observed (plus headroom) nor below ``min_factor`` (0.5), nor below 1 for a model whose
+  text is counted with its own (exact) tokenizer;
 - **not at all** from a request whose text is under ``min_text_share`` (50%) of the
   prediction or under ``min_text_tokens`` (16): a one-word request or a request that is
   mostly tool schemas says nothing about how text is counted.
@@ -336,6 +337,7 @@ class Calibration:
         factor_used: float | None = None,
         text_tokens: int | None = None,
         scaled_text_tokens: int | None = None,
+        exact: bool = False,
     ) -> Observation:
         """Record one response: ``predicted`` input tokens (made with ``factor_used``,
         default the current factor) against the upstream's ``reported`` count.
@@ -343,7 +345,9 @@ class Calibration:
         ``text_tokens`` (unscaled) and ``scaled_text_tokens`` (as counted in the
         prediction) are the messages' text; the rest of the prediction is the fixed
         envelope. Left out, the whole prediction is taken for text. ``owner`` is the
-        tenant the request came from (its own figures are listed to it alone)."""
+        tenant the request came from (its own figures are listed to it alone). ``exact``:
+        the text was counted with the model's own tokenizer, so the factor never falls
+        below 1 (an upstream that reports less is not believed)."""
         used = factor_used
         if text_tokens is None:
             text, scaled = None, predicted
@@ -364,7 +368,7 @@ class Calibration:
                 else:
                     needed = (reported - (predicted - scaled)) / text
                 needed = max(needed, 0.0)
-            capped = self._learn(entry, needed, under)
+            capped = self._learn(entry, needed, under, 1.0 if exact else self.min_factor)
             entry.figures.add(predicted, reported, under, bool(ignored))
             mine = entry.owners.get(owner)
             if mine is None:
@@ -414,7 +418,9 @@ class Calibration:
         self._models.move_to_end(key)
         return entry
 
-    def _learn(self, entry: ModelCalibration, needed: float | None, under: bool) -> bool:
+    def _learn(
+        self, entry: ModelCalibration, needed: float | None, under: bool, lowest: float
+    ) -> bool:
         """Move ``entry``'s factor toward ``needed``, one bounded step: up when the
         prediction was ``under`` the report, down when it held (and enough answers were
         seen); whether what it needed is over ``max_factor``."""
@@ -429,7 +435,7 @@ class Calibration:
             step = max(_down(factor * self.max_step), factor + 0.01)
             factor = min(wanted, step, self.max_factor)
         elif not under and entry.eligible >= self.min_observations:
-            floor = max(_up(entry.worst_ratio * self.headroom), self.min_factor)
+            floor = max(_up(entry.worst_ratio * self.headroom), lowest)
             if factor > floor:
                 factor = max(floor, _up(factor * self.down_step))
         entry.factor = min(max(factor, self.min_factor), self.max_factor)
@@ -443,8 +449,10 @@ class Calibration:
         model: Model = plan.model
         used = factor_of(model.tokenizer)
         text = scaled = 0
+        exact = False
         if len(model.name) <= MAX_NAME:
             base = get_tokenizer(model.tokenizer.partition(_SEP)[0])
+            exact = bool(getattr(base, "exact", False))
             for message in plan.messages:
                 for part in _texts(message.get("content")):
                     n = base.count(part)
@@ -459,6 +467,7 @@ class Calibration:
             factor_used=used,
             text_tokens=text,
             scaled_text_tokens=scaled,
+            exact=exact,
         )
 
     def snapshot(
