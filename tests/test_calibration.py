@@ -30,7 +30,7 @@ from tokenflex.counting import get_counter
 from tokenflex.models import Model, get_model, register_model
 from tokenflex.server import ServerConfig, create_app
 from tokenflex.server._calibration import UsageTap, reported_input
-from tokenflex.tokenizers import get_tokenizer, register_tokenizer
+from tokenflex.tokenizers import get_tokenizer, prefer_fast_backend, register_tokenizer
 
 # -- the factor -------------------------------------------------------------------------------
 
@@ -241,8 +241,20 @@ class UnderCounter:
         return len(text.split()) // 3
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def proxy(llama_cpp_server: LlamaCppServer) -> Iterator[ServerThread]:
+    # switch already loaded encodings now: done by the app's startup, it can take longer
+    # than ServerThread waits for a start on a loaded machine
+    prefer_fast_backend()
+    config = ServerConfig.load(upstream=llama_cpp_server.base_url, discover=False)
+    with ServerThread(create_app(config)) as p:
+        yield p
+
+
+@pytest.fixture
+def fresh(proxy: ServerThread, llama_cpp_server: LlamaCppServer) -> ServerThread:
+    """The proxy with an under-counting entry, its calibration forgotten (each test
+    starts from nothing learned; the registry is reset after each test)."""
     register_tokenizer("undercount", UnderCounter, replace=True)
     register_model(
         Model(
@@ -252,12 +264,11 @@ def proxy(llama_cpp_server: LlamaCppServer) -> Iterator[ServerThread]:
             chat_format="generic",
         )
     )
-    config = ServerConfig.load(upstream=llama_cpp_server.base_url, discover=False)
-    with ServerThread(create_app(config)) as p:
-        yield p
+    proxy.app.state.proxy.calibration.reset()
+    return proxy
 
 
-WORDS = "the budget window token model answer question context " * 40
+WORDS = "the budget window token model answer question context " * 20
 ALICE = {"authorization": "Bearer sk-alice"}
 BOB = {"authorization": "Bearer sk-bob"}
 
@@ -270,8 +281,9 @@ def _figures(client: httpx.Client, proxy: ServerThread, headers: dict[str, str])
 
 @pytest.mark.server
 def test_an_undercount_raises_the_factor_step_by_step_until_the_plan_holds(
-    proxy: ServerThread, caplog: pytest.LogCaptureFixture
+    fresh: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
+    proxy = fresh
     body = {
         "model": "smol-under",
         "messages": [
@@ -361,8 +373,9 @@ def _stream(client: httpx.Client, url: str, body: dict[str, Any]) -> str:
     ],
 )
 def test_usage_is_learned_from_every_route_streamed_or_not(
-    proxy: ServerThread, path: str, body: dict[str, Any], stream: bool
+    fresh: ServerThread, path: str, body: dict[str, Any], stream: bool
 ) -> None:
+    proxy = fresh
     body = {"model": "smol-under", "temperature": 0, **body}
     with httpx.Client(timeout=120, trust_env=False, headers=ALICE) as client:
         if stream:
@@ -379,7 +392,8 @@ def test_usage_is_learned_from_every_route_streamed_or_not(
 
 
 @pytest.mark.server
-def test_a_stream_without_usage_is_not_observed(proxy: ServerThread) -> None:
+def test_a_stream_without_usage_is_not_observed(fresh: ServerThread) -> None:
+    proxy = fresh
     body = {
         "model": "smol-under",
         "messages": [{"role": "user", "content": WORDS}],

@@ -22,6 +22,7 @@ from test_server import Fake, ServerThread, dead_url, fake_upstream, start_proxy
 import tokenflex
 from tokenflex.errors import ConfigError
 from tokenflex.state import MemoryStore, StateStore, open_store
+from tokenflex.tokenizers import prefer_fast_backend
 
 
 def _redis_server() -> str | None:
@@ -201,6 +202,9 @@ def _locked_sqlite(path: Path) -> sqlite3.Connection:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[ServerThread]:
+    # switch already loaded encodings now: done by each proxy's startup, it can take
+    # longer than ServerThread waits for a start on a loaded machine
+    prefer_fast_backend()
     with ServerThread(fake_upstream(Fake())) as server:
         yield server
 
