@@ -272,7 +272,7 @@ def test_a_locked_sqlite_file_does_not_hold_the_event_loop(
     holder = _locked_sqlite(tmp_path / "locked.db")
     url = f"sqlite:///{tmp_path / 'locked.db'}"
     try:
-        with start_proxy(upstream.url, state_store=url, state_timeout=5) as proxy:
+        with start_proxy(upstream.url, state_store=url, state_timeout=3) as proxy:
             done: list[int] = []
 
             def fitted() -> None:
