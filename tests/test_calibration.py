@@ -3,19 +3,25 @@ real proxy in front of the real llama.cpp server with a deliberately under-count
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Iterator
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llama_server import LlamaServer
+from llama_server import LlamaCppServer
 from test_server import ServerThread
 
+from tokenflex import fit
 from tokenflex.calibration import (
     MAX_FACTOR,
+    MAX_STEP,
+    MIN_FACTOR,
     Calibration,
     factor_of,
     scaled_tokenizer,
@@ -23,40 +29,67 @@ from tokenflex.calibration import (
 from tokenflex.counting import get_counter
 from tokenflex.models import Model, get_model, register_model
 from tokenflex.server import ServerConfig, create_app
-from tokenflex.tokenizers import get_tokenizer, register_tokenizer
+from tokenflex.server._calibration import UsageTap, reported_input
+from tokenflex.tokenizers import get_tokenizer, prefer_fast_backend, register_tokenizer
 
 # -- the factor -------------------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    pairs=st.lists(st.tuples(st.integers(1, 100_000), st.floats(0.2, 6.0)), min_size=1, max_size=12)
+    pairs=st.lists(st.tuples(st.integers(1, 100_000), st.floats(0.2, 6.0)), min_size=1, max_size=30)
 )
-def test_factor_rises_to_cover_every_undercount_and_never_falls(
+def test_factor_moves_one_bounded_step_and_never_below_the_largest_ratio(
     pairs: list[tuple[int, float]],
 ) -> None:
     cal = Calibration()
-    previous = 1.0
+    previous, largest, eligible = 1.0, 0.0, 0
     for predicted, ratio in pairs:
         reported = max(0, round(predicted * ratio))
         used = cal.factor("m")
         obs = cal.observe("m", predicted, reported)
         factor = cal.factor("m")
         assert obs.factor == factor and obs.factor_before == used == previous
-        assert previous <= factor <= MAX_FACTOR  # monotone and bounded
-        if reported > predicted:
-            assert obs.under
-            # the reference: the new factor scales this prediction to at least the report
-            needed = used * reported / predicted
-            assert factor >= min(needed, MAX_FACTOR)
-            # capped: what it wanted (2% headroom, rounded up to hundredths) is over the cap
-            assert obs.capped == (math.ceil(needed * 1.02 * 100) / 100 > MAX_FACTOR)
+        assert MIN_FACTOR <= factor <= MAX_FACTOR
+        # one answer moves the factor one bounded step, whatever it reports
+        assert factor <= max(previous * MAX_STEP, previous + 0.01) + 1e-9
+        assert factor >= previous * 0.95 - 0.01
+        if predicted < 16:  # too little text to learn from
+            assert obs.ignored and factor == previous
         else:
-            assert not obs.under and factor == previous
+            eligible += 1
+            needed = used * reported / predicted  # the reference: what this answer needed
+            largest = max(largest, needed)
+            if reported > predicted:  # under: it rises toward what it needs, one step
+                assert factor >= min(needed * 1.02, previous * MAX_STEP - 0.01, MAX_FACTOR)
+            if factor < previous:  # falls only after many answers, never below any of them
+                assert eligible >= 8
+                assert factor >= min(largest * 1.02, MAX_FACTOR) - 1e-9
+        assert obs.under == (reported > predicted)
         previous = factor
     figures = cal.snapshot()["m"]
     assert figures["observations"] == len(pairs)
     assert figures["predicted_tokens"] == sum(p for p, _ in pairs)
+
+
+@pytest.mark.parametrize("ratio", [0.6, 0.8, 1.3, 3.0])
+def test_many_answers_converge_on_what_the_upstream_counts(ratio: float) -> None:
+    cal = Calibration()
+    for _ in range(60):
+        used = cal.factor("m")
+        cal.observe("m", 1000, round(1000 * ratio / used), factor_used=used)
+        assert cal.factor("m") >= min(ratio * 1.02, 1.0)  # never under while learning down
+    # within the headroom of what it needs: the bound holds and wastes at most 2%
+    assert ratio - 0.011 <= cal.factor("m") <= max(ratio * 1.02, MIN_FACTOR) + 0.011
+
+
+def test_one_answer_never_lowers_a_factor() -> None:
+    cal = Calibration()
+    for _ in range(7):
+        cal.observe("m", 1000, 500)
+    assert cal.factor("m") == 1.0  # seven answers are not many
+    cal.observe("m", 1000, 500)
+    assert cal.factor("m") < 1.0
 
 
 @settings(max_examples=100, deadline=None)
@@ -75,6 +108,8 @@ def test_apply_scales_the_models_counts() -> None:
     model = get_model("gpt-4o")
     assert cal.apply(model) is model
     cal.observe("gpt-4o", 100, 150)
+    assert cal.factor("gpt-4o") == MAX_STEP  # one step of the 1.53 it needs
+    cal.observe("gpt-4o", 100, 150, factor_used=1.0)
     scaled = cal.apply(model)
     assert scaled.tokenizer == f"o200k_base#x{cal.factor('gpt-4o'):g}"
     messages = [{"role": "user", "content": "word " * 500}]
@@ -82,13 +117,14 @@ def test_apply_scales_the_models_counts() -> None:
     # a plan made with the scaled model is judged with the factor it used
     assert cal.factor("gpt-4o") == 1.53  # 1.5, and 2% headroom
     cal.observe("gpt-4o", 100, 100, factor_used=1.0)
-    assert cal.factor("gpt-4o") == 1.53  # never falls
+    assert cal.factor("gpt-4o") == 1.53  # one answer never lowers it
     cal.observe("gpt-4o", 100, 110, factor_used=1.53)
     assert cal.factor("gpt-4o") == pytest.approx(math.ceil(1.53 * 1.1 * 1.02 * 100) / 100)
+    assert cal.apply(model, "http://other:8080") is model  # per upstream
 
 
 def test_the_fixed_envelope_is_not_scaled_so_the_text_covers_it() -> None:
-    cal = Calibration(headroom=1.0)
+    cal = Calibration(headroom=1.0, max_step=4.0)
     # 100 predicted = 60 text + 40 envelope; the upstream counted 200: the text must
     # carry 160, a factor of 160 / 60, not 200 / 100
     cal.observe("m", 100, 200, text_tokens=60, scaled_text_tokens=60)
@@ -99,14 +135,98 @@ def test_the_fixed_envelope_is_not_scaled_so_the_text_covers_it() -> None:
 def test_bounded_in_models_and_factor(caplog: pytest.LogCaptureFixture) -> None:
     cal = Calibration(max_models=2)
     for name in ("a", "b", "c"):
-        cal.observe(name, 10, 10)
+        cal.observe(name, 100, 100)
     assert list(cal.snapshot()) == ["b", "c"]
     with caplog.at_level(logging.WARNING, logger="tokenflex"):
-        obs = cal.observe("c", 100, 10_000)
+        for _ in range(8):
+            obs = cal.observe("c", 100, 10_000)
     assert obs.capped and cal.factor("c") == MAX_FACTOR
     assert "capped" in caplog.text and "tokenflex models --check" in caplog.text
     with pytest.raises(ValueError, match="max_factor"):
         Calibration(max_factor=0.5)
+
+
+# -- poisoning (issue 25 item 2, 3) ------------------------------------------------------------
+
+
+def test_one_answer_on_a_one_word_request_teaches_nothing() -> None:
+    # the attack: 8 predicted, 11 reported on a one-word request set gpt-4o to 4x
+    cal = Calibration()
+    plan = fit([{"role": "user", "content": "Hi"}], model="gpt-4o", max_tokens=10)
+    obs = cal.observe_plan(plan, plan.input_tokens + 3)
+    assert obs.under and obs.ignored and "text" in obs.message()
+    assert cal.factor("gpt-4o") == 1.0
+    long = [{"role": "user", "content": "word " * 60}] * 61
+    model = cal.apply(get_model("gpt-4o"))
+    assert get_counter(model).count(long) == get_counter(get_model("gpt-4o")).count(long)
+
+
+def test_tool_schemas_with_a_short_text_teach_nothing() -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": "Looks up a record by its id and returns it " * 3,
+                "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+            },
+        }
+        for i in range(20)
+    ]
+    cal = Calibration()
+    plan = fit(
+        [{"role": "user", "content": "Find record 42 for me, please. " * 8}],
+        model="gpt-4o",
+        tools=tools,
+        max_tokens=10,
+    )
+    obs = cal.observe_plan(plan, math.ceil(plan.input_tokens * 1.05))
+    assert obs.ignored and "text is" in obs.ignored
+    assert cal.factor("gpt-4o") == 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(reported=st.integers(0, 10**9))
+def test_no_single_answer_moves_a_factor_more_than_one_step(reported: int) -> None:
+    cal = Calibration()
+    cal.observe("gpt-4o", 1000, reported)
+    assert 1.0 <= cal.factor("gpt-4o") <= MAX_STEP
+
+
+def test_made_up_names_cannot_evict_a_learned_factor() -> None:
+    cal = Calibration()  # 256 entries
+    for _ in range(3):
+        cal.observe("gpt-4o", 1000, 1300, factor_used=1.0)
+    learned = cal.factor("gpt-4o")
+    assert learned > 1.0
+    for i in range(300):  # the attack: 260 requests with junk model names
+        cal.observe(f"junk-{i}", 1000, 1000)
+    assert cal.factor("gpt-4o") == learned
+    assert cal.totals()["models"] == 256
+
+
+def test_long_names_are_not_kept() -> None:
+    cal = Calibration()
+    name = "m" * 3_000_000
+    obs = cal.observe(name, 1000, 2000)
+    assert obs.ignored and cal.factor(name) == 1.0
+    assert cal.snapshot() == {} and cal.totals() == {"models": 0, "observations": 0}
+    assert len(obs.message()) < 1000  # the warning does not carry the name either
+
+
+def test_keyed_per_upstream_and_listed_per_tenant() -> None:
+    cal = Calibration()
+    cal.observe("m", 1000, 1200, upstream="http://a", owner="alice")
+    cal.observe("m", 1000, 1000, upstream="http://b", owner="bob")
+    cal.observe("secret-model", 1000, 1000, upstream="http://a", owner="bob")
+    assert cal.factor("m", "http://a") > 1.0 == cal.factor("m", "http://b")
+    alice = cal.snapshot(owner="alice", upstream="http://a")
+    assert list(alice) == ["m"] and alice["m"]["observations"] == 1
+    assert alice["m"]["reported_tokens"] == 1200
+    bob = cal.snapshot(owner="bob", upstream="http://a")
+    assert list(bob) == ["secret-model"]
+    assert cal.snapshot(owner="carol") == {}
+    assert cal.totals() == {"models": 3, "observations": 3}
 
 
 # -- through the real proxy --------------------------------------------------------------------
@@ -121,37 +241,59 @@ class UnderCounter:
         return len(text.split()) // 3
 
 
-@pytest.fixture
-def proxy(llama_server: LlamaServer) -> Iterator[ServerThread]:
-    register_tokenizer("undercount", UnderCounter, replace=True)
-    register_model(
-        Model(
-            name="smol-under",
-            context_window=llama_server.n_ctx,
-            tokenizer="undercount",
-            chat_format="generic",
-        )
-    )
-    config = ServerConfig.load(upstream=llama_server.base_url, discover=False)
+@pytest.fixture(scope="module")
+def proxy(llama_cpp_server: LlamaCppServer) -> Iterator[ServerThread]:
+    # switch already loaded encodings now: done by the app's startup, it can take longer
+    # than ServerThread waits for a start on a loaded machine
+    prefer_fast_backend()
+    config = ServerConfig.load(upstream=llama_cpp_server.base_url, discover=False)
     with ServerThread(create_app(config)) as p:
         yield p
 
 
+@pytest.fixture
+def fresh(proxy: ServerThread, llama_cpp_server: LlamaCppServer) -> ServerThread:
+    """The proxy with an under-counting entry, its calibration forgotten (each test
+    starts from nothing learned; the registry is reset after each test)."""
+    register_tokenizer("undercount", UnderCounter, replace=True)
+    register_model(
+        Model(
+            name="smol-under",
+            context_window=llama_cpp_server.n_ctx,
+            tokenizer="undercount",
+            chat_format="generic",
+        )
+    )
+    proxy.app.state.proxy.calibration.reset()
+    return proxy
+
+
+WORDS = "the budget window token model answer question context " * 20
+ALICE = {"authorization": "Bearer sk-alice"}
+BOB = {"authorization": "Bearer sk-bob"}
+
+
+def _figures(client: httpx.Client, proxy: ServerThread, headers: dict[str, str]) -> Any:
+    answer = client.get(f"{proxy.url}/tokenflex/calibration", headers=headers)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
 @pytest.mark.server
-def test_an_undercount_raises_the_factor_and_the_next_plan_holds(
-    proxy: ServerThread, llama_server: LlamaServer, caplog: pytest.LogCaptureFixture
+def test_an_undercount_raises_the_factor_step_by_step_until_the_plan_holds(
+    fresh: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
-    words = "the budget window token model answer question context " * 40
+    proxy = fresh
     body = {
         "model": "smol-under",
         "messages": [
             {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": words},
+            {"role": "user", "content": WORDS},
         ],
         "max_tokens": 4,
         "temperature": 0,
     }
-    with httpx.Client(timeout=120, trust_env=False) as client:
+    with httpx.Client(timeout=120, trust_env=False, headers=ALICE) as client:
         with caplog.at_level(logging.WARNING, logger="tokenflex"):
             first = client.post(f"{proxy.url}/v1/chat/completions", json=body)
         assert first.status_code == 200, first.text
@@ -161,22 +303,106 @@ def test_an_undercount_raises_the_factor_and_the_next_plan_holds(
         assert "undercount" in first.headers["x-tokenflex-calibration"]
         assert f"{reported:,}" in first.headers["x-tokenflex-calibration"]
         assert "undercount: predicted" in caplog.text
+        figures = _figures(client, proxy, ALICE)["models"]["smol-under"]
+        assert figures["factor"] == MAX_STEP  # one answer: one step, not the 3x it needs
+        assert figures["under"] == figures["observations"] == 1
 
-        figures = client.get(f"{proxy.url}/tokenflex/calibration").json()["models"]
-        factor = figures["smol-under"]["factor"]
-        assert factor >= reported / predicted
-        assert figures["smol-under"]["under"] == 1
+        answers = 1
+        for answers in range(2, 12):  # noqa: B007 - step by step, the plan comes to hold
+            again = client.post(f"{proxy.url}/v1/chat/completions", json=body)
+            assert again.status_code == 200, again.text
+            if again.json()["usage"]["prompt_tokens"] <= int(
+                again.headers["x-tokenflex-input-tokens"]
+            ):
+                break
+        else:
+            raise AssertionError("the factor never came to cover the upstream's count")
+        assert answers > 2
+        assert "x-tokenflex-calibration" not in again.headers
+        mine = _figures(client, proxy, ALICE)
+        assert mine["models"]["smol-under"]["observations"] == answers
+        # another tenant sees neither the model name nor the volumes, only the totals
+        theirs = _figures(client, proxy, BOB)
+        assert theirs["models"] == {} and theirs["total"]["models"] == 1
 
-        second = client.post(f"{proxy.url}/v1/chat/completions", json=body)
-        assert second.status_code == 200, second.text
-        # the next plan holds: the upstream's count is within the prediction
-        assert second.json()["usage"]["prompt_tokens"] <= int(
-            second.headers["x-tokenflex-input-tokens"]
-        )
-        assert "x-tokenflex-calibration" not in second.headers
-        figures = client.get(f"{proxy.url}/tokenflex/calibration").json()["models"]
-        assert figures["smol-under"]["factor"] == factor
-        assert figures["smol-under"]["observations"] == 2
+
+def _stream(client: httpx.Client, url: str, body: dict[str, Any]) -> str:
+    with client.stream("POST", url, json=body) as answer:
+        assert answer.status_code == 200, answer.read()
+        return "".join(answer.iter_text())
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(
+    ("path", "body", "stream"),
+    [
+        pytest.param(
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": WORDS}], "max_tokens": 4},
+            False,
+            id="chat",
+        ),
+        pytest.param(
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": WORDS}],
+                "max_tokens": 4,
+                "stream_options": {"include_usage": True},
+            },
+            True,
+            id="chat-stream-include-usage",
+        ),
+        pytest.param(
+            "/v1/messages",
+            {"messages": [{"role": "user", "content": WORDS}], "max_tokens": 4},
+            False,
+            id="anthropic",
+        ),
+        pytest.param(
+            "/v1/messages",
+            {"messages": [{"role": "user", "content": WORDS}], "max_tokens": 4},
+            True,
+            id="anthropic-stream",
+        ),
+        pytest.param(
+            "/v1/responses", {"input": WORDS, "max_output_tokens": 16}, False, id="responses"
+        ),
+        pytest.param(
+            "/v1/responses", {"input": WORDS, "max_output_tokens": 16}, True, id="responses-stream"
+        ),
+    ],
+)
+def test_usage_is_learned_from_every_route_streamed_or_not(
+    fresh: ServerThread, path: str, body: dict[str, Any], stream: bool
+) -> None:
+    proxy = fresh
+    body = {"model": "smol-under", "temperature": 0, **body}
+    with httpx.Client(timeout=120, trust_env=False, headers=ALICE) as client:
+        if stream:
+            text = _stream(client, proxy.url + path, {**body, "stream": True})
+            assert '"usage"' in text
+        else:
+            answer = client.post(proxy.url + path, json=body)
+            assert answer.status_code == 200, answer.text
+            assert "undercount" in answer.headers["x-tokenflex-calibration"]
+        figures = _figures(client, proxy, ALICE)["models"]["smol-under"]
+    assert figures["observations"] == figures["under"] == 1
+    assert figures["last_reported"] > figures["last_predicted"] > 0
+    assert figures["factor"] == MAX_STEP
+
+
+@pytest.mark.server
+def test_a_stream_without_usage_is_not_observed(fresh: ServerThread) -> None:
+    proxy = fresh
+    body = {
+        "model": "smol-under",
+        "messages": [{"role": "user", "content": WORDS}],
+        "max_tokens": 4,
+        "stream": True,
+    }
+    with httpx.Client(timeout=120, trust_env=False, headers=ALICE) as client:
+        _stream(client, proxy.url + "/v1/chat/completions", body)
+        assert _figures(client, proxy, ALICE)["models"] == {}
 
 
 def test_calibration_can_be_turned_off() -> None:
@@ -184,3 +410,56 @@ def test_calibration_can_be_turned_off() -> None:
     off = create_app(ServerConfig.load(upstream="http://127.0.0.1:9", calibrate=False))
     assert on.state.proxy.fitter.calibration is on.state.proxy.calibration
     assert off.state.proxy.fitter.calibration is None
+
+
+# -- reading usage off the wire ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        pytest.param({"prompt_tokens": 1e308}, id="huge"),
+        pytest.param({"prompt_tokens": float("inf")}, id="infinity"),
+        pytest.param({"prompt_tokens": float("nan")}, id="nan"),
+        pytest.param({"prompt_tokens": -1}, id="negative"),
+        pytest.param({"prompt_tokens": 1.5}, id="fraction"),
+        pytest.param({"prompt_tokens": True}, id="bool"),
+        pytest.param({"prompt_tokens": "12"}, id="string"),
+        pytest.param({"input_tokens": 5, "cache_read_input_tokens": -3}, id="negative-cache"),
+    ],
+)
+def test_usage_that_is_not_a_count_is_ignored(usage: dict[str, Any]) -> None:
+    assert reported_input({"usage": usage}) is None
+
+
+SSE = [
+    b'event: message_start\ndata: {"type":"message_start","message":{"usage":'
+    b'{"input_tokens":40,"cache_read_input_tokens":2,"output_tokens":1}}}\n\n',
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"x"}}\n\n',
+    b'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":3}}\n\n',
+    b'data: {"type":"response.completed","response":{"usage":{"input_tokens":50}}}\n\n',
+    b'data: {"choices":[],"usage":{"prompt_tokens":60,"completion_tokens":2}}\n\ndata: [DONE]\n\n',
+]
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=st.integers(1, len(SSE)), cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_a_streams_usage_is_read_wherever_its_chunks_are_cut(events: int, cuts: list[int]) -> None:
+    stream = b"".join(SSE[:events])
+    expected = {1: 42, 2: 42, 3: 42, 4: 50, 5: 60}[events]  # the reference: the last usage seen
+    tap = UsageTap(Calibration(), None, upstream="", owner="", limiter=anyio.CapacityLimiter(1))
+    bounds = sorted({c for c in cuts if c < len(stream)} | {0, len(stream)})
+    for start, stop in itertools.pairwise(bounds):
+        tap.feed(stream[start:stop])
+    assert tap.reported == expected
+
+
+def test_an_exact_count_is_never_learned_below_itself() -> None:
+    cal = Calibration()
+    plan = fit([{"role": "user", "content": "word " * 200}], model="gpt-4o", max_tokens=10)
+    for _ in range(30):  # an upstream that keeps reporting 40% less than o200k counts
+        cal.observe_plan(plan, plan.input_tokens * 6 // 10)
+    assert cal.factor("gpt-4o") == 1.0
+    for _ in range(30):  # an estimate is: toward what the upstream counts, one step each
+        cal.observe("estimated", 1000, 600)
+    assert 0.61 <= cal.factor("estimated") < 1.0

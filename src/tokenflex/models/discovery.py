@@ -48,11 +48,12 @@ from ..errors import ConfigError, TokenizerUnavailableError, UnknownModelError, 
 from ..tokenizers import get_tokenizer
 from ..tokenizers.server import server_root
 from .registry import Model, get_model
-from .served_files import local_server_process, modelfile_path, vllm_model_dir
+from .served_files import local_server_process, modelfile_path, served_path, vllm_model_dir
 
 __all__ = [
     "DEFAULT_PROBE_TOKENS",
     "DISCOVERY_TTL_S",
+    "MAX_ANSWER_BYTES",
     "OLLAMA_DEFAULT_NUM_CTX",
     "REFUSAL_WORDINGS",
     "FieldDifference",
@@ -63,6 +64,7 @@ __all__ = [
     "discover_model",
     "discovery_cache_dir",
     "refusal",
+    "template_renders",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -240,7 +242,17 @@ def _model(
     local_tokenizer: str | None = None,
 ) -> Model:
     """Registry knowledge (prices, output limit, tokenizer) with the server's window; a
-    ``local_tokenizer`` (the server's own model file here) counts instead of its endpoint."""
+    ``local_tokenizer`` (the server's own model file here) counts instead of its endpoint.
+    A chat template that cannot render a one-message conversation within the render
+    bounds (:mod:`tokenflex.counting.template`) is not used."""
+    if chat_template is not None and not template_renders(chat_template, bos_token, eos_token):
+        log.warning(
+            "tokenflex: %s sent a chat template for %s that does not render within bounds; "
+            "counting without it",
+            root,
+            name[:200],
+        )
+        chat_template = None
     base = _registry(name)
     if local_tokenizer is not None:
         tokenizer, chat_format = local_tokenizer, "template" if chat_template else "generic"
@@ -274,6 +286,26 @@ def _model(
         eos_token=eos_token,
         source="server",
     )
+
+
+def template_renders(template: str, bos_token: str = "", eos_token: str = "") -> bool:
+    """Whether ``template`` compiles and renders a one-message conversation within the
+    render bounds (a template from a server is code from the network)."""
+    from ..counting.template import compile_template, render
+    from ..errors import TokenflexError
+
+    try:
+        render(
+            compile_template(template),
+            [{"role": "user", "content": "Hello"}],
+            add_generation_prompt=True,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+    except TokenflexError as exc:
+        log.info("tokenflex: chat template refused: %s", exc)
+        return False
+    return True
 
 
 def _gguf(path: Path, *, template: bool) -> tuple[str, str | None, str, str] | None:
@@ -316,7 +348,8 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
     window = _int(entry.get("max_model_len"))
     if window is not None:
         log.info("tokenflex: %s serves %s with max_model_len=%d (vLLM)", root, name, window)
-        folder = vllm_model_dir(entry.get("root"))
+        served = served_path(root, entry.get("root"))  # only what its process here runs
+        folder = vllm_model_dir(str(served)) if served is not None else None
         if folder is not None:
             path, template, bos, eos = folder
             return _model(
@@ -345,10 +378,11 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
         if n_ctx is not None:
             log.info("tokenflex: %s serves %s with n_ctx=%d (llama.cpp)", root, name, n_ctx)
             template = p.body.get("chat_template")
-            model_path = p.body.get("model_path")
+            # a path from the network is opened only when the process here runs it
+            model_path = served_path(root, p.body.get("model_path"))
             local = (
-                _gguf(Path(model_path), template=False)
-                if isinstance(model_path, str) and model_path and Path(model_path).is_file()
+                _gguf(model_path, template=False)
+                if model_path is not None and model_path.is_file()
                 else None
             )
             return _model(
@@ -386,7 +420,7 @@ def _flow(root: str, model: str | None, probe_tokens: int) -> _Flow:
                 num_ctx,
             )
         window = min(num_ctx, trained) if trained else num_ctx
-        blob = modelfile_path(str(s.body.get("modelfile") or ""))
+        blob = modelfile_path(str(s.body.get("modelfile") or ""), root)
         local = _gguf(blob, template=True) if blob is not None else None
         if local is not None:
             # Ollama renders its own Go template, written to match the model's Jinja one
@@ -502,15 +536,38 @@ def _cached(root: str, model: str | None, ttl: float) -> Model | None:
         found = Model(**fields)
     except (OSError, ValueError, KeyError, TypeError, ConfigError):
         return None
-    kind, _, file = found.tokenizer.partition(":")
-    if kind in ("gguf", "hf") and not Path(file).exists():
+    if not _trusted(found, root):
+        log.info("tokenflex: discovery cache entry %s is not valid; asking the server", path)
         return None
     log.debug("tokenflex: %s from the discovery cache %s", found.name, path)
     return found
 
 
+_MAX_WINDOW = 100_000_000
+
+
+def _trusted(found: Model, root: str) -> bool:
+    """Whether a discovered model (fresh, or read back from the disk cache) is one this
+    process would make from a server's answer: a sane window, a tokenizer that is the
+    server's endpoint, a registry name or a model file its process here runs, and a chat
+    template that renders within bounds. A cache file written by anything else, or an
+    answer that no longer holds, is not used."""
+    if not 0 < found.context_window <= _MAX_WINDOW or len(found.name) > 1000:
+        return False
+    kind, _, rest = found.tokenizer.partition(":")
+    if kind == "server" and rest != root:
+        return False
+    if kind in ("gguf", "hf"):
+        file = Path(rest)
+        ollama_blob = file.parent.name == "blobs" and modelfile_path(f"FROM {file}", root)
+        if not (ollama_blob or served_path(root, rest) is not None) or not file.exists():
+            return False
+    template = found.chat_template
+    return template is None or template_renders(template, found.bos_token, found.eos_token)
+
+
 def _store(root: str, model: str | None, found: Model, ttl: float) -> None:
-    if ttl <= 0:
+    if ttl <= 0 or found.source != "server":  # only what a server's answer made
         return
     path = _cache_file(root, model)
     entry = {
@@ -528,12 +585,40 @@ def _store(root: str, model: str | None, found: Model, ttl: float) -> None:
         log.info("tokenflex: cannot write the discovery cache %s: %s", path, exc)
 
 
-def _response(r: httpx.Response) -> _Resp:
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""Largest server answer discovery reads (a longer one is not parsed)."""
+
+
+def _response(r: httpx.Response, data: bytes | None) -> _Resp:
+    """``r`` as the flow sees it; ``data`` None: its body was over MAX_ANSWER_BYTES."""
+    if data is None:
+        return _Resp(r.status_code, None, f"(an answer over {MAX_ANSWER_BYTES:,} bytes, not read)")
+    text = data.decode("utf-8", "replace")
     try:
-        body = r.json()
+        body = json.loads(text)
     except ValueError:
         body = None
-    return _Resp(r.status_code, body, r.text)
+    return _Resp(r.status_code, body, text)
+
+
+def _read(client: httpx.Client, req: _Req, root: str) -> _Resp:
+    with client.stream(req.method, root + req.path, json=req.json) as resp:
+        data = bytearray()
+        for chunk in resp.iter_bytes():
+            data += chunk
+            if len(data) > MAX_ANSWER_BYTES:
+                return _response(resp, None)
+        return _response(resp, bytes(data))
+
+
+async def _aread(client: httpx.AsyncClient, req: _Req, root: str) -> _Resp:
+    async with client.stream(req.method, root + req.path, json=req.json) as resp:
+        data = bytearray()
+        async for chunk in resp.aiter_bytes():
+            data += chunk
+            if len(data) > MAX_ANSWER_BYTES:
+                return _response(resp, None)
+        return _response(resp, bytes(data))
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -583,7 +668,7 @@ def discover_model(
         req = next(flow)
         while True:
             try:
-                r = _response(client.request(req.method, root + req.path, json=req.json))
+                r = _read(client, req, root)
             except httpx.HTTPError as exc:
                 r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
             try:
@@ -618,8 +703,7 @@ async def adiscover_model(
         step: _Req | Model = next(flow)
         while isinstance(step, _Req):
             try:
-                resp = await client.request(step.method, root + step.path, json=step.json)
-                r = _response(resp)
+                r = await _aread(client, step, root)
             except httpx.HTTPError as exc:
                 r = _Resp(0, None, f"{type(exc).__name__}: {exc}")
             step = await asyncio.to_thread(_advance, flow, r)

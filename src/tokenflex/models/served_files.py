@@ -9,19 +9,26 @@ tokenizer and chat template can be read from it once:
 llama-cpp-python    exposes no path: the command line of the process listening on the
                     server's port names it (``--model PATH``, ``--n_ctx N``,
                     ``--chat_format NAME``); read with :mod:`psutil` (extra ``[gguf]``)
-llama.cpp server    ``/props`` → ``model_path``
-Ollama              ``/api/show`` → ``modelfile``'s ``FROM /path/to/blob`` (a GGUF)
-vLLM                ``/v1/models`` → ``root``, a local folder with ``tokenizer.json``
+llama.cpp server    ``/props`` → ``model_path``, when its process here names it
+Ollama              ``/api/show`` → ``modelfile``'s ``FROM /path/to/blob`` (a GGUF), a
+                    content-addressed blob (``blobs/sha256-<hex>``) of an Ollama here
+vLLM                ``/v1/models`` → ``root``, a local folder with ``tokenizer.json``, when
+                    its process here names it
 ==================  =====================================================================
 
-Only loopback servers are looked up by process; a path from a remote server is used only
-when it exists here.
+Only loopback servers are looked up by process. A path a server sends over the network
+is never opened on its word alone (:func:`served_path`): a hostile or mistaken upstream
+must not make this process read ``/etc/shadow`` or a 100 GB file. It is used only when
+the process listening on the server's port on this machine names the same path on its
+own command line (or, for Ollama, when it is a blob of the Ollama listening here).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,7 @@ __all__ = [
     "local_server_process",
     "modelfile_path",
     "parse_command_line",
+    "served_path",
     "vllm_model_dir",
 ]
 
@@ -54,6 +62,8 @@ class LocalServerProcess:
     chat_format: str | None
     """``--chat_format``, when given (``None`` or ``chat_template.default``: the GGUF's
     own template)."""
+    argv: tuple[str, ...] = ()
+    """The whole command line (what :func:`served_path` checks a path against)."""
 
 
 def _option(argv: list[str], name: str) -> str | None:
@@ -86,6 +96,7 @@ def parse_command_line(pid: int, argv: list[str], started_ms: int = 0) -> LocalS
         model_path=path if path is not None and path.is_file() else None,
         n_ctx=n_ctx if n_ctx is not None and n_ctx > 0 else None,
         chat_format=_option(argv, "--chat_format"),
+        argv=tuple(argv),
     )
 
 
@@ -115,8 +126,48 @@ def local_server_process(root: str) -> LocalServerProcess | None:
     return None
 
 
-def modelfile_path(modelfile: str) -> Path | None:
-    """The GGUF an Ollama ``modelfile`` is built ``FROM``, when it is a file here.
+_MAX_PATH = 4096
+_BLOB = re.compile(r"sha256[-:][0-9a-f]{64}")
+
+
+def _absolute(text: Any) -> Path | None:
+    if not isinstance(text, str) or not 0 < len(text) <= _MAX_PATH or "\x00" in text:
+        return None
+    path = Path(text)
+    return Path(os.path.normpath(path)) if path.is_absolute() else None
+
+
+def served_path(root: str, text: Any) -> Path | None:
+    """The path a server at ``root`` sent (``/props`` ``model_path``, vLLM's ``root``),
+    when the process listening on ``root``'s port on this machine names the same path on
+    its command line; None otherwise (a remote server, a path it does not run, not a
+    path at all): nothing a network answer says is opened on its word alone.
+
+    >>> served_path("http://gpu:8000", "/etc/passwd") is None
+    True
+    """
+    path = _absolute(text)
+    if path is None:
+        return None
+    process = local_server_process(root)
+    if process is None:
+        return None
+    for arg in process.argv:
+        value = arg.partition("=")[2] if arg.startswith("-") and "=" in arg else arg
+        if _absolute(value) == path:
+            return path
+    log.info(
+        "tokenflex: %s names the model file %s, which its process here does not run: not opened",
+        root,
+        str(path)[:200],
+    )
+    return None
+
+
+def modelfile_path(modelfile: str, root: str | None = None) -> Path | None:
+    """The GGUF an Ollama ``modelfile`` is built ``FROM``, when it is a content-addressed
+    blob (``.../blobs/sha256-<hex>``) that is a file here, and (``root`` given) the
+    Ollama at ``root`` runs on this machine.
 
     >>> modelfile_path("# comment\\nFROM /nonexistent/blob\\nTEMPLATE x") is None
     True
@@ -124,8 +175,12 @@ def modelfile_path(modelfile: str) -> Path | None:
     for line in modelfile.splitlines():
         key, _, value = line.strip().partition(" ")
         if key.upper() == "FROM":
-            path = Path(value.strip())
-            return path if path.is_absolute() and path.is_file() else None
+            path = _absolute(value.strip())
+            if path is None or path.parent.name != "blobs" or not _BLOB.fullmatch(path.name):
+                return None
+            if root is not None and local_server_process(root) is None:
+                return None
+            return path if path.is_file() else None
     return None
 
 

@@ -15,6 +15,7 @@ body goes upstream as it came.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
@@ -37,7 +38,8 @@ from ..errors import (
 from ..models import Model
 from ..models.discovery import refusal
 from ..redact import redact
-from ..state import TenantStore, open_store
+from ..state import MemoryStore, TenantStore, open_store
+from ..state.guard import GuardedStore, StoreHealth
 from ..summarize.background import Activity, BackgroundSummaries
 from ..tracing import plan_changed
 from ._models import ModelResolver
@@ -48,6 +50,7 @@ from .errors import ProxyError
 
 __all__ = [
     "RETRY_AFTER_SECONDS",
+    "STATE_UNAVAILABLE",
     "Fitter",
     "Observation",
     "Unfitted",
@@ -55,6 +58,7 @@ __all__ = [
     "library_error",
     "off_loop",
     "plan_headers",
+    "stateless",
     "tokenizer_panic",
 ]
 
@@ -128,6 +132,21 @@ async def off_loop(limiter: anyio.CapacityLimiter, func: Callable[[], T]) -> T:
         raise panic from None
 
 
+STATE_UNAVAILABLE = (
+    "The state store was unavailable: this request was fitted without the conversation's "
+    "held cut or stored summaries (the proxy log says why)."
+)
+
+
+def stateless(plan: Any) -> Any:
+    """``plan``, marked as fitted without its state store (:data:`STATE_UNAVAILABLE`)."""
+    return dataclasses.replace(
+        plan,
+        warnings=(*plan.warnings, STATE_UNAVAILABLE),
+        extras={**plan.extras, "state": "unavailable"},
+    )
+
+
 def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
     """The ``x-tokenflex-*`` summary of a plan (no plan id header when it was not kept)."""
     return (
@@ -142,6 +161,7 @@ def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
         }
         | cache_headers(plan)
         | ({"x-tokenflex-plan-id": plan_id} if plan_id else {})
+        | ({"x-tokenflex-state": "unavailable"} if plan.extras.get("state") else {})
     )
 
 
@@ -243,9 +263,18 @@ class Fitter:
         self.limiter = anyio.CapacityLimiter(config.worker_threads)
         """Bounds the worker threads that count and fit (``worker_threads``)."""
         self.calibration = calibration
-        self.store = open_store(config.state_store)
+        self.store = open_store(
+            config.state_store,
+            timeout_s=config.state_timeout,
+            ttl_s=config.state_ttl,
+            max_value_bytes=config.state_max_value_bytes,
+        )
         """Cuts and summaries kept between requests (``state_store``), each under its
         tenant's keys (the client's credentials and the route)."""
+        self.store_health = StoreHealth(redact(config.state_store))
+        """Whether the store works now: when it fails, requests are fitted without it."""
+        self.store_blocks = not isinstance(self.store, MemoryStore)
+        """Store calls do I/O: every fit runs in a worker thread."""
         self.background = BackgroundSummaries(
             max_jobs=config.background_queue,
             workers=config.background_max_inflight,
@@ -346,7 +375,7 @@ class Fitter:
         if model.source == "default" and self.config.unknown_models == "pass":
             return Unfitted("unknown-model")  # a guessed 8K window would cut, not protect
         if self.calibration is not None:  # plan with the count factor learned from the wire
-            model = self.calibration.apply(model)
+            model = self.calibration.apply(model, self.config.upstream)
         requested = req.requested_output or proxy_options.get("default_max_tokens")
         background: Any = self.background
         if calls_upstream(fit_options, self.config):  # its jobs wait for the upstream
@@ -361,6 +390,7 @@ class Fitter:
         )
         if not summarize:
             summarizer = None
+        guard = GuardedStore(self.store, self.store_health)
         kwargs: dict[str, Any] = dict(
             model=model,
             max_tokens=requested,
@@ -368,18 +398,19 @@ class Fitter:
             summarizer=summarizer,
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
-            state=TenantStore(self.store, json.dumps([owner, route])),
+            state=TenantStore(guard, json.dumps([owner, route])),
             background_summaries=background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
-        if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES:
-            # Counting that waits on a tokenize endpoint, or a lot of text: keep the
-            # event loop free for the other requests.
-            return await off_loop(self.limiter, functools.partial(fit, req.messages, **kwargs))
+        if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES or self.store_blocks:
+            # Counting that waits on a tokenize endpoint, a lot of text, or a state
+            # store that does I/O: keep the event loop free for the other requests.
+            plan = await off_loop(self.limiter, functools.partial(fit, req.messages, **kwargs))
+            return stateless(plan) if guard.failed else plan
         try:
-            return await afit(req.messages, **kwargs)
+            plan = await afit(req.messages, **kwargs)
         except TokenflexError as exc:
             raise library_error(exc) from None
         except BaseException as exc:
@@ -387,6 +418,7 @@ class Fitter:
             if panic is None:
                 raise
             raise panic from None
+        return stateless(plan) if guard.failed else plan
 
     def fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
         """The JSON body to forward: the client's, with the plan's messages and limit.

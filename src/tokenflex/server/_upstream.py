@@ -17,6 +17,7 @@ import hmac
 import http.cookiejar
 import logging
 from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
 import anyio
 import h11
@@ -30,7 +31,7 @@ from ..redact import redact
 from .config import ServerConfig
 from .errors import ProxyError, error_body
 
-__all__ = ["Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
+__all__ = ["StreamTap", "Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
 
 log = logging.getLogger("tokenflex")
 
@@ -75,6 +76,16 @@ def trailing_bytes(response: httpx.Response) -> bool | None:
         if stream is None:
             break
     return None
+
+
+class StreamTap(Protocol):
+    """What watches a streamed answer go by (calibration reads its usage)."""
+
+    def feed(self, chunk: bytes) -> None:
+        """The next raw bytes, as they are passed on."""
+
+    async def finish(self) -> None:
+        """The stream ended complete (never called for a broken one)."""
 
 
 class UpstreamStream(StreamingResponse):
@@ -372,8 +383,10 @@ class Upstream:
         extra_headers: Mapping[str, str] | None = None,
         *,
         request_id: str = "",
+        tap: StreamTap | None = None,
     ) -> StreamingResponse:
-        """The upstream response streamed through chunk by chunk, unchanged.
+        """The upstream response streamed through chunk by chunk, unchanged (``tap``,
+        if given, sees each chunk, and is told when the stream ended complete).
 
         When the upstream breaks or passes ``upstream_timeout`` mid-stream, an SSE stream
         ends with an OpenAI error event; any other body is cut off (connection aborted).
@@ -400,6 +413,8 @@ class Upstream:
                     if scope.cancelled_caught or chunk is None:
                         err = self._deadline_error()
                         break
+                    if tap is not None:
+                        tap.feed(chunk)
                     yield chunk
             except httpx.TransportError as exc:
                 err = (
@@ -413,6 +428,8 @@ class Upstream:
                         await self._close_if_desynced(response)
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
+            if complete and tap is not None:
+                await tap.finish()
             if err is not None:
                 log.warning("request %s: upstream stream broke: %s", request_id, err.message)
                 if is_sse and plain:

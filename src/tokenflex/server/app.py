@@ -47,7 +47,7 @@ from ..models import load_models_file
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ..tracing import plan_changed
-from ._calibration import calibration_figures, observe_response
+from ._calibration import UsageTap, calibration_figures, observe_response
 from ._fitter import Fitter, Observation, Unfitted, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
@@ -343,7 +343,8 @@ class Proxy:
                 status = upstream.status_code
                 if req.stream and status < 400:
                     record.answered(status, None)
-                    return self.upstream.streamed(upstream, headers, request_id=rid)
+                    tap = self._usage_tap(plan, owner)
+                    return self.upstream.streamed(upstream, headers, request_id=rid, tap=tap)
                 response = await self.upstream.buffered(upstream, headers)
                 record.answered(status, bytes(response.body))
                 if status >= 400 and learned is None:
@@ -352,8 +353,7 @@ class Proxy:
                     )
                     if learned is not None:
                         continue  # refit into the window the refusal states, send once more
-                if self.config.calibrate and plan is not None:
-                    observe_response(self.calibration, plan, response)
+                await self._observe_usage(plan, owner, response)
                 return response
         except ProxyError as exc:
             status = exc.status_code
@@ -410,13 +410,14 @@ class Proxy:
             upstream = await self.upstream.send("POST", url, forward_headers, raw)
             status = upstream.status_code
             headers = seen.headers(plan_id)
+            counted = None if seen.changes else seen.plan  # calibrate on the body it counted
             if seen.request is None or (seen.request.stream and status < 400):
                 record.answered(status, None)
-                return self.upstream.streamed(upstream, headers, request_id=rid)
+                tap = self._usage_tap(counted, owner)
+                return self.upstream.streamed(upstream, headers, request_id=rid, tap=tap)
             response = await self.upstream.buffered(upstream, headers)
             record.answered(status, bytes(response.body))
-            if self.config.calibrate and seen.plan is not None and not seen.changes:
-                observe_response(self.calibration, seen.plan, response)  # the body it counted
+            await self._observe_usage(counted, owner, response)
             return response
         except ProxyError as exc:
             status = exc.status_code
@@ -433,6 +434,30 @@ class Proxy:
                 plan_id or "-",
                 fit_ms,
                 (time.perf_counter() - started) * 1000,
+            )
+
+    def _usage_tap(self, plan: Any, owner: str) -> UsageTap | None:
+        """What reads a streamed answer's usage for calibration (None: not observed)."""
+        if not self.config.calibrate or plan is None:
+            return None
+        return UsageTap(
+            self.calibration,
+            plan,
+            upstream=self.config.upstream,
+            owner=owner,
+            limiter=self.fitter.limiter,
+        )
+
+    async def _observe_usage(self, plan: Any, owner: str, response: Response) -> None:
+        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``)."""
+        if self.config.calibrate and plan is not None:
+            await observe_response(
+                self.calibration,
+                plan,
+                response,
+                upstream=self.config.upstream,
+                owner=owner,
+                run=functools.partial(off_loop, self.fitter.limiter),
             )
 
     async def _keep(self, plan: Any, owner: str, size: int) -> str:
@@ -508,7 +533,7 @@ class Proxy:
         api_key = bearer(self.upstream.request_headers(request.headers))
         model, _, _ = await self.fitter.model_for(req.model, route, api_key)
         if self.fitter.calibration is not None:  # as fitting counts: the learned factor
-            model = self.fitter.calibration.apply(model)
+            model = self.fitter.calibration.apply(model, self.config.upstream)
         return await off_loop(self.fitter.limiter, functools.partial(count_input, req, model))
 
     async def plan(self, request: Request, route: str | None) -> Response:
@@ -664,7 +689,12 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         Route(
             "/tokenflex/calibration",
             ep(
-                lambda request, route: calibration_figures(proxy.calibration, request),
+                lambda request, route: calibration_figures(
+                    proxy.calibration,
+                    config.upstream,
+                    credential_hash(request.headers),
+                    proxy.fitter.limiter,
+                ),
                 methods=_GET,
             ),
             methods=_ALL_METHODS,

@@ -141,6 +141,15 @@ class ServerConfig(BaseSettings):
     """Where sessions keep their cuts and summaries between requests: ``memory://`` (this
     process), ``sqlite:///path/file.db`` (one machine) or ``redis://host:port/db`` (shared
     by several proxy replicas)."""
+    state_timeout: float = Field(1.0, gt=0, le=60)
+    """Deadline of one state store call (seconds); a store that fails or passes it is
+    left alone for a few seconds and requests are fitted without it
+    (``x-tokenflex-state: unavailable``)."""
+    state_ttl: float = Field(24 * 3600.0, gt=0)
+    """Longest time a SQLite or Redis state key lives (seconds)."""
+    state_max_value_bytes: int = Field(1024 * 1024, gt=0)
+    """Largest value a Redis state store keeps (bytes); a conversation's larger state is
+    not kept."""
     cache_stable: bool = True
     """Fit cache-stable (hold the history cut while it fits, summaries made once per roll);
     false: keep as much history as fits on every request. ``[fit]`` tables may override."""

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_MAX_BYTES", "StateStore"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_VALUE_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "DEFAULT_TTL_S",
+    "StateStore",
+]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Default bound on what a memory or SQLite store holds (keys plus values)."""
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+"""Default bound on one value in a Redis store (larger ones are not stored)."""
+DEFAULT_TTL_S = 24 * 3600.0
+"""Default (and longest) time to live of a key in a Redis or SQLite store."""
+DEFAULT_TIMEOUT_S = 1.0
+"""Default deadline of one call to a Redis or SQLite store."""
 
 
 @runtime_checkable
