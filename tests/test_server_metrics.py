@@ -317,9 +317,9 @@ def test_calibration_factors_are_exposed(
     _, server = upstream
     config = ServerConfig.load(upstream=server.url, proxy_key=KEY, cut_note=False)
     with ServerThread(create_app(config, discover=discover)) as proxy:
-        # the upstream reports 321 input tokens for a 1-message chat: an undercount
+        # the upstream reports 321 input tokens for a short chat: an undercount (one bounded step)
         url = f"{proxy.url}/v1/chat/completions"
-        r = client.post(url, json={"model": "gpt-4o", "messages": conversation(14, 0)})
+        r = client.post(url, json={"model": "gpt-4o", "messages": conversation(14, 2)})
         assert "x-tokenflex-calibration" in r.headers
         factor = client.get(f"{proxy.url}/tokenflex/calibration").json()["models"]["gpt-4o"]
         samples = scrape(client, proxy)

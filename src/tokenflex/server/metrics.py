@@ -390,8 +390,8 @@ class CalibrationCollector(Collector):
             labels=["model"],
         )
         factors: dict[str, float] = {}
-        for name, figures in self.calibration.snapshot().items():
-            label = self.label(name)
+        for key, figures in self.calibration.snapshot().items():
+            label = self.label(key.partition("@")[0])  # "model@upstream": the model's label
             factors[label] = max(factors.get(label, 0.0), float(figures["factor"]))
         for label, factor in sorted(factors.items()):
             family.add_metric([label], factor)
