@@ -255,3 +255,42 @@ def test_error_messages_keep_brackets(capsys: pytest.CaptureFixture[str]) -> Non
 
     assert main(["count", "/nonexistent/[x].json"]) == 2
     assert "[x].json" in capsys.readouterr().err
+
+
+def test_count_reads_anthropic_and_responses_bodies(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A body's top-level system counts like the same text as a chat system message."""
+    system = "Translate corporate jargon into plain English. " * 50
+    turns = [
+        {"role": "user", "content": "Let's circle back on the deliverables."},
+        {"role": "assistant", "content": "Let's talk about this later."},
+        {"role": "user", "content": "We need to leverage our synergies."},
+    ]
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "system", "content": system}, *turns]))
+    reference = run_json(capsys, "count", str(chat), "-m", "gpt-4")["tokens"]
+    assert isinstance(reference, int) and reference > 400
+    bodies = {
+        "anthropic.json": {"model": "gpt-4", "system": system, "messages": turns},
+        "responses.json": {"model": "gpt-4", "instructions": system, "input": turns},
+    }
+    for name, body in bodies.items():
+        path = tmp_path / name
+        path.write_text(json.dumps(body))
+        assert run_json(capsys, "count", str(path))["tokens"] == reference, name
+
+
+def test_count_reads_json_lines(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "conversation.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in COOKBOOK) + "\n")
+    assert run_json(capsys, "count", str(path), "-m", "gpt-4")["tokens"] == 129
+
+
+def test_count_without_an_argument_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["count"]) == 2
+    captured = capsys.readouterr()
+    assert "Usage: tokenflex count" in captured.out + captured.err
+    assert "0 tokens" not in captured.out
+    assert main(["count", "--model", "gpt-4o"]) == 2  # options alone: still nothing to count
+    assert "Nothing to count" in capsys.readouterr().err

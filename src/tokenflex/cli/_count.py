@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,12 +24,13 @@ _MESSAGES_HINT = 'Expected [{"role": ..., "content": ...}, ...] or {"messages": 
 
 def _read(source: str | None) -> tuple[str, str]:
     """(text, where) from '-'/stdin, a file, or the argument itself."""
-    if source is None or source == "-":
-        if source is None and sys.stdin.isatty():
-            raise InvalidInputError(
-                "Nothing to count. Pass TEXT, a FILE (messages .json or plain text) or '-' "
-                "for stdin."
-            )
+    if source is None:  # reading stdin is asked for with '-', never assumed
+        raise InvalidInputError(
+            "Nothing to count. Usage: tokenflex count [TEXT|FILE|-] [--model M]: pass TEXT, "
+            "a FILE (a request body or messages .json/.jsonl, or plain text) or '-' for "
+            "stdin. See tokenflex count --help."
+        )
+    if source == "-":
         return read_text("-"), "stdin"
     if _names_a_file(source):
         if not os.path.lexists(source):
@@ -61,29 +61,45 @@ def _names_a_file(source: str) -> bool:
 
 def _messages_from(
     text: str, where: str, *, required: bool
-) -> tuple[list[Any], list[Any] | None, str | None] | None:
-    """(messages, tools, model) if ``text`` is a messages JSON document, else None."""
+) -> tuple[list[Any], list[Any] | None, str | None, Any] | None:
+    """(messages, tools, model, system) if ``text`` is a request body (chat, Anthropic
+    Messages or Responses), a list of messages, or JSON lines of messages; else None.
+    The messages and the system are in the body's own format (:func:`as_chat` converts)."""
+    from ..batch import read_body
+
     stripped = text.lstrip()
     if not required and not stripped.startswith(("[", "{")):
         return None
     try:
-        data = parse_json(text, repr(where), hint=_MESSAGES_HINT)
+        data = parse_json(text, repr(where), hint=_MESSAGES_HINT, lines=True)
     except InvalidInputError:
         if not required:
             return None
         raise
-    if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        tools = data.get("tools") or data.get("functions")
-        model = data.get("model") if isinstance(data.get("model"), str) else None
-        return data["messages"], tools, model
-    if isinstance(data, list):
-        return data, None, None
+    is_body = isinstance(data, dict) and isinstance(data.get("messages", data.get("input")), list)
+    if is_body or isinstance(data, list):
+        req = read_body(data, where=repr(where))
+        return req.messages, req.tools, req.model, (req.format, req.system)
     if not required:
         return None
     raise InvalidInputError(
         f"{where!r} holds a JSON {type(data).__name__}, not messages. Expected a list of "
-        'messages or an OpenAI request body {"messages": [...], "tools": [...]}.'
+        "messages, JSON lines of messages, or a request body: chat "
+        '{"messages": [...]}, Anthropic {"system": ..., "messages": [...]} or Responses '
+        '{"instructions": ..., "input": [...]}.'
     )
+
+
+def as_chat(
+    messages: list[Any], tools: list[Any] | None, how: tuple[str, Any]
+) -> tuple[list[Any], Any]:
+    """The messages as the counter reads them (an Anthropic ``system`` or the Responses
+    ``instructions`` become the leading system message) and the tools in chat's shape."""
+    from ..formats.fitting import prepare
+
+    fmt, system = how
+    prepared = prepare(messages, format=fmt, system=system, tools=tools)
+    return list(prepared.messages), prepared.tools
 
 
 def _tools_from(path: str) -> list[Any]:
@@ -110,14 +126,14 @@ def _cost(model: Model, tokens: int) -> float | None:
     return None if model.input_price is None else tokens * model.input_price / 1_000_000
 
 
-@app.command("count")
+@app.command("count", no_args_is_help=True)
 def count_cmd(
     source: Annotated[
         str | None,
         typer.Argument(
             metavar="[TEXT|FILE|-]",
-            help="Text, a file (a .json of messages or a request body, or plain text), or "
-            "'-' for stdin.",
+            help="Text, a file (a request body: chat, Anthropic Messages or Responses; a "
+            ".json or .jsonl of messages; or plain text), or '-' for stdin.",
         ),
     ] = None,
     model: Annotated[
@@ -169,6 +185,7 @@ def count_cmd(
     messages = parsed[0] if parsed else [{"role": "user", "content": text}]
     tool_list = tool_list if tool_list is not None else (parsed[1] if parsed else None)
     with naming(where if where != "argument" else None):
+        messages, tool_list = as_chat(messages, tool_list, parsed[3] if parsed else ("chat", None))
         total = counter.count_rendered(messages, tool_list)
         counts = [counter.message(m) for m in messages]
     info.update(
