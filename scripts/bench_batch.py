@@ -18,9 +18,25 @@ import tempfile
 import time
 from pathlib import Path
 
-from tokenflex.cli._batch import run_batch
+from tokenflex.cli import main as tokenflex
 
-WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "judge",
+    "boxing",
+]
 
 
 def write_input(path: Path, n: int, seed: int = 7) -> None:
@@ -40,10 +56,12 @@ def write_input(path: Path, n: int, seed: int = 7) -> None:
             f.write(json.dumps({**line, "body": body}) + "\n")
 
 
-def measure(source: Path, out: Path, **how: object) -> tuple[float, object]:
+def measure(source: Path, out: Path, *how: str) -> float:
+    """Seconds ``tokenflex batch`` takes, its summary table printed."""
     started = time.perf_counter()
-    totals = run_batch(source, out, model=None, options={}, progress=False, **how)  # type: ignore[arg-type]
-    return time.perf_counter() - started, totals
+    code = tokenflex(["batch", str(source), "-o", str(out), "--no-progress", *how])
+    assert code == 0, code
+    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -56,26 +74,18 @@ def main() -> None:
         write_input(source, args.lines)
         mb = source.stat().st_size / 1e6
         print(f"{args.lines:,} lines, {mb:,.0f} MB, {os.cpu_count()} cores")
-        runs: list[tuple[str, dict[str, object]]] = [
-            ("1 worker", {"workers": 1}),
-            ("2 workers", {"workers": 2}),
-        ]
+        out = Path(tmp) / "out.jsonl"
+        rows = [("1 worker", measure(source, out, "--workers", "1"))]
+        rows.append(("2 workers", measure(source, out, "--workers", "2")))
         if not args.skip_dask:
-            runs.append(("Dask LocalCluster (2 processes)", {"workers": 1, "dask": "local-2"}))
-        print("| run | seconds | lines/s |\n|---|---:|---:|")
-        for name, how in runs:
-            if how.get("dask") == "local-2":
-                from distributed import LocalCluster
+            from distributed import LocalCluster
 
-                with LocalCluster(
-                    n_workers=2, threads_per_worker=1, dashboard_address=None
-                ) as cluster:
-                    how = {"workers": 1, "dask": cluster.scheduler_address}
-                    seconds, totals = measure(source, Path(tmp) / "out.jsonl", **how)
-            else:
-                seconds, totals = measure(source, Path(tmp) / "out.jsonl", **how)
-            print(f"| {name} | {seconds:,.1f} | {args.lines / seconds:,.0f} |", flush=True)
-        print(totals)
+            with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+                name = "Dask LocalCluster (2 processes)"
+                rows.append((name, measure(source, out, "--dask", c.scheduler_address)))
+        print("| run | seconds | lines/s |\n|---|---:|---:|")
+        for name, seconds in rows:
+            print(f"| {name} | {seconds:,.1f} | {args.lines / seconds:,.0f} |")
 
 
 if __name__ == "__main__":
