@@ -294,3 +294,37 @@ def test_count_without_an_argument_prints_usage(capsys: pytest.CaptureFixture[st
     assert "0 tokens" not in captured.out
     assert main(["count", "--model", "gpt-4o"]) == 2  # options alone: still nothing to count
     assert "Nothing to count" in capsys.readouterr().err
+
+
+def test_a_models_file_in_the_proxy_style_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[models."NAME"]`` tables (as in the proxy config) are models, never zero models."""
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[models."house-llm"]\ncontext_window = 32768\ntokenizer = "cl100k_base"\n'
+        '[models."gpt-4"]\ncontext_window = 9000\n'  # a patch of a registry model
+    )
+    monkeypatch.setenv("TOKENFLEX_MODELS_FILE", str(path))
+    found = run_json(capsys, "models", "house-llm")
+    assert [(m["name"], m["context_window"]) for m in found] == [("house-llm", 32768)]  # type: ignore[index,union-attr]
+    data = run_json(capsys, "count", "hi", "-m", "gpt-4")
+    assert data["context_window"] == 9000 and data["tokenizer"] == "cl100k_base"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        pytest.param('[fit]\npolicy = "flex"\n', "defines no models", id="no-models"),
+        pytest.param(
+            '[models."gpt-4"]\ndefault_max_tokens = 100\n', "default_max_tokens", id="fit-option"
+        ),
+    ],
+)
+def test_a_models_file_that_defines_nothing_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, needle: str
+) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    assert main(["models", "--import", str(path)]) == 2
+    assert needle in capsys.readouterr().err
