@@ -383,6 +383,16 @@ def _models_table(found: list[Model], query: str) -> RenderableType:
             tokenizer += marks.setdefault(m.exact_tokenizer, _superscript(len(marks) + 1))
         tokenizers.append(tokenizer)
     longest = max(len(m.name) for m in found)
+    numbers = [
+        [f"{m.context_window:,}" for m in found],
+        ["—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}" for m in found],
+        [_money(m.input_price) for m in found],
+        [_money(m.output_price) for m in found],
+        tokenizers,
+    ]
+    headers = ("window", "max out", "$/1M in", "$/1M out", "tokenizer")
+    others = sum(max(len(h), *map(len, col)) + 2 for h, col in zip(headers, numbers, strict=True))
+    room = max(12, console.width - others - 1)
     table.add_column("name", style="bold", overflow="fold", min_width=min(12, longest))
     table.add_column("window", justify="right", no_wrap=True)
     table.add_column("max out", justify="right", no_wrap=True)
@@ -391,7 +401,7 @@ def _models_table(found: list[Model], query: str) -> RenderableType:
     table.add_column("tokenizer", no_wrap=True)
     for m, tokenizer in zip(found, tokenizers, strict=True):
         table.add_row(
-            Text(m.name),
+            Text(wrap_name(m.name, room)),
             f"{m.context_window:,}",
             "—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}",
             _money(m.input_price),
@@ -403,6 +413,23 @@ def _models_table(found: list[Model], query: str) -> RenderableType:
         for exact, mark in marks.items()
     ]
     return Group(table, *notes)
+
+
+def wrap_name(name: str, room: int) -> str:
+    r"""``name`` in lines of at most ``room`` characters, broken after a ``-``, ``:``, ``/``
+    or ``.`` where it has one (``qwen3:30b-a3b-`` / ``instruct-2507``), never mid-word
+    unless a word alone is longer than the room.
+
+    >>> wrap_name("qwen3:30b-a3b-instruct-2507", 20)
+    'qwen3:30b-a3b-\ninstruct-2507'
+    """
+    lines = []
+    while len(name) > room:
+        cut = max(name.rfind(c, 0, room) for c in "-:/.") + 1
+        cut = cut if cut > 0 else room
+        lines.append(name[:cut])
+        name = name[cut:]
+    return "\n".join([*lines, name])
 
 
 def _superscript(n: int) -> str:
