@@ -130,3 +130,42 @@ def test_fit_reads_json_lines_of_messages(
     path.write_text("\n".join(json.dumps(m) for m in _turns()) + "\n", encoding="utf-8")
     reference = _fit_json(capsys, _write(tmp_path, _turns()))
     assert _fit_json(capsys, str(path))["input_tokens"] == reference["input_tokens"]
+
+
+def _numbers(out: str, title: str) -> list[str]:
+    """The '#' column of one of inspect's tables."""
+    block = out.split(title, 1)[1].split("───", 1)[1]
+    rows = []
+    for line in block.splitlines()[1:]:
+        if not line.strip() or line.strip().startswith(("Kept", "Dropped")):
+            break
+        rows.append(line.split()[0])
+    return rows
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"model": "gpt-4", "messages": _chat(150)}, id="chat"),
+        pytest.param(
+            {
+                "model": "gpt-4",
+                "system": "Be brief.",
+                "max_tokens": 900,
+                "messages": _chat(150)[1:],
+            },
+            id="anthropic",
+        ),
+    ],
+)
+def test_inspect_numbers_kept_and_dropped_rows_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: dict[str, Any]
+) -> None:
+    """Kept and dropped rows carry the message's index in the file: together each index
+    once (they were numbered by place in the plan and in the input, and overlapped)."""
+    assert main(["inspect", _write(tmp_path, body), "--max-tokens", "900"]) == 0
+    out = capsys.readouterr().out
+    dropped = [int(n) for n in _numbers(out, "Dropped items")]
+    kept = [int(n) for n in _numbers(out, "Kept messages")]
+    assert dropped and kept
+    assert sorted(dropped + kept) == list(range(len(body["messages"])))

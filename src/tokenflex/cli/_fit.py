@@ -75,7 +75,7 @@ def _run(
     if as_json:
         console.print_json(plan.to_json(include_messages=verbose))
     else:
-        console.print(plan_view(plan, verbose=verbose))
+        console.print(plan_view(plan, verbose=verbose, given=req.messages))
 
 
 Model = Annotated[str | None, typer.Option("--model", "-m", help="Model name from the registry.")]
