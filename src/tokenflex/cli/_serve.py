@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -75,6 +77,8 @@ def serve(
     # httpx logs every upstream request at INFO: one line per request is ours alone
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     proxy = create_app(settings)  # a config it cannot serve stops here, with one line
+    # bind first: a port in use is one error line, before uvicorn's "startup complete"
+    sock = listen_socket(settings.host, settings.port)
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else "")
@@ -82,13 +86,43 @@ def serve(
         highlight=False,
         soft_wrap=True,
     )
-    uvicorn.run(
-        proxy,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level.lower(),
-        access_log=access_log,
-        lifespan="on",
-        # header deadline (slowloris), short keep-alive, no server header, no websockets
-        **uvicorn_options(settings),
+    server = uvicorn.Server(
+        uvicorn.Config(
+            proxy,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            access_log=access_log,
+            lifespan="on",
+            # header deadline (slowloris), short keep-alive, no server header, no websockets
+            **uvicorn_options(settings),
+        )
     )
+    with sock:
+        server.run(sockets=[sock])
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds one), or a :class:`ConfigError`
+    naming the address and the fix: a port in use, an address this machine does not
+    have, a port below 1024 without the right."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            reason = (
+                "the port is in use (another tokenflex serve?). Stop that process or pick "
+                "another port: --port N (or TOKENFLEX_SERVE_PORT)."
+            )
+        else:
+            reason = f"{(exc.strerror or str(exc)).lower()}. Check --host and --port."
+        raise ConfigError(f"Cannot listen on {host}:{port}: {reason}") from exc
+    return sock
