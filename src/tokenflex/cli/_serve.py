@@ -6,7 +6,7 @@ import errno
 import logging
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -59,17 +59,28 @@ def serve(
     level = log_level.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"--log-level must be debug, info, warning or error, got {log_level!r}.")
-    try:
-        import uvicorn
+    try:  # the server extra: missing, it is one line with the install hint
+        import uvicorn  # noqa: F401
 
-        from ..server import ServerConfig, create_app
-        from ..server.limits import uvicorn_options
+        from ..server import ServerConfig
     except ImportError as exc:
         raise ConfigError(
             f"tokenflex serve needs the server extra ({exc.name} is missing): "
             "pip install 'tokenflex[server]'."
         ) from exc
     settings = ServerConfig.load(config, upstream=upstream, port=port, host=host, mode=mode)
+    # bind first: a port in use is one error line, before logging is set up and before
+    # uvicorn's "startup complete"
+    with listen_socket(settings.host, settings.port) as sock:
+        _run(settings, sock, level=level, access_log=access_log)
+
+
+def _run(settings: Any, sock: socket.socket, *, level: str, access_log: bool) -> None:
+    import uvicorn
+
+    from ..server import create_app
+    from ..server.limits import uvicorn_options
+
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
@@ -77,8 +88,6 @@ def serve(
     # httpx logs every upstream request at INFO: one line per request is ours alone
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     proxy = create_app(settings)  # a config it cannot serve stops here, with one line
-    # bind first: a port in use is one error line, before uvicorn's "startup complete"
-    sock = listen_socket(settings.host, settings.port)
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else "")
@@ -91,15 +100,14 @@ def serve(
             proxy,
             host=settings.host,
             port=settings.port,
-            log_level=log_level.lower(),
+            log_level=level.lower(),
             access_log=access_log,
             lifespan="on",
             # header deadline (slowloris), short keep-alive, no server header, no websockets
             **uvicorn_options(settings),
         )
     )
-    with sock:
-        server.run(sockets=[sock])
+    server.run(sockets=[sock])
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
