@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents bench-retention load clean
+.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents bench-retention load dist clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -100,5 +100,10 @@ bench-retention: $(VENV)/.dev
 load: $(VENV)/.dev
 	$(PY) scripts/load_proxy.py --rate 200 --duration 20
 
+# the wheel and the sdist in dist/ (python -m build: an isolated build env from the registry)
+dist: $(VENV)/.dev
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) .venv-bench build *.egg-info
+	rm -rf $(VENV) .venv-bench build dist *.egg-info

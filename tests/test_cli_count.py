@@ -255,3 +255,76 @@ def test_error_messages_keep_brackets(capsys: pytest.CaptureFixture[str]) -> Non
 
     assert main(["count", "/nonexistent/[x].json"]) == 2
     assert "[x].json" in capsys.readouterr().err
+
+
+def test_count_reads_anthropic_and_responses_bodies(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A body's top-level system counts like the same text as a chat system message."""
+    system = "Translate corporate jargon into plain English. " * 50
+    turns = [
+        {"role": "user", "content": "Let's circle back on the deliverables."},
+        {"role": "assistant", "content": "Let's talk about this later."},
+        {"role": "user", "content": "We need to leverage our synergies."},
+    ]
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "system", "content": system}, *turns]))
+    reference = run_json(capsys, "count", str(chat), "-m", "gpt-4")["tokens"]
+    assert isinstance(reference, int) and reference > 400
+    bodies = {
+        "anthropic.json": {"model": "gpt-4", "system": system, "messages": turns},
+        "responses.json": {"model": "gpt-4", "instructions": system, "input": turns},
+    }
+    for name, body in bodies.items():
+        path = tmp_path / name
+        path.write_text(json.dumps(body))
+        assert run_json(capsys, "count", str(path))["tokens"] == reference, name
+
+
+def test_count_reads_json_lines(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "conversation.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in COOKBOOK) + "\n")
+    assert run_json(capsys, "count", str(path), "-m", "gpt-4")["tokens"] == 129
+
+
+def test_count_without_an_argument_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["count"]) == 2
+    captured = capsys.readouterr()
+    assert "Usage: tokenflex count" in captured.out + captured.err
+    assert "0 tokens" not in captured.out
+    assert main(["count", "--model", "gpt-4o"]) == 2  # options alone: still nothing to count
+    assert "Nothing to count" in capsys.readouterr().err
+
+
+def test_a_models_file_in_the_proxy_style_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[models."NAME"]`` tables (as in the proxy config) are models, never zero models."""
+    path = tmp_path / "models.toml"
+    path.write_text(
+        '[models."house-llm"]\ncontext_window = 32768\ntokenizer = "cl100k_base"\n'
+        '[models."gpt-4"]\ncontext_window = 9000\n'  # a patch of a registry model
+    )
+    monkeypatch.setenv("TOKENFLEX_MODELS_FILE", str(path))
+    found = run_json(capsys, "models", "house-llm")
+    assert [(m["name"], m["context_window"]) for m in found] == [("house-llm", 32768)]  # type: ignore[index,union-attr]
+    data = run_json(capsys, "count", "hi", "-m", "gpt-4")
+    assert data["context_window"] == 9000 and data["tokenizer"] == "cl100k_base"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        pytest.param('[fit]\npolicy = "flex"\n', "defines no models", id="no-models"),
+        pytest.param(
+            '[models."gpt-4"]\ndefault_max_tokens = 100\n', "default_max_tokens", id="fit-option"
+        ),
+    ],
+)
+def test_a_models_file_that_defines_nothing_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, needle: str
+) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    assert main(["models", "--import", str(path)]) == 2
+    assert needle in capsys.readouterr().err

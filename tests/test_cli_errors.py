@@ -405,3 +405,22 @@ def test_library_warnings_are_escaped_lines_on_stderr(
     assert code == 0 and "tokens" in out
     assert err.startswith("warning: Unknown model '[/b]no-such-model'")
     assert len(err.splitlines()) == 1
+
+
+def test_serve_on_a_busy_port_is_one_line_before_any_startup(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The port is bound before the app starts: no "startup complete" and then a failure."""
+    import socket
+
+    pytest.importorskip("uvicorn")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ["serve", "--upstream", "http://127.0.0.1:9", "--port", str(port)]
+        assert main(args) == 2
+    captured = capsys.readouterr()
+    assert f"Cannot listen on 127.0.0.1:{port}: the port is in use" in captured.err
+    assert "--port N" in captured.err
+    assert "startup" not in (captured.out + captured.err).lower()

@@ -76,3 +76,96 @@ def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "Output negotiation" in out and "Token-aware history" in out
     assert "raises, never overflows" in out
+
+
+SYSTEM = "Follow the house style. " * 800  # ~4,000 tokens
+
+
+def _turns() -> list[dict[str, str]]:
+    return [
+        {"role": "user", "content": "hello " * 1000},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "so?"},
+    ]
+
+
+def _fit_json(capsys: pytest.CaptureFixture[str], path: str, *args: str) -> dict[str, Any]:
+    assert main(["fit", path, "-m", "gpt-4", "--json", *args]) == 0
+    plan: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return plan
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"system": SYSTEM, "max_tokens": 500, "messages": _turns()}, id="anthropic"),
+        pytest.param(
+            {"instructions": SYSTEM, "max_output_tokens": 500, "input": _turns()}, id="responses"
+        ),
+    ],
+)
+def test_fit_counts_the_system_of_anthropic_and_responses_bodies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: dict[str, Any]
+) -> None:
+    """The same request as a chat list (its system a message) is the reference: the
+    body's top-level system is counted, not ignored (it was ~4,000 tokens short)."""
+    chat = _fit_json(capsys, _write(tmp_path, [{"role": "system", "content": SYSTEM}, *_turns()]))
+    plan = _fit_json(capsys, _write(tmp_path, body))
+    assert plan["input_tokens"] == chat["input_tokens"] > 4000
+    assert plan["max_tokens"] == 500  # the body's own output limit
+
+
+def test_fit_honours_max_completion_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {"max_completion_tokens": 700, "max_tokens": 900, "messages": _turns()}
+    assert _fit_json(capsys, _write(tmp_path, body))["max_tokens"] == 700  # the smaller
+    assert _fit_json(capsys, _write(tmp_path, {**body, "max_tokens": None}))["max_tokens"] == 700
+
+
+def test_fit_reads_json_lines_of_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "conv.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in _turns()) + "\n", encoding="utf-8")
+    reference = _fit_json(capsys, _write(tmp_path, _turns()))
+    assert _fit_json(capsys, str(path))["input_tokens"] == reference["input_tokens"]
+
+
+def _numbers(out: str, title: str) -> list[str]:
+    """The '#' column of one of inspect's tables."""
+    block = out.split(title, 1)[1].split("───", 1)[1]
+    rows = []
+    for line in block.splitlines()[1:]:
+        if not line.strip() or line.strip().startswith(("Kept", "Dropped")):
+            break
+        rows.append(line.split()[0])
+    return rows
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"model": "gpt-4", "messages": _chat(150)}, id="chat"),
+        pytest.param(
+            {
+                "model": "gpt-4",
+                "system": "Be brief.",
+                "max_tokens": 900,
+                "messages": _chat(150)[1:],
+            },
+            id="anthropic",
+        ),
+    ],
+)
+def test_inspect_numbers_kept_and_dropped_rows_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: dict[str, Any]
+) -> None:
+    """Kept and dropped rows carry the message's index in the file: together each index
+    once (they were numbered by place in the plan and in the input, and overlapped)."""
+    assert main(["inspect", _write(tmp_path, body), "--max-tokens", "900"]) == 0
+    out = capsys.readouterr().out
+    dropped = [int(n) for n in _numbers(out, "Dropped items")]
+    kept = [int(n) for n in _numbers(out, "Kept messages")]
+    assert dropped and kept
+    assert sorted(dropped + kept) == list(range(len(body["messages"])))

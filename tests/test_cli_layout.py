@@ -3,6 +3,7 @@ and every table within 80 columns with the numbers that matter intact."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -259,3 +260,21 @@ def test_bar_cells_fill_the_width(sizes: list[int], width: int) -> None:
     if all(e >= 1 for e, s in zip(exact, sizes, strict=True) if s):
         # no part needed a minimum cell: largest remainder is within one cell of exact
         assert all(abs(c - e) < 1 for c, e in zip(cells, exact, strict=True))
+
+
+def test_models_break_long_names_between_words_at_80(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A name too long for its column is broken after a '-', ':', '/' or '.', never
+    mid-word (``qwen3:30b-a3b-instruct-`` / ``2507``, not ``...instruc`` / ``t-2507``)."""
+    out = run(capsys, "models")
+    assert_fits_80(out)
+    lines = [ln for ln in out.split("───")[-1].splitlines()[1:] if ln.strip()]
+    folded = 0
+    for above, line in itertools.pairwise(lines):
+        if len(line.split()) == 1 and line.split()[0][0] not in MARKS:  # a name's next line
+            folded += 1
+            assert above.split()[0][-1] in "-:/.", (above, line)
+    assert folded > 0  # the registry has names longer than the column at 80
+    names = set(models_rows(out))
+    assert {m.name for m in tokenflex.list_models()} <= names  # joined back, every one whole

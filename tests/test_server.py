@@ -702,6 +702,8 @@ def test_bad_input_gets_an_openai_error(
     err = assert_openai_error(r, status, code)
     if code == "context_length_exceeded":
         assert "1,024" in err["message"]  # our message, with the numbers
+        # advice a proxy client can follow, not fit()'s keyword arguments
+        assert "proxy config" in err["message"] and "=[...]" not in err["message"]
     assert client.get(f"{proxy.url}/tokenflex/health").json() == {"status": "ok"}
 
 

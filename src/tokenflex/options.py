@@ -96,7 +96,8 @@ class FitOptions:
     keep_tool_results: int = 3
     """The newest tool results in history that are never cleared."""
     keep_tools: tuple[str, ...] = ()
-    """Tools whose results are never cleared."""
+    """Names of the tools whose results ``clear_tool_results`` never clears, however old
+    (``("read_file",)``: a file the model read stays readable)."""
     drop_reasoning: bool = False
     """Before dropping turns, drop old reasoning (``reasoning_content``, thinking parts)
     from history."""

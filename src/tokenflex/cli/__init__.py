@@ -27,7 +27,7 @@ from typer import Abort
 from typer.exceptions import TyperException
 
 from ..errors import SummarizerError, TokenflexError, UpstreamError
-from . import _count, _demo, _fit, _pack, _serve  # noqa: F401  (registers commands)
+from . import _batch, _count, _demo, _fit, _pack, _serve  # noqa: F401  (registers commands)
 from ._app import (
     DEBUG_ENV,
     DEFAULT_MAX_INPUT_MB,

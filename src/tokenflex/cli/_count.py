@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,12 +24,13 @@ _MESSAGES_HINT = 'Expected [{"role": ..., "content": ...}, ...] or {"messages": 
 
 def _read(source: str | None) -> tuple[str, str]:
     """(text, where) from '-'/stdin, a file, or the argument itself."""
-    if source is None or source == "-":
-        if source is None and sys.stdin.isatty():
-            raise InvalidInputError(
-                "Nothing to count. Pass TEXT, a FILE (messages .json or plain text) or '-' "
-                "for stdin."
-            )
+    if source is None:  # reading stdin is asked for with '-', never assumed
+        raise InvalidInputError(
+            "Nothing to count. Usage: tokenflex count [TEXT|FILE|-] [--model M]: pass TEXT, "
+            "a FILE (a request body or messages .json/.jsonl, or plain text) or '-' for "
+            "stdin. See tokenflex count --help."
+        )
+    if source == "-":
         return read_text("-"), "stdin"
     if _names_a_file(source):
         if not os.path.lexists(source):
@@ -61,29 +61,45 @@ def _names_a_file(source: str) -> bool:
 
 def _messages_from(
     text: str, where: str, *, required: bool
-) -> tuple[list[Any], list[Any] | None, str | None] | None:
-    """(messages, tools, model) if ``text`` is a messages JSON document, else None."""
+) -> tuple[list[Any], list[Any] | None, str | None, Any] | None:
+    """(messages, tools, model, system) if ``text`` is a request body (chat, Anthropic
+    Messages or Responses), a list of messages, or JSON lines of messages; else None.
+    The messages and the system are in the body's own format (:func:`as_chat` converts)."""
+    from ..batch import read_body
+
     stripped = text.lstrip()
     if not required and not stripped.startswith(("[", "{")):
         return None
     try:
-        data = parse_json(text, repr(where), hint=_MESSAGES_HINT)
+        data = parse_json(text, repr(where), hint=_MESSAGES_HINT, lines=True)
     except InvalidInputError:
         if not required:
             return None
         raise
-    if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        tools = data.get("tools") or data.get("functions")
-        model = data.get("model") if isinstance(data.get("model"), str) else None
-        return data["messages"], tools, model
-    if isinstance(data, list):
-        return data, None, None
+    is_body = isinstance(data, dict) and isinstance(data.get("messages", data.get("input")), list)
+    if is_body or isinstance(data, list):
+        req = read_body(data, where=repr(where))
+        return req.messages, req.tools, req.model, (req.format, req.system)
     if not required:
         return None
     raise InvalidInputError(
         f"{where!r} holds a JSON {type(data).__name__}, not messages. Expected a list of "
-        'messages or an OpenAI request body {"messages": [...], "tools": [...]}.'
+        "messages, JSON lines of messages, or a request body: chat "
+        '{"messages": [...]}, Anthropic {"system": ..., "messages": [...]} or Responses '
+        '{"instructions": ..., "input": [...]}.'
     )
+
+
+def as_chat(
+    messages: list[Any], tools: list[Any] | None, how: tuple[str, Any]
+) -> tuple[list[Any], Any]:
+    """The messages as the counter reads them (an Anthropic ``system`` or the Responses
+    ``instructions`` become the leading system message) and the tools in chat's shape."""
+    from ..formats.fitting import prepare
+
+    fmt, system = how
+    prepared = prepare(messages, format=fmt, system=system, tools=tools)
+    return list(prepared.messages), prepared.tools
 
 
 def _tools_from(path: str) -> list[Any]:
@@ -110,14 +126,14 @@ def _cost(model: Model, tokens: int) -> float | None:
     return None if model.input_price is None else tokens * model.input_price / 1_000_000
 
 
-@app.command("count")
+@app.command("count", no_args_is_help=True)
 def count_cmd(
     source: Annotated[
         str | None,
         typer.Argument(
             metavar="[TEXT|FILE|-]",
-            help="Text, a file (a .json of messages or a request body, or plain text), or "
-            "'-' for stdin.",
+            help="Text, a file (a request body: chat, Anthropic Messages or Responses; a "
+            ".json or .jsonl of messages; or plain text), or '-' for stdin.",
         ),
     ] = None,
     model: Annotated[
@@ -169,6 +185,7 @@ def count_cmd(
     messages = parsed[0] if parsed else [{"role": "user", "content": text}]
     tool_list = tool_list if tool_list is not None else (parsed[1] if parsed else None)
     with naming(where if where != "argument" else None):
+        messages, tool_list = as_chat(messages, tool_list, parsed[3] if parsed else ("chat", None))
         total = counter.count_rendered(messages, tool_list)
         counts = [counter.message(m) for m in messages]
     info.update(
@@ -366,6 +383,16 @@ def _models_table(found: list[Model], query: str) -> RenderableType:
             tokenizer += marks.setdefault(m.exact_tokenizer, _superscript(len(marks) + 1))
         tokenizers.append(tokenizer)
     longest = max(len(m.name) for m in found)
+    numbers = [
+        [f"{m.context_window:,}" for m in found],
+        ["—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}" for m in found],
+        [_money(m.input_price) for m in found],
+        [_money(m.output_price) for m in found],
+        tokenizers,
+    ]
+    headers = ("window", "max out", "$/1M in", "$/1M out", "tokenizer")
+    others = sum(max(len(h), *map(len, col)) + 2 for h, col in zip(headers, numbers, strict=True))
+    room = max(12, console.width - others - 1)
     table.add_column("name", style="bold", overflow="fold", min_width=min(12, longest))
     table.add_column("window", justify="right", no_wrap=True)
     table.add_column("max out", justify="right", no_wrap=True)
@@ -374,7 +401,7 @@ def _models_table(found: list[Model], query: str) -> RenderableType:
     table.add_column("tokenizer", no_wrap=True)
     for m, tokenizer in zip(found, tokenizers, strict=True):
         table.add_row(
-            Text(m.name),
+            Text(wrap_name(m.name, room)),
             f"{m.context_window:,}",
             "—" if m.max_output_tokens is None else f"{m.max_output_tokens:,}",
             _money(m.input_price),
@@ -386,6 +413,23 @@ def _models_table(found: list[Model], query: str) -> RenderableType:
         for exact, mark in marks.items()
     ]
     return Group(table, *notes)
+
+
+def wrap_name(name: str, room: int) -> str:
+    r"""``name`` in lines of at most ``room`` characters, broken after a ``-``, ``:``, ``/``
+    or ``.`` where it has one (``qwen3:30b-a3b-`` / ``instruct-2507``), never mid-word
+    unless a word alone is longer than the room.
+
+    >>> wrap_name("qwen3:30b-a3b-instruct-2507", 20)
+    'qwen3:30b-a3b-\ninstruct-2507'
+    """
+    lines = []
+    while len(name) > room:
+        cut = max(name.rfind(c, 0, room) for c in "-:/.") + 1
+        cut = cut if cut > 0 else room
+        lines.append(name[:cut])
+        name = name[cut:]
+    return "\n".join([*lines, name])
 
 
 def _superscript(n: int) -> str:

@@ -14,24 +14,28 @@ from ._input import naming, parse_json, read_text, resolve_model
 _DEFAULTS = FitOptions()  # the CLI's defaults are fit()'s
 
 
-_HINT = 'Expected [{"role": ..., "content": ...}, ...] or {"messages": [...]}.'
+_HINT = (
+    'Expected a request body (chat {"messages": [...]}, Anthropic {"system": ..., '
+    '"messages": [...]} or Responses {"instructions": ..., "input": [...]}), a list of '
+    "messages, or JSON lines of messages."
+)
 
 
-def load_request(path: str) -> tuple[list[Any], list[Any] | None, int | None, str | None]:
-    """Messages, tools, max_tokens and model from a JSON file (``-`` for stdin): either a
-    list of messages or an OpenAI request body."""
+def load_request(path: str) -> Any:
+    """The request in a JSON file (``-`` for stdin) as a :class:`tokenflex.batch.RequestBody`:
+    a chat, Anthropic Messages or Responses body, a list of messages, or JSON lines of
+    messages."""
+    from ..batch import read_body
+
     text = read_text(path, hint="Pass a JSON file of messages or '-' for stdin.")
-    data = parse_json(text, repr(path), hint=_HINT)
-    if isinstance(data, list):
-        return data, None, None, None
-    if not isinstance(data, dict):
+    data = parse_json(text, repr(path), hint=_HINT, lines=True)
+    if isinstance(data, dict) and "messages" not in data and "input" not in data:
+        raise InvalidInputError(
+            f"{path!r} is a JSON object without a 'messages' (or 'input') key. {_HINT}"
+        )
+    if not isinstance(data, dict | list):
         raise InvalidInputError(f"{path!r} holds a JSON {type(data).__name__}. {_HINT}")
-    if "messages" not in data:
-        raise InvalidInputError(f"{path!r} is a JSON object without a 'messages' key. {_HINT}")
-    model = data.get("model")
-    if model is not None and not isinstance(model, str):
-        raise InvalidInputError(f"{path!r}: 'model' must be a string, got {model!r}.")
-    return data["messages"], data.get("tools"), data.get("max_tokens"), model
+    return read_body(data, where=repr(path))
 
 
 def _run(
@@ -49,18 +53,20 @@ def _run(
     from ..fit import fit
     from ._render import plan_view
 
-    messages, tools, file_max_tokens, file_model = load_request(file)
-    model_name = model or file_model
+    req = load_request(file)
+    model_name = model or req.model
     if not model_name:
         raise InvalidInputError('No model: pass --model (or put "model" in the request file).')
     if strict:
         resolve_model(model_name, strict=True)
     with naming(file):
         plan = fit(
-            messages,
+            req.messages,
             model=model_name,
-            max_tokens=max_tokens if max_tokens is not None else file_max_tokens,
-            tools=tools,
+            max_tokens=max_tokens if max_tokens is not None else req.max_tokens,
+            tools=req.tools,
+            format=req.format,
+            system=req.system,
             policy=policy,
             min_output_tokens=min_output_tokens,
             safety_margin=safety_margin,
@@ -69,7 +75,7 @@ def _run(
     if as_json:
         console.print_json(plan.to_json(include_messages=verbose))
     else:
-        console.print(plan_view(plan, verbose=verbose))
+        console.print(plan_view(plan, verbose=verbose, given=req.messages))
 
 
 Model = Annotated[str | None, typer.Option("--model", "-m", help="Model name from the registry.")]
@@ -86,7 +92,13 @@ def _command(verbose: bool, doc: str) -> Any:
     """``fit`` and ``inspect`` share one signature; inspect also lists what was kept."""
 
     def command(
-        file: Annotated[str, typer.Argument(help="JSON messages or request body; '-' for stdin.")],
+        file: Annotated[
+            str,
+            typer.Argument(
+                help="A request body (chat, Anthropic Messages, Responses), JSON messages "
+                "or JSON lines; '-' for stdin."
+            ),
+        ],
         model: Model = None,
         max_tokens: MaxTokens = None,
         policy: Policy = _DEFAULTS.policy,

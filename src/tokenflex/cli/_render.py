@@ -215,20 +215,27 @@ def dropped_items_table(plan: Plan, limit: int = 200) -> RenderableType:
     return table
 
 
-def kept_table(plan: Plan) -> RenderableType:
-    """Every message of the plan, one line each."""
+def kept_table(plan: Plan, given: Sequence[Any] | None = None) -> RenderableType:
+    """Every message of the plan, one line each, numbered like the dropped items: by its
+    index in the caller's input ``given`` (a message the fit added, a summary or a note,
+    is ``+``); without ``given``, by its place in the plan."""
+    where = {id(m): i for i, m in enumerate(given)} if given is not None else None
     table = Table(title="Kept messages", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("role", overflow="ellipsis", max_width=10)
     table.add_column("content", ratio=1, overflow="ellipsis")
     for i, m in enumerate(plan.messages):
-        table.add_row(str(i), Text(str(m.get("role"))), content_cell(m.get("content")))
+        number = str(i) if where is None else str(where.get(id(m), "+"))
+        table.add_row(number, Text(str(m.get("role"))), content_cell(m.get("content")))
     return table
 
 
-def plan_view(plan: Plan, *, verbose: bool = False) -> RenderableType:
+def plan_view(
+    plan: Plan, *, verbose: bool = False, given: Sequence[Any] | None = None
+) -> RenderableType:
     """The bar, the warnings, the summary and the dropped runs; ``verbose`` adds the first
-    200 dropped items and every kept message."""
+    200 dropped items and every kept message (numbered by index in ``given``, the
+    caller's messages, like the dropped ones)."""
     items: list[RenderableType] = [WindowBar(plan)]
     for w in plan.warnings:
         items.append(Text(f"⚠ {w}", style="yellow"))
@@ -245,5 +252,5 @@ def plan_view(plan: Plan, *, verbose: bool = False) -> RenderableType:
     if verbose:
         if len(plan.dropped):
             items.append(dropped_items_table(plan))
-        items.append(kept_table(plan))
+        items.append(kept_table(plan, given))
     return Group(*items)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -57,17 +59,28 @@ def serve(
     level = log_level.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"--log-level must be debug, info, warning or error, got {log_level!r}.")
-    try:
-        import uvicorn
+    try:  # the server extra: missing, it is one line with the install hint
+        import uvicorn  # noqa: F401
 
-        from ..server import ServerConfig, create_app
-        from ..server.limits import uvicorn_options
+        from ..server import ServerConfig
     except ImportError as exc:
         raise ConfigError(
             f"tokenflex serve needs the server extra ({exc.name} is missing): "
             "pip install 'tokenflex[server]'."
         ) from exc
     settings = ServerConfig.load(config, upstream=upstream, port=port, host=host, mode=mode)
+    # bind first: a port in use is one error line, before logging is set up and before
+    # uvicorn's "startup complete"
+    with listen_socket(settings.host, settings.port) as sock:
+        _run(settings, sock, level=level, access_log=access_log)
+
+
+def _run(settings: Any, sock: socket.socket, *, level: str, access_log: bool) -> None:
+    import uvicorn
+
+    from ..server import create_app
+    from ..server.limits import uvicorn_options
+
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
@@ -82,13 +95,42 @@ def serve(
         highlight=False,
         soft_wrap=True,
     )
-    uvicorn.run(
-        proxy,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level.lower(),
-        access_log=access_log,
-        lifespan="on",
-        # header deadline (slowloris), short keep-alive, no server header, no websockets
-        **uvicorn_options(settings),
+    server = uvicorn.Server(
+        uvicorn.Config(
+            proxy,
+            host=settings.host,
+            port=settings.port,
+            log_level=level.lower(),
+            access_log=access_log,
+            lifespan="on",
+            # header deadline (slowloris), short keep-alive, no server header, no websockets
+            **uvicorn_options(settings),
+        )
     )
+    server.run(sockets=[sock])
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds one), or a :class:`ConfigError`
+    naming the address and the fix: a port in use, an address this machine does not
+    have, a port below 1024 without the right."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            reason = (
+                "the port is in use (another tokenflex serve?). Stop that process or pick "
+                "another port: --port N (or TOKENFLEX_SERVE_PORT)."
+            )
+        else:
+            reason = f"{(exc.strerror or str(exc)).lower()}. Check --host and --port."
+        raise ConfigError(f"Cannot listen on {host}:{port}: {reason}") from exc
+    return sock

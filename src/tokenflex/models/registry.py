@@ -294,6 +294,12 @@ def _load_toml(text: str, source: str, *, replace: bool) -> list[Model]:
     entries = doc.get("model", [])
     if not isinstance(entries, list):
         raise ConfigError(f"{source}: expected [[model]] tables, got {type(entries).__name__}.")
+    entries = [*entries, *_named_tables(doc.get("models"), source)]
+    if not entries and not doc.get("family"):
+        raise ConfigError(
+            f"{source} defines no models: expected [[model]] tables (name, context_window, "
+            '...) or [models."NAME"] tables, as in the proxy config. See docs/models.md.'
+        )
     models: list[Model] = []
     built: dict[str, Model] = {}  # for `like = "…"` naming an earlier entry of this file
     for e in entries:
@@ -310,6 +316,26 @@ def _load_toml(text: str, source: str, *, replace: bool) -> list[Model]:
             )
     _families[:0] = families  # a file's families are tried before the embedded ones
     return models
+
+
+_PATCHED_FIELDS = tuple(f for f in _FIELDS if f not in ("name", "aliases", "source"))
+
+
+def _named_tables(tables: Any, source: str) -> list[dict[str, Any]]:
+    """``[models."NAME"]`` tables (the proxy config's style) as ``[[model]]`` entries: a
+    table for a name the registry holds patches that model (its other fields kept), another needs
+    its own ``context_window``. A key that is not a model field (a fit option, which
+    only the proxy config takes) is an error naming the allowed keys."""
+    if tables is None:
+        return []
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise ConfigError(f'{source}: [models."NAME"] must be tables of model fields.')
+    entries = []
+    for name, table in tables.items():
+        base = None if "like" in table else _resolve(name)
+        patched = {} if base is None else {f: getattr(base, f) for f in _PATCHED_FIELDS}
+        entries.append({**patched, **table, "name": name})
+    return entries
 
 
 def _family_from_mapping(data: Any, source: str) -> Family:

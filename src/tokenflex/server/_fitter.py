@@ -78,6 +78,7 @@ def library_error(exc: TokenflexError) -> ProxyError:
     """
     message = redact(str(exc))
     if isinstance(exc, ContextOverflowError):
+        message = proxy_advice(message)
         return ProxyError(400, message, param="messages", code="context_length_exceeded")
     if isinstance(exc, UnknownModelError):
         return ProxyError(404, message, param="model", code="model_not_found")
@@ -101,6 +102,22 @@ def library_error(exc: TokenflexError) -> ProxyError:
     return ProxyError(
         500, f"tokenflex proxy {kind} problem: {message}", type="server_error", code="proxy_error"
     )
+
+
+_LIBRARY_FIXES = (" Shorten ", " Lower ", " To keep more:", " Use message items")
+PROXY_ADVICE = (
+    "Shorten what is always sent (the system prompt, the newest message or tool result) "
+    "or ask for less output (max_tokens); the proxy's operator can add fallback_models, "
+    "lower min_output_tokens or set the model's window in the proxy config ([fit], "
+    '[models."NAME"] or [routes.NAME]).'
+)
+
+
+def proxy_advice(message: str) -> str:
+    """A library overflow message with its fix (library options: ``fallback_models=[...]``,
+    mark a section optional) replaced by what a proxy client and its operator can do."""
+    cut = min((i for i in map(message.find, _LIBRARY_FIXES) if i >= 0), default=len(message))
+    return f"{message[:cut]} {PROXY_ADVICE}"
 
 
 def tokenizer_panic(exc: BaseException) -> ProxyError | None:
