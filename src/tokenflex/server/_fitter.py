@@ -15,6 +15,7 @@ body goes upstream as it came.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from ..errors import (
 )
 from ..models import Model
 from ..models.discovery import refusal
+from ..recall import resolved_round, with_recall_tool
 from ..redact import redact
 from ..state import TenantStore, open_store
 from ..summarize.background import Activity, BackgroundSummaries
@@ -368,7 +370,8 @@ class Fitter:
             summarizer=summarizer,
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
-            state=TenantStore(self.store, json.dumps([owner, route])),
+            state=self.tenant(owner, route),
+            recall=self.config.recall and summarize,  # observe mode keeps nothing
             background_summaries=background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
@@ -388,6 +391,27 @@ class Fitter:
                 raise
             raise panic from None
 
+    def tenant(self, owner: str, route: str | None) -> TenantStore:
+        """The state of one client (its credentials) on one route."""
+        return TenantStore(self.store, json.dumps([owner, route]))
+
+    def recall_round(
+        self, req: ChatRequest, plan: Any, answer: bytes, owner: str, route: str | None
+    ) -> ChatRequest | None:
+        """``req`` with the upstream's ``tokenflex_recall`` call and its results appended
+        (:func:`tokenflex.recall.resolved_round`), to be fitted and sent again; None when
+        the answer calls no tool, another tool, or the plan offered none."""
+        if plan is None or req.stream or not plan.extras.get("recall"):
+            return None
+        try:
+            data = json.loads(answer)
+        except ValueError:
+            return None
+        items = resolved_round(req.format, data, self.tenant(owner, route))
+        if items is None:
+            return None
+        return dataclasses.replace(req, messages=[*req.messages, *items])
+
     def fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
         """The JSON body to forward: the client's, with the plan's messages and limit.
 
@@ -397,6 +421,7 @@ class Fitter:
         """
         body = dict(req.body)
         body["messages"] = plan.messages
+        with_recall_tool(body, plan)
         if plan.fallback_from is not None:
             body["model"] = plan.model.name
         fields = [f for f in _MAX_TOKEN_FIELDS if body.get(f) is not None]

@@ -12,6 +12,9 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``POST /tokenflex/count`` (alias ``/v1/tokenize``): ``{"model", "messages" | "text"}``
   -> ``{"tokens": n, ...}``;
 - ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/health``;
+- ``GET /tokenflex/recall/{id}``: what a plan left out under a recall id (same
+  credentials only); non-streamed answers that call ``tokenflex_recall`` are resolved
+  by the proxy (:mod:`tokenflex.recall`);
 - anything else: passed through to the upstream unchanged.
 
 Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
@@ -42,6 +45,7 @@ from starlette.routing import Route
 from ..calibration import Calibration
 from ..errors import TokenflexError
 from ..models import load_models_file
+from ..recall import MAX_ROUNDS
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ._calibration import calibration_figures, observe_response
@@ -309,6 +313,8 @@ class Proxy:
             forward_headers = self.upstream.request_headers(request.headers)
             owner = credential_hash(request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
+            sent_raw: bytes | None = raw  # the client's bytes (None once recall appended)
+            rounds = 0  # tokenflex_recall calls this proxy answered itself
             while True:
                 plan = await self.fitter.fit(
                     req, route, len(raw), bearer(forward_headers), owner=owner
@@ -319,7 +325,9 @@ class Proxy:
                     fit_ms = (time.perf_counter() - started) * 1000
                     plan_id = await self._keep(plan, owner, len(raw))
                     headers = plan_headers(plan, plan_id)
-                    body = fitted_body(self.fitter, req, plan, route, raw)
+                    body = fitted_body(self.fitter, req, plan, route, sent_raw)
+                if rounds:
+                    headers["x-tokenflex-recall-rounds"] = str(rounds)
                 if learned is not None:
                     headers["x-tokenflex-learned-window"] = str(learned)
                 upstream = await self.upstream.send(
@@ -340,6 +348,11 @@ class Proxy:
                         continue  # refit into the window the refusal states, send once more
                 if self.config.calibrate and plan is not None:
                     observe_response(self.calibration, plan, response)
+                if status < 400 and rounds < MAX_ROUNDS:
+                    again = self.fitter.recall_round(req, plan, bytes(response.body), owner, route)
+                    if again is not None:  # the model asked for what was left out: answer it
+                        req, sent_raw, rounds = again, None, rounds + 1
+                        continue
                 return response
         except ProxyError as exc:
             status = exc.status_code
@@ -510,6 +523,27 @@ class Proxy:
             )
         return Response(data, media_type="application/json")
 
+    async def recall(self, request: Request, route: str | None) -> Response:
+        """``GET /tokenflex/recall/{id}``: what a plan left out under a recall id
+        (:func:`tokenflex.recall`), only for the credentials whose request it was (others
+        get the 404 of an unknown id)."""
+        from ..recall import recall
+
+        recall_id = request.path_params["recall_id"]
+        owner = credential_hash(request.headers)
+        for name in [None, *self.config.routes]:
+            items = recall(recall_id, state=self.fitter.tenant(owner, name))
+            if items is not None:
+                return JSONResponse({"object": "tokenflex.recall", "id": recall_id, "items": items})
+        raise ProxyError(
+            404,
+            f"No recall id {recall_id[:40]!r} for these credentials: unknown, left out of "
+            "another client's request, or expired. Send the same API key as the request "
+            "whose cut note named it.",
+            param="recall_id",
+            code="recall_not_found",
+        )
+
     async def health(self, request: Request, route: str | None) -> Response:
         """``GET /tokenflex/health``: the proxy is up (the upstream is not checked)."""
         return JSONResponse({"status": "ok"})
@@ -630,6 +664,9 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
             "/tokenflex/health", ep(proxy.health, auth=False, methods=_GET), methods=_ALL_METHODS
         ),
         Route("/tokenflex/plans/{plan_id}", ep(proxy.plan, methods=_GET), methods=_ALL_METHODS),
+        Route(
+            "/tokenflex/recall/{recall_id}", ep(proxy.recall, methods=_GET), methods=_ALL_METHODS
+        ),
         Route("/tokenflex/count", fitted(proxy.count), methods=_ALL_METHODS),
         Route("/v1/tokenize", fitted(proxy.count), methods=_ALL_METHODS),
         Route(
