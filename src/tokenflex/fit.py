@@ -25,6 +25,7 @@ history could possibly fit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -44,7 +45,7 @@ from .engine import (
     afit_layout,
     fit_layout,
 )
-from .errors import InvalidInputError, InvalidMessagesError
+from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.fitting import Prepared, check_prepared, finish, prepare
 from .formats.objects import plain_message
 from .history import (
@@ -479,17 +480,19 @@ def fit(
     )
     memory, summaries = _session(state, opts, primary, req.messages)
     if recall:
-        rf = _RecallFit(layout, req, state, memory, summarizer)
+        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
         lay, mem, summ = rf.first()
-        plan = fit_layout(
-            lay,
-            opts,
-            summarizer=summ,
-            started=started,
-            memory=mem,
-            summaries=summaries,
-            background=background_summaries,
-        )
+        plan: Plan | None = None
+        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+            plan = fit_layout(
+                lay,
+                opts,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=summaries,
+                background=background_summaries,
+            )
         again = rf.second(plan)
         alt = None
         if again is not None:
@@ -592,17 +595,19 @@ async def afit(
     )
     memory, summaries = _session(state, opts, primary, req.messages)
     if recall:
-        rf = _RecallFit(layout, req, state, memory, summarizer)
+        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
         lay, mem, summ = rf.first()
-        plan = await afit_layout(
-            lay,
-            opts,
-            summarizer=summ,
-            started=started,
-            memory=mem,
-            summaries=summaries,
-            background=background_summaries,
-        )
+        plan: Plan | None = None
+        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+            plan = await afit_layout(
+                lay,
+                opts,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=summaries,
+                background=background_summaries,
+            )
         again = rf.second(plan)
         alt = None
         if again is not None:
@@ -661,20 +666,30 @@ class _RecallFit:
 
     1. Fit with the ``tokenflex_recall`` tool counted and the ids named.
     2. When that plan leaves nothing out, or leaves out little more than the tool costs,
-       fit as without recall: a request that fits goes out unchanged, and the tool is
-       never what makes a request drop a message.
+       or cannot be made (the required input does not fit with the tool), fit as without
+       recall: a request that fits goes out unchanged, and the tool is never what makes
+       a request drop a message or be refused.
     3. The plan chosen: with the tool, its left-out messages are stored and the tool
        added in the caller's format; its conversation's memory records it.
     """
 
-    def __init__(self, layout: FitLayout, req: Prepared, state: Any, memory: Any, summ: Any):
+    def __init__(
+        self,
+        layout: FitLayout,
+        req: Prepared,
+        given: Sequence[Any],
+        state: Any,
+        memory: Any,
+        summ: Any,
+    ) -> None:
         from .recall import Recaller, recall_tool
         from .state import default_store
 
         self.layout, self.req, self.memory, self.summarizer = layout, req, memory, summ
         self.format = req.converted.format if req.converted is not None else "chat"
         store = state if state is not None else default_store()
-        self.recaller = Recaller(store, req.messages, self.format)
+        chat = self.format == "chat" and req.converted is not None
+        self.recaller = Recaller(store, req.messages, self.format, given if chat else None)
         counted = recall_tool("chat")
         counter = get_counter(layout.model)
         self.tool_tokens = counter.base([counted]) - counter.base(None)
@@ -687,9 +702,11 @@ class _RecallFit:
     def first(self) -> tuple[FitLayout, Any, Any]:
         return self.with_tool, self.mem1, self.summarizer
 
-    def second(self, plan: Plan) -> tuple[FitLayout, Any, Any] | None:
+    def second(self, plan: Plan | None) -> tuple[FitLayout, Any, Any] | None:
         from .recall import left_out
 
+        if plan is None:  # the required input does not fit with the tool: no recall
+            return self.layout, self.mem2, self.summarizer
         if not left_out(plan.dropped.runs()):
             return self.layout, self.mem2, self.summarizer
         total = 0
@@ -699,12 +716,14 @@ class _RecallFit:
                 return None
         return self.layout, self.mem2, None  # nothing summarized for a plan maybe not sent
 
-    def chosen(self, plan: Plan, alt: Plan | None) -> tuple[Plan, Prepared]:
+    def chosen(self, plan: Plan | None, alt: Plan | None) -> tuple[Plan, Prepared]:
         from .recall import RECALL_TOOL, left_out, recall_tool
 
-        dropped = left_out(plan.dropped.runs())
-        if alt is not None and (not dropped or not left_out(alt.dropped.runs())):
+        if alt is not None and (
+            plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
+        ):
             return (alt if self.mem2 is None else self.mem2.settle(alt)), self.req
+        assert plan is not None
         ids = self.recaller.commit(plan.dropped.runs())
         extras = {**plan.extras, "recall": {"ids": ids, "tool": RECALL_TOOL}}
         plan = replace(plan, extras=extras)

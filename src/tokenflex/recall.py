@@ -117,22 +117,38 @@ class Recaller:
         store: The tenant's view of the state store (a plain store is the tenant ``""``).
         source: The engine's messages (the caller's originals, in the engine's order).
         format: The caller's format (``chat``, ``anthropic``, ``responses``).
+        given: The caller's chat list, when ``source`` holds converted copies of it (the
+            chat messages' reasoning, which is never sent, is recalled with them).
     """
 
-    def __init__(self, store: Any, source: Sequence[Message], format: str) -> None:
+    def __init__(
+        self,
+        store: Any,
+        source: Sequence[Message],
+        format: str,
+        given: Sequence[Any] | None = None,
+    ) -> None:
         self.store: TenantStore = tenant_view(store)
         self.source = source
         self.format = format
+        self.given = given
         self._fp: dict[int, str] = {}
         self._spans: dict[tuple[int, int], tuple[str, str | None, int, float]] = {}
         """(lo, stop) -> (id, the chain's previous id, where the new part starts, when the
         chain's oldest record was written)."""
         self._marks: dict[int, dict[str, Any] | None] = {}
 
+    def _items_at(self, i: int) -> list[Any]:
+        """The caller's items that message ``i`` of the source stands for."""
+        m = self.source[i]
+        if self.given is not None and isinstance(m, NativeMessage) and m.start >= 0:
+            return [plain(self.given[m.start])]
+        return _items(m)
+
     def _fingerprint(self, i: int) -> str:
         fp = self._fp.get(i)
         if fp is None:
-            fp = self._fp[i] = fingerprint(_items(self.source[i]))
+            fp = self._fp[i] = fingerprint(self._items_at(i))
         return fp
 
     def _mark(self, lo: int) -> dict[str, Any] | None:
@@ -230,14 +246,14 @@ class Recaller:
 
     def _store_item(self, i: int) -> str:
         rid = self.item_id(self.source[i])
-        self._put(rid, {"format": self.format, "prev": None, "items": _items(self.source[i])})
+        self._put(rid, {"format": self.format, "prev": None, "items": self._items_at(i)})
         return rid
 
     def _store_span(self, lo: int, stop: int) -> str:
         rid = self.span_id(lo, stop)
         _, prev, start, born = self._spans[lo, stop]
         if start < stop:
-            items = [it for i in range(start, stop) for it in _items(self.source[i])]
+            items = [it for i in range(start, stop) for it in self._items_at(i)]
             self._put(rid, {"format": self.format, "prev": prev, "items": items})
         mark = {"stop": stop, "id": rid, "last": self._fingerprint(stop - 1), "born": born}
         self.store.set(self._mark_key(lo), json.dumps(mark).encode(), ttl_s=RECALL_TTL_S)
