@@ -385,9 +385,12 @@ def resolved_round(
         return made + [
             {"type": "function_call_output", "call_id": c, "output": text} for c, text in answers
         ]
-    message = dict(response["choices"][0]["message"])
-    message = {k: v for k, v in message.items() if v is not None and k != "refusal"}
-    message.setdefault("content", None)
+    said = response["choices"][0]["message"]
+    message = {
+        "role": "assistant",
+        "content": said.get("content"),
+        "tool_calls": said["tool_calls"],
+    }
     return [message] + [{"role": "tool", "tool_call_id": c, "content": t} for c, t in answers]
 
 
