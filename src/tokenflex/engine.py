@@ -733,6 +733,9 @@ class ShrinkStep:
     """The reason a shrunk message is listed with in ``plan.dropped``."""
     mark: str
     """The :class:`~tokenflex.session.HistoryCut` field: shrunk before this index."""
+    names_recall = False
+    """With recall, the shrunk copy names its original's recall id (a tool result's
+    placeholder can; an assistant message whose reasoning went cannot, unaltered)."""
 
     def on(self, opts: FitOptions) -> bool:
         raise NotImplementedError
@@ -753,6 +756,7 @@ class ClearToolResults(ShrinkStep):
     newest ``keep_tool_results`` and those of ``keep_tools`` are kept."""
 
     name, reason, mark = "clear", "cleared", "cleared_before"
+    names_recall = True
 
     def on(self, opts: FitOptions) -> bool:
         return opts.clear_tool_results
@@ -771,6 +775,7 @@ class TruncateToolResults(ShrinkStep):
     that the clearing step keeps: head and tail kept, with a counted marker."""
 
     name, reason, mark = "truncate", "truncated", "truncated_before"
+    names_recall = True
 
     def on(self, opts: FitOptions) -> bool:
         return opts.truncate_tool_results and (opts.clear_tool_results or opts.drop_reasoning)
@@ -844,7 +849,7 @@ def _shrink(
             copy = made.get((step.name, i))
             if copy is None:
                 copy = step.shrink(src[i], counter, cap)
-                if hist.recall is not None and step.reason != "reasoning":
+                if hist.recall is not None and step.names_recall:
                     copy = hist.recall.named(original, copy)
                 made[step.name, i] = copy
             src[i] = copy
