@@ -280,11 +280,11 @@ def recall(id: str, *, state: Any = None) -> list[Any] | None:
     >>> store = MemoryStore()
     >>> chat = [{"role": "user", "content": f"question {i} " + "word " * 200}
     ...         for i in range(40)]
-    >>> plan = tokenflex.fit(chat, model="gpt-4o", max_tokens=126_000, recall=True,
-    ...                      state=store)
-    >>> rid = plan.extras["recall"]["ids"][0]
+    >>> plan = tokenflex.fit(chat, model="gpt-4o", max_tokens=1000, max_input_tokens=3000,
+    ...                      recall=True, state=store)
+    >>> [rid] = plan.extras["recall"]["ids"]
     >>> tokenflex.recall(rid, state=store)[0]["content"][:10]
-    'question 0'
+    'question 1'
     """
     from .state import default_store
 
