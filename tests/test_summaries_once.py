@@ -258,7 +258,9 @@ def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
                     )
                     assert nxt.status_code == 200 and nxt.headers["x-tokenflex-summary"] == "yes"
                     sent = fake.last()["body"]["messages"]
-                    assert [m["content"] for m in sent if m["content"] == made] == [made]
+                    # (recall, on by default, names the span's id on a line after it)
+                    text = [str(m["content"]).split("\n[recall id: ")[0] for m in sent]
+                    assert [t for t in text if t == made] == [made]
                     assert len(summarizer.calls) == before + background[-1]  # no new call
                 history += turn(i)
     # no request waited for more than one call: with the gate, a second would have hit the
