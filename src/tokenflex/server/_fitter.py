@@ -371,7 +371,7 @@ class Fitter:
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
             state=self.tenant(owner, route),
-            recall=self.config.recall and summarize,  # observe mode keeps nothing
+            recall=self.config.recall,  # observe mode: the plan fit mode would send
             background_summaries=background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
