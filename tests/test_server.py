@@ -236,8 +236,9 @@ def proxy(upstream: ServerThread) -> Iterator[ServerThread]:
         "deadsum": {"summarizer": {"base_url": f"{dead_url()}/v1", "model": "m", "timeout": 2}},
     }
     # these tests count the messages sent against those dropped: no cut note among them
-    # (the note is tested in test_cache_stable.py and test_summaries_once.py)
-    with start_proxy(upstream.url, routes=routes, cut_note=False) as server:
+    # (the note is tested in test_cache_stable.py and test_summaries_once.py), and no
+    # recall (which names its ids in the note; tested in test_server_recall.py)
+    with start_proxy(upstream.url, routes=routes, cut_note=False, recall=False) as server:
         yield server
 
 

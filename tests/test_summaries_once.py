@@ -258,7 +258,8 @@ def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
                     )
                     assert nxt.status_code == 200 and nxt.headers["x-tokenflex-summary"] == "yes"
                     sent = fake.last()["body"]["messages"]
-                    # the stored text: the summarizer's, then any facts it left out
+                    # the stored text: the summarizer's, then any facts it left out (and
+                    # recall, on by default, names the span's id on a line after it)
                     stored = [m["content"] for m in sent if m["content"].split("\n")[0] == made]
                     assert len(stored) == 1, sent
                     assert len(summarizer.calls) == before + background[-1]  # no new call

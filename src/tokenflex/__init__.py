@@ -33,6 +33,7 @@ from .models import Model, get_model, list_models, load_models_file, register_mo
 from .options import FitOptions
 from .plan import DroppedItem, Plan, SummaryInfo
 from .prompt import Prompt
+from .recall import recall
 from .summarize import SUMMARY_PREFIX, is_summary_message, summary_message
 from .tokenizers import get_tokenizer, register_tokenizer
 from .tokenizers.estimate import estimate_tokens, estimate_tokens_range
@@ -131,6 +132,7 @@ __all__ = [
     "model_from_gguf",
     "pack_chunks",
     "rag_budget",
+    "recall",
     "register_model",
     "register_tokenizer",
     "savings",

@@ -82,16 +82,20 @@ ANSWER_ROLES = ("assistant", "tool", "function")
 _ROUNDS = 8  # re-solves when joined text costs more than its parts
 
 
-def cut_note(omitted: int) -> Message:
-    """The note that tells the model ``omitted`` earlier messages are not in the request.
+def cut_note(omitted: int, recall_id: str | None = None) -> Message:
+    """The note that tells the model ``omitted`` earlier messages are not in the request
+    (and, with recall, the id that reads them back: see :mod:`tokenflex.recall`).
 
     >>> cut_note(12)["content"]
     '[12 earlier messages omitted to fit the context window]'
+    >>> cut_note(1, "3f9a0c1be27d")["content"]
+    '[1 earlier message omitted to fit the context window; recall id: 3f9a0c1be27d]'
     """
     what = "message" if omitted == 1 else "messages"
+    named = f"; recall id: {recall_id}" if recall_id is not None else ""
     return {
         "role": "system",
-        "content": f"[{omitted} earlier {what} omitted to fit the context window]",
+        "content": f"[{omitted} earlier {what} omitted to fit the context window{named}]",
     }
 
 
@@ -306,6 +310,9 @@ class MessageSection(Section):
         """The previous plan's first kept message index, held while it fits."""
         self.note = False
         """Render a counted note where the history was cut (see :func:`cut_note`)."""
+        self.recall: Any = None
+        """A :class:`~tokenflex.recall.Recaller`: the cut note and cleared tool results
+        name the recall ids of what they stand for."""
         self.changed: dict[int, tuple[Message, str]] = {}
         """Messages of ``source`` that are shrunk copies: index -> (original, reason)."""
         self.truncatable = False
@@ -426,14 +433,19 @@ class MessageSection(Section):
             return list(src[self.lo : self.hi])
         if not kept:  # all of it cut: still told
             told = self.note and self.mode == "newest" and self.hi > self.lo
-            return [cut_note(self.hi - self.lo)] if told else []
+            return [self._note(self.hi)] if told else []
         if self.mode == "newest":
             first = self._start(len(kept) - 1)
             if self.note and first > self.lo:
-                return [cut_note(first - self.lo), *src[first : self.hi]]
+                return [self._note(first), *src[first : self.hi]]
             return list(src[first : self.hi])
         groups = sorted(self._groups[p] for p in kept)
         return [src[i] for a, b, _ in groups for i in range(a, b)]
+
+    def _note(self, first: int) -> Message:
+        """The cut note for messages ``[lo, first)`` left out."""
+        rid = self.recall.span_id(self.lo, first) if self.recall is not None else None
+        return cut_note(first - self.lo, rid)
 
     def runs(self, alloc: Allocation | None) -> list[DropRun]:
         name = self.name
@@ -722,6 +734,9 @@ class ShrinkStep:
     """The reason a shrunk message is listed with in ``plan.dropped``."""
     mark: str
     """The :class:`~tokenflex.session.HistoryCut` field: shrunk before this index."""
+    names_recall = False
+    """With recall, the shrunk copy names its original's recall id (a tool result's
+    placeholder can; an assistant message whose reasoning went cannot, unaltered)."""
 
     def on(self, opts: FitOptions) -> bool:
         raise NotImplementedError
@@ -742,6 +757,7 @@ class ClearToolResults(ShrinkStep):
     newest ``keep_tool_results`` and those of ``keep_tools`` are kept."""
 
     name, reason, mark = "clear", "cleared", "cleared_before"
+    names_recall = True
 
     def on(self, opts: FitOptions) -> bool:
         return opts.clear_tool_results
@@ -760,6 +776,7 @@ class TruncateToolResults(ShrinkStep):
     that the clearing step keeps: head and tail kept, with a counted marker."""
 
     name, reason, mark = "truncate", "truncated", "truncated_before"
+    names_recall = True
 
     def on(self, opts: FitOptions) -> bool:
         return opts.truncate_tool_results and (opts.clear_tool_results or opts.drop_reasoning)
@@ -832,7 +849,10 @@ def _shrink(
             original = hist.source[i]
             copy = made.get((step.name, i))
             if copy is None:
-                copy = made[step.name, i] = step.shrink(src[i], counter, cap)
+                copy = step.shrink(src[i], counter, cap)
+                if hist.recall is not None and step.names_recall:
+                    copy = hist.recall.named(original, copy)
+                made[step.name, i] = copy
             src[i] = copy
             hist.changed[i] = (original, step.reason)
     hist.source = src
@@ -903,7 +923,7 @@ def solve_history(
         if newest_cap:
             _truncate_newest(sections, counter, newest_cap[-1], newest)
         if hist is not None:
-            if opts.cut_note:
+            if opts.cut_note or hist.recall is not None:
                 hist.note = True
                 hist.exact_render = False  # the note is counted on the rendered messages
             if stable:
@@ -1426,7 +1446,12 @@ class _Outcome:
     def with_summary(self, text: str, summarizer_name: str, *, reused: bool = False) -> Plan:
         r, target = self.request, self.layout.summary_target()
         assert r is not None and target is not None
-        message = summary_message(text)
+        recaller = getattr(self.layout, "recall", None)
+        if recaller is not None:  # the summary names what it stands for
+            rid = recaller.span_id(r.span_start, r.recent_start)
+            message = summary_message(f"{text.strip()}\n[recall id: {rid}]")
+        else:
+            message = summary_message(text)
         layout = self.layout.with_summary(message, r.recent_start)
         model = self.first.model
         before = self.cut

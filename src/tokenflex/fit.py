@@ -25,6 +25,7 @@ history could possibly fit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -44,7 +45,7 @@ from .engine import (
     afit_layout,
     fit_layout,
 )
-from .errors import InvalidInputError, InvalidMessagesError
+from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.fitting import Prepared, check_prepared, finish, prepare
 from .formats.objects import plain_message
 from .history import (
@@ -182,6 +183,9 @@ class FitLayout:
     """The API's requests open with the user's turn (Anthropic Messages): with nothing
     pinned, the current turn starts at the last user message and only a user message may
     open a cut history; the pinned opening is never sent as history."""
+    recall: Any = None
+    """A :class:`~tokenflex.recall.Recaller`: the cut note, summary and cleared tool
+    results name recall ids (``fit(..., recall=True)``)."""
 
     def __post_init__(self) -> None:
         if self.sys_end >= 0:
@@ -233,6 +237,7 @@ class FitLayout:
         )
         history = out[-1]
         assert isinstance(history, MessageSection)
+        history.recall = self.recall
         history.user_opens = self.user_first and self.pin_end == self.hist_start
         current = MessageSection("current", msgs, self.cur_start, len(msgs), priority=90)
         current.truncatable = o.truncate_tool_results
@@ -381,6 +386,7 @@ def fit(
     system: Any = None,
     keep_reasoning: bool = False,
     background_summaries: Any = None,
+    recall: bool = False,
     **options: Any,
 ) -> Plan:
     """Fit a request into the model's window; the plan is in the format it was given.
@@ -418,7 +424,13 @@ def fit(
             leading messages, and its summaries (default: the process's in-memory
             store). Pass a :class:`~tokenflex.state.TenantStore` to keep each user's
             conversations apart; a plain store is one tenant. A cut is held only for a
-            request that extends the previous one of its conversation.
+            request that extends the previous one of its conversation. With
+            ``recall=True``: where what the plan left out is kept.
+        recall: Keep what the plan leaves out (dropped, summarized, cleared) in
+            ``state`` under short stable ids that the cut note, summary and placeholders
+            name, and add the ``tokenflex_recall`` tool to the request (counted); only
+            when something is left out. :func:`tokenflex.recall` reads an id back (see
+            :mod:`tokenflex.recall`); ``plan.extras["recall"]["ids"]`` lists them.
         **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
             ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
             ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
@@ -468,6 +480,34 @@ def fit(
         req.messages, primary, req.tools, opts, documents, user_first=_user_first(req)
     )
     memory, summaries = _session(state, opts, primary, req.messages)
+    if recall:
+        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
+        lay, mem, summ = rf.first()
+        plan: Plan | None = None
+        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+            plan = fit_layout(
+                lay,
+                opts,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=summaries,
+                background=background_summaries,
+            )
+        again = rf.second(plan)
+        alt = None
+        if again is not None:
+            lay, mem, summ = again
+            alt = fit_layout(
+                lay,
+                opts,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=summaries,
+                background=background_summaries,
+            )
+        return trace_fit(finish(*rf.chosen(plan, alt)))
     plan = fit_layout(
         layout,
         opts,
@@ -518,6 +558,7 @@ async def afit(
     system: Any = None,
     keep_reasoning: bool = False,
     background_summaries: Any = None,
+    recall: bool = False,
     **options: Any,
 ) -> Plan:
     """Async twin of :func:`fit`: also reads async history sources and awaits async
@@ -554,6 +595,34 @@ async def afit(
         documents,
     )
     memory, summaries = _session(state, opts, primary, req.messages)
+    if recall:
+        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
+        lay, mem, summ = rf.first()
+        plan: Plan | None = None
+        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+            plan = await afit_layout(
+                lay,
+                opts,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=summaries,
+                background=background_summaries,
+            )
+        again = rf.second(plan)
+        alt = None
+        if again is not None:
+            lay, mem, summ = again
+            alt = await afit_layout(
+                lay,
+                opts,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=summaries,
+                background=background_summaries,
+            )
+        return trace_fit(finish(*await asyncio.to_thread(rf.chosen, plan, alt)))
     plan = await afit_layout(
         layout,
         opts,
@@ -564,3 +633,102 @@ async def afit(
         background=background_summaries,
     )
     return trace_fit(finish(plan, req))
+
+
+class _Deferred:
+    """A session memory whose ``remember`` waits until the plan sent is chosen (a fit
+    with recall may make two, see :class:`_RecallFit`)."""
+
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+        self.args: tuple[Any, ...] | None = None
+
+    def previous_cut(self, source: Sequence[Message]) -> Any:
+        return self.memory.previous_cut(source)
+
+    def remember(self, source: Any, cut: Any, messages: Any, counter: Any) -> int | None:
+        self.args = (source, cut, messages, counter)
+        return None
+
+    def settle(self, plan: Plan) -> Plan:
+        """``plan`` with the prefix it shares with the previous one; recorded."""
+        if self.args is None:
+            return plan
+        from .cost import cached_tokens
+
+        prefix = self.memory.remember(*self.args)
+        if prefix is None:
+            return plan
+        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
+
+
+class _RecallFit:
+    """The steps of ``fit(..., recall=True)``, driven by fit() and afit().
+
+    1. Fit with the ``tokenflex_recall`` tool counted and the ids named.
+    2. When that plan leaves nothing out, or leaves out little more than the tool costs,
+       or cannot be made (the required input does not fit with the tool), fit as without
+       recall: a request that fits goes out unchanged, and the tool is never what makes
+       a request drop a message or be refused.
+    3. The plan chosen: with the tool, its left-out messages are stored and the tool
+       added in the caller's format; its conversation's memory records it.
+    """
+
+    def __init__(
+        self,
+        layout: FitLayout,
+        req: Prepared,
+        given: Sequence[Any],
+        state: Any,
+        memory: Any,
+        summ: Any,
+    ) -> None:
+        from .recall import Recaller, recall_tool
+        from .state import default_store
+
+        self.layout, self.req, self.memory, self.summarizer = layout, req, memory, summ
+        self.format = req.converted.format if req.converted is not None else "chat"
+        store = state if state is not None else default_store()
+        chat = self.format == "chat" and req.converted is not None
+        self.recaller = Recaller(store, req.messages, self.format, given if chat else None)
+        counted = recall_tool("chat")
+        counter = get_counter(layout.model)
+        self.tool_tokens = counter.base([counted]) - counter.base(None)
+        self.with_tool = replace(
+            layout, tools=[*(layout.tools or ()), counted], recall=self.recaller
+        )
+        self.mem1 = _Deferred(memory) if memory is not None else None
+        self.mem2 = _Deferred(memory) if memory is not None else None
+
+    def first(self) -> tuple[FitLayout, Any, Any]:
+        return self.with_tool, self.mem1, self.summarizer
+
+    def second(self, plan: Plan | None) -> tuple[FitLayout, Any, Any] | None:
+        from .recall import left_out
+
+        if plan is None:  # the required input does not fit with the tool: no recall
+            return self.layout, self.mem2, self.summarizer
+        if not left_out(plan.dropped.runs()):
+            return self.layout, self.mem2, self.summarizer
+        total = 0
+        for d in plan.dropped:  # counted lazily: stops as soon as it is over
+            total += d.tokens
+            if total > 2 * self.tool_tokens:
+                return None
+        return self.layout, self.mem2, None  # nothing summarized for a plan maybe not sent
+
+    def chosen(self, plan: Plan | None, alt: Plan | None) -> tuple[Plan, Prepared]:
+        from .recall import RECALL_TOOL, left_out, recall_tool
+
+        if alt is not None and (
+            plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
+        ):
+            return (alt if self.mem2 is None else self.mem2.settle(alt)), self.req
+        assert plan is not None
+        ids = self.recaller.commit(plan.dropped.runs())
+        extras = {**plan.extras, "recall": {"ids": ids, "tool": RECALL_TOOL}}
+        plan = replace(plan, extras=extras)
+        if self.mem1 is not None:
+            plan = self.mem1.settle(plan)
+        tools = [*(self.req.given_tools or ()), recall_tool(self.format)]
+        return plan, replace(self.req, given_tools=tools)

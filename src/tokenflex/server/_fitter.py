@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..models import Model
 from ..models.discovery import refusal
+from ..recall import resolved_round, with_recall_tool
 from ..redact import redact
 from ..state import MemoryStore, TenantStore, open_store
 from ..state.guard import GuardedStore, StoreHealth
@@ -416,6 +417,7 @@ class Fitter:
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
             state=TenantStore(guard, json.dumps([owner, route])),
+            recall=self.config.recall,  # observe mode: the plan fit mode would send
             background_summaries=background,
         )
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
@@ -437,6 +439,27 @@ class Fitter:
             raise panic from None
         return stateless(plan) if guard.failed else plan
 
+    def tenant(self, owner: str, route: str | None) -> TenantStore:
+        """The state of one client (its credentials) on one route."""
+        return TenantStore(GuardedStore(self.store, self.store_health), json.dumps([owner, route]))
+
+    def recall_round(
+        self, req: ChatRequest, plan: Any, answer: bytes, owner: str, route: str | None
+    ) -> ChatRequest | None:
+        """``req`` with the upstream's ``tokenflex_recall`` call and its results appended
+        (:func:`tokenflex.recall.resolved_round`), to be fitted and sent again; None when
+        the answer calls no tool, another tool, or the plan offered none."""
+        if plan is None or req.stream or not plan.extras.get("recall"):
+            return None
+        try:
+            data = json.loads(answer)
+        except ValueError:
+            return None
+        items = resolved_round(req.format, data, self.tenant(owner, route))
+        if items is None:
+            return None
+        return dataclasses.replace(req, messages=[*req.messages, *items])
+
     def fitted_body(self, req: ChatRequest, plan: Any, route: str | None) -> bytes:
         """The JSON body to forward: the client's, with the plan's messages and limit.
 
@@ -446,6 +469,7 @@ class Fitter:
         """
         body = dict(req.body)
         body["messages"] = plan.messages
+        with_recall_tool(body, plan)
         if plan.fallback_from is not None:
             body["model"] = plan.model.name
         fields = [f for f in _MAX_TOKEN_FIELDS if body.get(f) is not None]

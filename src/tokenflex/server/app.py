@@ -14,6 +14,9 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/plans``: the
   caller's recent plans; ``GET /tokenflex/ui``: a page that shows them;
   ``GET /tokenflex/health``; ``GET /metrics``: Prometheus metrics;
+- ``GET /tokenflex/recall/{id}``: what a plan left out under a recall id (same
+  credentials only); non-streamed answers that call ``tokenflex_recall`` are resolved
+  by the proxy (:mod:`tokenflex.recall`);
 - anything else: passed through to the upstream unchanged.
 
 Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
@@ -44,6 +47,7 @@ from starlette.routing import Route
 from ..calibration import Calibration
 from ..errors import TokenflexError
 from ..models import load_models_file
+from ..recall import MAX_ROUNDS
 from ..redact import RedactingFilter, redact, request_secrets
 from ..tokenizers import prefer_fast_backend
 from ..tracing import plan_changed
@@ -320,6 +324,8 @@ class Proxy:
             forward_headers = self.upstream.request_headers(request.headers)
             owner = credential_hash(request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
+            sent_raw: bytes | None = raw  # the client's bytes (None once recall appended)
+            rounds = 0  # tokenflex_recall calls this proxy answered itself
             while True:
                 plan = await self.fitter.fit(
                     req, route, len(raw), bearer(forward_headers), owner=owner
@@ -331,7 +337,9 @@ class Proxy:
                     record.planned(plan, fit_ms / 1000, plan_changed(plan, req.requested_output))
                     plan_id = await self._keep(plan, owner, len(raw))
                     headers = plan_headers(plan, plan_id)
-                    body = fitted_body(self.fitter, req, plan, route, raw)
+                    body = fitted_body(self.fitter, req, plan, route, sent_raw)
+                if rounds:
+                    headers["x-tokenflex-recall-rounds"] = str(rounds)
                 if learned is not None:
                     headers["x-tokenflex-learned-window"] = str(learned)
                 upstream = await self.upstream.send(
@@ -354,6 +362,11 @@ class Proxy:
                     if learned is not None:
                         continue  # refit into the window the refusal states, send once more
                 await self._observe_usage(plan, owner, response)
+                if status < 400 and rounds < MAX_ROUNDS:
+                    again = self.fitter.recall_round(req, plan, bytes(response.body), owner, route)
+                    if again is not None:  # the model asked for what was left out: answer it
+                        req, sent_raw, rounds = again, None, rounds + 1
+                        continue
                 return response
         except ProxyError as exc:
             status = exc.status_code
@@ -559,6 +572,27 @@ class Proxy:
             )
         return Response(data, media_type="application/json")
 
+    async def recall(self, request: Request, route: str | None) -> Response:
+        """``GET /tokenflex/recall/{id}``: what a plan left out under a recall id
+        (:func:`tokenflex.recall`), only for the credentials whose request it was (others
+        get the 404 of an unknown id)."""
+        from ..recall import recall
+
+        recall_id = request.path_params["recall_id"]
+        owner = credential_hash(request.headers)
+        for name in [None, *self.config.routes]:
+            items = recall(recall_id, state=self.fitter.tenant(owner, name))
+            if items is not None:
+                return JSONResponse({"object": "tokenflex.recall", "id": recall_id, "items": items})
+        raise ProxyError(
+            404,
+            f"No recall id {recall_id[:40]!r} for these credentials: unknown, left out of "
+            "another client's request, or expired. Send the same API key as the request "
+            "whose cut note named it.",
+            param="recall_id",
+            code="recall_not_found",
+        )
+
     async def health(self, request: Request, route: str | None) -> Response:
         """``GET /tokenflex/health``: the proxy is up (the upstream is not checked)."""
         return JSONResponse({"status": "ok"})
@@ -684,6 +718,9 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
             "/tokenflex/health", ep(proxy.health, auth=False, methods=_GET), methods=_ALL_METHODS
         ),
         Route("/tokenflex/plans/{plan_id}", ep(proxy.plan, methods=_GET), methods=_ALL_METHODS),
+        Route(
+            "/tokenflex/recall/{recall_id}", ep(proxy.recall, methods=_GET), methods=_ALL_METHODS
+        ),
         Route("/tokenflex/count", fitted(proxy.count), methods=_ALL_METHODS),
         Route("/v1/tokenize", fitted(proxy.count), methods=_ALL_METHODS),
         Route(

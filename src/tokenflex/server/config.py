@@ -155,6 +155,10 @@ class ServerConfig(BaseSettings):
     false: keep as much history as fits on every request. ``[fit]`` tables may override."""
     cut_note: bool = True
     """Tell the model where history was cut ("12 earlier messages omitted"), counted."""
+    recall: bool = True
+    """Keep what a plan leaves out (tenant-bound, 24 h) under recall ids the cut note and
+    placeholders name, add the counted ``tokenflex_recall`` tool when something was left
+    out, and answer the model's calls to it on non-streamed requests (see docs/recall.md)."""
     mode: Literal["fit", "observe"] = "fit"
     """``observe``: forward every chat request byte for byte, compute and keep its plan and
     report it in ``x-tokenflex-would-*`` headers (a trial on live traffic, zero risk).

@@ -29,6 +29,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from ..models import Model
+from ..recall import with_recall_tool
 from ._fitter import Fitter
 from ._validate import ChatRequest, parse_anthropic, parse_chat, parse_responses
 from .config import split_options
@@ -140,7 +141,7 @@ def fitted_body(
         return raw
     if req.format == "chat":
         return fitter.fitted_body(req, plan, route)
-    body = dict(req.body)
+    body = with_recall_tool(dict(req.body), plan)
     if plan.fallback_from is not None:
         body["model"] = plan.model.name
     if req.format == "anthropic":

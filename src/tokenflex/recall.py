@@ -1,0 +1,402 @@
+"""Recall: nothing a plan leaves out is lost for good.
+
+With ``fit(..., recall=True)`` every message a plan drops or summarizes, and every tool
+result it clears or truncates (and the reasoning it drops), is kept in the state store
+under a short stable id, in the caller's own format. The cut note, the summary and each
+cleared placeholder name their ids (``recall id: 3f9a0c1be27d``), and the request gains
+one tool, :data:`RECALL_TOOL` (``tokenflex_recall``, one string argument ``id``), counted
+in the plan like any tool, so the window promise holds with it. :func:`recall` gives back
+what an id stands for; the proxy serves it at ``GET /tokenflex/recall/{id}`` and answers
+the model's ``tokenflex_recall`` calls itself (:func:`resolved_round`).
+
+Ids are a digest of the tenant and the content, so the same dropped item gets the same id
+on every turn (the prefix of a cache-stable conversation stays the same) and two tenants
+never share one. Records live in the tenant's view of the store
+(:class:`~tokenflex.state.TenantStore`), with a time to live (:data:`RECALL_TTL_S`).
+
+The cost model: a history cut is stored as a chain. Each record holds only the messages
+the cut newly left out, and the id of the record before it; a small mark per history
+(keyed by its first message) says where the stored chain ends. A conversation that grew by
+one message stores and fingerprints only what its cut newly dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ._types import Message
+from .formats.native import NativeMessage
+from .formats.objects import plain
+from .history import with_tool_text
+from .session import fingerprint
+from .state.tenant import TenantStore, tenant_view
+
+__all__ = [
+    "ITEM_REASONS",
+    "MAX_ROUNDS",
+    "RECALLED_SECTIONS",
+    "RECALL_TOOL",
+    "RECALL_TTL_S",
+    "Recaller",
+    "left_out",
+    "recall",
+    "recall_calls",
+    "recall_text",
+    "recall_tool",
+    "resolved_round",
+    "with_recall_tool",
+]
+
+RECALL_TOOL = "tokenflex_recall"
+"""The name of the tool a plan with recall adds."""
+RECALL_TTL_S = 24 * 3600.0
+"""How long what a plan left out can be recalled."""
+MAX_ROUNDS = 3
+"""The proxy resolves at most this many ``tokenflex_recall`` rounds per request."""
+RECALLED_SECTIONS = ("pinned", "history", "current")
+"""Sections whose left-out messages are kept for recall (documents are not)."""
+ITEM_REASONS = ("cleared", "truncated", "reasoning")
+"""Reasons of messages sent shrunk: each is kept whole under its own id."""
+
+_DESCRIPTION = (
+    "Read back earlier messages or tool results that were left out of this conversation "
+    "to fit the context window. Pass the recall id named in the note or placeholder."
+)
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": "string", "description": "The recall id."}},
+    "required": ["id"],
+}
+
+
+def recall_tool(format: str) -> dict[str, Any]:
+    """The ``tokenflex_recall`` tool definition in ``format``'s shape.
+
+    >>> recall_tool("anthropic")["name"], recall_tool("chat")["function"]["name"]
+    ('tokenflex_recall', 'tokenflex_recall')
+    """
+    if format == "anthropic":
+        return {"name": RECALL_TOOL, "description": _DESCRIPTION, "input_schema": _PARAMETERS}
+    if format == "responses":
+        return {
+            "type": "function",
+            "name": RECALL_TOOL,
+            "description": _DESCRIPTION,
+            "parameters": _PARAMETERS,
+        }
+    return {
+        "type": "function",
+        "function": {"name": RECALL_TOOL, "description": _DESCRIPTION, "parameters": _PARAMETERS},
+    }
+
+
+def _digest(*parts: Any) -> str:
+    text = json.dumps(parts, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def _items(message: Any) -> list[Any]:
+    """The caller's items an internal message stands for, JSON-ready."""
+    native = message.native if isinstance(message, NativeMessage) else (message,)
+    return [plain(m) for m in native]
+
+
+def _key(rid: str) -> str:
+    return "recall:" + rid
+
+
+class Recaller:
+    """One fit's recall: the ids its notes and placeholders name, and, once the plan is
+    made, the records stored for them (:meth:`commit`).
+
+    Args:
+        store: The tenant's view of the state store (a plain store is the tenant ``""``).
+        source: The engine's messages (the caller's originals, in the engine's order).
+        format: The caller's format (``chat``, ``anthropic``, ``responses``).
+        given: The caller's chat list, when ``source`` holds converted copies of it (the
+            chat messages' reasoning, which is never sent, is recalled with them).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        source: Sequence[Message],
+        format: str,
+        given: Sequence[Any] | None = None,
+    ) -> None:
+        self.store: TenantStore = tenant_view(store)
+        self.source = source
+        self.format = format
+        self.given = given
+        self._fp: dict[int, str] = {}
+        self._spans: dict[tuple[int, int], tuple[str, str | None, int, float]] = {}
+        """(lo, stop) -> (id, the chain's previous id, where the new part starts, when the
+        chain's oldest record was written)."""
+        self._marks: dict[int, dict[str, Any] | None] = {}
+
+    def _items_at(self, i: int) -> list[Any]:
+        """The caller's items that message ``i`` of the source stands for."""
+        m = self.source[i]
+        if self.given is not None and isinstance(m, NativeMessage) and m.start >= 0:
+            return [plain(self.given[m.start])]
+        return _items(m)
+
+    def _fingerprint(self, i: int) -> str:
+        fp = self._fp.get(i)
+        if fp is None:
+            fp = self._fp[i] = fingerprint(self._items_at(i))
+        return fp
+
+    def _mark(self, lo: int) -> dict[str, Any] | None:
+        if lo not in self._marks:
+            raw = self.store.get(self._mark_key(lo))
+            try:
+                mark = json.loads(raw) if raw is not None else None
+            except ValueError:
+                mark = None
+            self._marks[lo] = mark if isinstance(mark, dict) else None
+        return self._marks[lo]
+
+    def _mark_key(self, lo: int) -> str:
+        return "recall-mark:" + _digest(lo, self._fingerprint(lo))
+
+    def span_id(self, lo: int, stop: int) -> str:
+        """The id of messages ``[lo, stop)`` of the source (a cut or summarized span):
+        the stored chain's id extended by the messages after its end."""
+        known = self._spans.get((lo, stop))
+        if known is not None:
+            return known[0]
+        prev: str | None = None
+        start, born = lo, time.time()
+        mark = self._mark(lo)
+        if mark is not None:
+            k, at = mark.get("stop"), mark.get("born")
+            if (
+                isinstance(k, int)
+                and lo < k <= stop
+                and mark.get("last") == self._fingerprint(k - 1)
+                and isinstance(mark.get("id"), str)
+                and isinstance(at, float | int)
+                # A chain's records expire with their TTL: past half of it, start a new
+                # chain (one new id; stored whole once) rather than name expiring records.
+                and born - at < RECALL_TTL_S / 2
+            ):
+                prev, start, born = mark["id"], k, float(at)
+        if prev is not None and start == stop:
+            rid = prev
+        else:
+            fps = [self._fingerprint(i) for i in range(start, stop)]
+            rid = _digest(self.store.prefix, prev, fps)
+        self._spans[lo, stop] = (rid, prev, start, born)
+        return rid
+
+    def item_id(self, original: Message) -> str:
+        """The id of one message sent shrunk (its original is what is recalled)."""
+        return _digest(self.store.prefix, fingerprint(_items(original)))
+
+    def named(self, original: Message, shrunk: Message) -> Message:
+        """``shrunk`` (a cleared or truncated tool result) naming its original's id."""
+        rid = self.item_id(original)
+
+        def name(text: str) -> str:
+            if text.endswith("]") and "\n" not in text:  # a cleared placeholder
+                return f"{text[:-1]}; recall id: {rid}]"
+            return f"{text}\n[full result: recall id: {rid}]"
+
+        return with_tool_text(shrunk, name)
+
+    def commit(self, runs: Sequence[tuple[str, int, int, str]]) -> list[str]:
+        """Store what the plan's dropped ``runs`` (engine indices) left out; the ids,
+        in request order."""
+        ids: list[str] = []
+        spans: list[tuple[int, int]] = []
+        last: tuple[str, int, int, str] | None = None
+        for section, a, b, reason in runs:
+            if section not in RECALLED_SECTIONS or b <= a:
+                continue
+            if reason in ITEM_REASONS:
+                for i in range(a, b):
+                    ids.append(self._store_item(i))
+                continue
+            if (
+                last is not None
+                and reason != "summarized"
+                and last[3] != "summarized"
+                and last[0] == section
+                and last[2] == a
+                and spans
+            ):
+                spans[-1] = (spans[-1][0], b)
+            else:
+                spans.append((a, b))
+            last = (section, a, b, reason)
+        for a, b in spans:
+            ids.append(self._store_span(a, b))
+        return list(dict.fromkeys(ids))
+
+    def _put(self, rid: str, record: dict[str, Any]) -> None:
+        key = _key(rid)
+        if self.store.get(key) is None:
+            data = json.dumps(record, ensure_ascii=False, default=str).encode()
+            self.store.set(key, data, ttl_s=RECALL_TTL_S)
+
+    def _store_item(self, i: int) -> str:
+        rid = self.item_id(self.source[i])
+        self._put(rid, {"format": self.format, "prev": None, "items": self._items_at(i)})
+        return rid
+
+    def _store_span(self, lo: int, stop: int) -> str:
+        rid = self.span_id(lo, stop)
+        _, prev, start, born = self._spans[lo, stop]
+        if start < stop:
+            items = [it for i in range(start, stop) for it in self._items_at(i)]
+            self._put(rid, {"format": self.format, "prev": prev, "items": items})
+        mark = {"stop": stop, "id": rid, "last": self._fingerprint(stop - 1), "born": born}
+        self.store.set(self._mark_key(lo), json.dumps(mark).encode(), ttl_s=RECALL_TTL_S)
+        return rid
+
+
+def left_out(runs: Sequence[tuple[str, int, int, str]]) -> bool:
+    """Whether a plan's dropped runs leave out anything recall keeps."""
+    return any(s in RECALLED_SECTIONS and b > a for s, a, b, _ in runs)
+
+
+def recall(id: str, *, state: Any = None) -> list[Any] | None:
+    """What a plan left out under ``id``, in the caller's format (chat messages,
+    Anthropic messages or Responses items, oldest first); None when the id is unknown
+    to this tenant or expired.
+
+    Args:
+        id: A recall id from a cut note, summary or cleared placeholder.
+        state: The store given to the fit (a :class:`~tokenflex.state.TenantStore`
+            for a tenant's own; default: the process's in-memory store).
+
+    >>> import tokenflex
+    >>> from tokenflex.state import MemoryStore
+    >>> store = MemoryStore()
+    >>> chat = [{"role": "user", "content": f"question {i} " + "word " * 200}
+    ...         for i in range(40)]
+    >>> plan = tokenflex.fit(chat, model="gpt-4o", max_tokens=1000, max_input_tokens=3000,
+    ...                      recall=True, state=store)
+    >>> [rid] = plan.extras["recall"]["ids"]
+    >>> tokenflex.recall(rid, state=store)[0]["content"][:10]
+    'question 1'
+    """
+    from .state import default_store
+
+    store = tenant_view(state if state is not None else default_store())
+    out: list[Any] = []
+    seen: set[str] = set()
+    rid: str | None = str(id).strip()
+    while rid is not None and rid not in seen:
+        seen.add(rid)
+        raw = store.get(_key(rid))
+        if raw is None:
+            return None
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return None
+        out[:0] = list(record.get("items") or ())
+        prev = record.get("prev")
+        rid = prev if isinstance(prev, str) else None
+    return out
+
+
+def recall_text(rid: str, items: list[Any] | None) -> str:
+    """What a ``tokenflex_recall`` call answers: the items as JSON, or why there are none."""
+    if items is None:
+        return (
+            f"No recall id {rid[:40]!r} for this conversation: unknown or expired "
+            f"(kept {RECALL_TTL_S / 3600:.0f} h)."
+        )
+    return json.dumps(items, ensure_ascii=False, default=str)
+
+
+def recall_calls(format: str, response: Any) -> list[tuple[str, str]] | None:
+    """The ``(call id, recall id)`` of each tool call in an upstream's answer when it
+    calls ``tokenflex_recall`` and no other tool; None otherwise."""
+    if not isinstance(response, Mapping):
+        return None
+    calls: list[tuple[Any, Any, Any]] = []  # (call id, name, arguments)
+    if format == "anthropic":
+        for block in response.get("content") or ():
+            if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                calls.append((block.get("id"), block.get("name"), block.get("input")))
+    elif format == "responses":
+        for item in response.get("output") or ():
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
+                calls.append((item.get("call_id"), item.get("name"), item.get("arguments")))
+    else:
+        choices = response.get("choices") or ()
+        message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else {}
+        for call in (message or {}).get("tool_calls") or ():
+            fn = call.get("function") or {} if isinstance(call, Mapping) else {}
+            calls.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+    if not calls or any(name != RECALL_TOOL or not isinstance(c, str) for c, name, _ in calls):
+        return None
+    out: list[tuple[str, str]] = []
+    for call_id, _, args in calls:
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = {}
+        rid = args.get("id") if isinstance(args, Mapping) else None
+        out.append((call_id, str(rid) if rid is not None else ""))
+    return out
+
+
+def resolved_round(
+    format: str, response: Any, state: Any, *, lookup: Callable[..., Any] = recall
+) -> list[Any] | None:
+    """The items to append to the request when the upstream's ``response`` calls
+    ``tokenflex_recall`` only: the model's call, then each call's result (the recalled
+    content as JSON), in ``format``; None when it calls no tool or another tool.
+
+    The caller re-fits the request with them appended (the newest round, so the cached
+    prefix is kept) and sends it again.
+    """
+    calls = recall_calls(format, response)
+    if calls is None:
+        return None
+    answers = [(c, recall_text(r, lookup(r, state=state))) for c, r in calls]
+    if format == "anthropic":
+        return [
+            {"role": "assistant", "content": response["content"]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": c, "content": text}
+                    for c, text in answers
+                ],
+            },
+        ]
+    if format == "responses":
+        made = [
+            dict(item)
+            for item in response.get("output") or ()
+            if isinstance(item, Mapping) and item.get("type") in ("function_call", "reasoning")
+        ]
+        return made + [
+            {"type": "function_call_output", "call_id": c, "output": text} for c, text in answers
+        ]
+    said = response["choices"][0]["message"]
+    message = {
+        "role": "assistant",
+        "content": said.get("content"),
+        "tool_calls": said["tool_calls"],
+    }
+    return [message] + [{"role": "tool", "tool_call_id": c, "content": t} for c, t in answers]
+
+
+def with_recall_tool(body: dict[str, Any], plan: Any) -> dict[str, Any]:
+    """``body`` with the plan's tools (the client's, then ``tokenflex_recall``) when the
+    plan added the recall tool; else ``body`` itself."""
+    if plan.extras.get("recall"):
+        body["tools"] = list(plan.tools)
+    return body

@@ -1,0 +1,349 @@
+"""Recall under the promise (issue 28 item 1), in the library.
+
+What a plan leaves out (dropped, summarized, cleared) is kept under a stable,
+tenant-bound id that the cut note, the summary and each placeholder name; the request
+gains the counted ``tokenflex_recall`` tool; :func:`tokenflex.recall` gives it back in
+the caller's format. The references are the caller's own lists: a recalled span must be
+exactly the caller's items the plan's dropped runs name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cache_stable import SYSTEM, model, sessions
+
+import tokenflex
+from tokenflex.recall import RECALL_TOOL, recall_calls, recall_tool, resolved_round
+from tokenflex.state import MemoryStore, TenantStore
+from tokenflex.summarize import ExtractiveSummarizer
+
+ID = re.compile(r"recall id: ([0-9a-f]{12})")
+
+
+def chat(n: int, words: int = 120) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        msgs.append({"role": role, "content": f"message {i}: " + "lorem ipsum " * words})
+    return msgs
+
+
+def named_ids(plan: tokenflex.Plan) -> list[str]:
+    """Every recall id the plan's messages (and Anthropic system) name."""
+    text = repr(plan.messages) + repr(plan.system)
+    return ID.findall(text)
+
+
+def spans(plan: tokenflex.Plan, *reasons: str) -> list[tuple[int, int]]:
+    """The plan's dropped runs of ``reasons``, merged where contiguous."""
+    out: list[tuple[int, int]] = []
+    for _section, a, b, reason in plan.dropped.runs():
+        if reason not in reasons:
+            continue
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+CUT = ("budget", "share", "orphan", "low_water", "held", "max_items")
+SMALL = {"model": model(4000), "max_tokens": 500}
+
+
+def test_a_cut_is_named_counted_and_recalled_in_full() -> None:
+    store = MemoryStore()
+    msgs = chat(30)
+    plan = tokenflex.fit(msgs, recall=True, state=store, **SMALL)
+    (a, b), *_ = spans(plan, *CUT)
+    [rid] = named_ids(plan)
+    assert plan.extras["recall"]["ids"] == [rid]
+    note = next(m for m in plan.messages if rid in m["content"])
+    assert note["content"].startswith(f"[{b - a} earlier messages omitted")
+    assert [t["function"]["name"] for t in plan.tools] == [RECALL_TOOL]
+    # counted: the plan's input is the request's input, the tool included
+    assert plan.input_tokens == tokenflex.count_messages(
+        plan.messages, model=SMALL["model"], tools=list(plan.tools)
+    )
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= plan.context_window
+    assert tokenflex.recall(rid, state=store) == msgs[a:b]
+    assert plan.request()["tools"] == list(plan.tools)
+
+
+def test_a_request_that_fits_goes_out_unchanged() -> None:
+    store = MemoryStore()
+    msgs = chat(4, words=5)
+    plan = tokenflex.fit(msgs, recall=True, state=store, **SMALL)
+    assert plan.messages == msgs and all(a is b for a, b in zip(plan.messages, msgs, strict=True))
+    assert plan.tools == () and "recall" not in plan.extras and not named_ids(plan)
+    assert plan.max_tokens == 500
+    assert store.size_bytes == 0
+
+
+def test_the_tool_never_drops_a_message_that_fits_without_it() -> None:
+    """A conversation that fits only without the tool's tokens goes out unchanged."""
+    m = SMALL["model"]
+    msgs = chat(2, words=5)
+    base = tokenflex.count_messages(msgs, model=m)
+    room = m.context_window - 500 - base
+    pad = {"role": "user", "content": "pad " * 4000}
+    while tokenflex.count_messages([*msgs, pad], model=m) > base + room - 8:
+        pad["content"] = pad["content"][: len(pad["content"]) - 20]
+    msgs.append(pad)
+    plan = tokenflex.fit(msgs, recall=True, state=MemoryStore(), safety_margin=0, **SMALL)
+    without = tokenflex.fit(msgs, safety_margin=0, **SMALL)
+    assert len(without.dropped) == 0
+    assert plan.messages == msgs and plan.tools == () and len(plan.dropped) == 0
+
+
+def test_the_same_cut_keeps_the_same_id_turn_after_turn() -> None:
+    """A cache-stable conversation that grows keeps its note (and id) while the cut is
+    held, and a moved cut's id reads the whole span back, chained to the old one."""
+    store = MemoryStore()
+    msgs = chat(30)
+    options = {**SMALL, "cache_stable": True, "recall": True, "state": store}
+    first = tokenflex.fit(msgs, **options)
+    [rid] = named_ids(first)
+    seen = {rid}
+    for k in range(12):
+        msgs += [
+            {"role": "assistant", "content": f"answer {k} " + "lorem " * 30},
+            {"role": "user", "content": f"question {k} " + "ipsum " * 30},
+        ]
+        plan = tokenflex.fit(msgs, **options)
+        [now] = named_ids(plan)
+        (a, b), *_ = spans(plan, *CUT)
+        assert tokenflex.recall(now, state=store) == msgs[a:b]
+        seen.add(now)
+    assert len(seen) < 12  # held cuts keep their id (the cut moved only a few times)
+
+
+def test_a_moved_cut_stores_only_what_it_newly_left_out() -> None:
+    """The cost model: the record of a grown cut holds the new messages and the id of
+    the record before it."""
+    store = MemoryStore()
+    tenant = TenantStore(store, "")
+    msgs = chat(30)
+    plan = tokenflex.fit(msgs, recall=True, state=store, **SMALL)
+    [old] = named_ids(plan)
+    (_, b0), *_ = spans(plan, *CUT)
+    msgs += chat(12)[1:]
+    plan = tokenflex.fit(msgs, recall=True, state=store, **SMALL)
+    [new] = named_ids(plan)
+    (a, b), *_ = spans(plan, *CUT)
+    assert new != old and b > b0
+    record = json.loads(tenant.get(f"recall:{new}") or b"")
+    assert record["prev"] == old and record["items"] == msgs[b0:b]
+    assert tokenflex.recall(new, state=store) == msgs[a:b]
+
+
+def test_cleared_tool_results_name_their_ids() -> None:
+    store = MemoryStore()
+    msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Inspect the logs."}]
+    for k in range(14):
+        msgs += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{k}",
+                        "type": "function",
+                        "function": {"name": "read_log", "arguments": f'{{"part": {k}}}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"call_{k}", "content": f"log {k} " + "ok " * 300},
+        ]
+    plan = tokenflex.fit(
+        msgs, recall=True, state=store, clear_tool_results=True, keep_tool_results=1, **SMALL
+    )
+    cleared = [d for d in plan.dropped if d.reason == "cleared"]
+    assert cleared
+    for d in cleared:
+        sent = next(
+            m for m in plan.messages if m.get("tool_call_id") == msgs[d.index]["tool_call_id"]
+        )
+        [rid] = ID.findall(sent["content"])
+        assert sent["content"].startswith("[tool result cleared")
+        assert tokenflex.recall(rid, state=store) == [msgs[d.index]]
+        assert rid in plan.extras["recall"]["ids"]
+
+
+def test_a_summary_names_the_span_it_stands_for() -> None:
+    store = MemoryStore()
+    msgs = chat(30)
+    plan = tokenflex.fit(msgs, recall=True, state=store, summarizer=ExtractiveSummarizer(), **SMALL)
+    assert plan.summary is not None
+    a, b = plan.summary.covers
+    summary = next(m for m in plan.messages if tokenflex.is_summary_message(m))
+    [rid] = ID.findall(summary["content"])
+    assert tokenflex.recall(rid, state=store) == msgs[a:b]
+
+
+def anthropic_conversation(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        text = f"turn {i}: " + "lorem ipsum " * 120
+        out.append({"role": role, "content": [{"type": "text", "text": text}]})
+    return out
+
+
+def responses_conversation(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        if i % 2 == 0:
+            out.append({"role": "user", "content": f"turn {i}: " + "lorem ipsum " * 120})
+        else:
+            out.append(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": f"turn {i}: " + "ipsum " * 200}],
+                }
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("fmt", "items", "system"),
+    [
+        pytest.param("anthropic", anthropic_conversation(31), "Be terse.", id="anthropic"),
+        pytest.param("responses", responses_conversation(31), "Be terse.", id="responses"),
+        pytest.param("chat", chat(30), None, id="chat"),
+    ],
+)
+def test_recall_in_the_callers_format(fmt: str, items: list[Any], system: Any) -> None:
+    store = MemoryStore()
+    plan = tokenflex.fit(items, recall=True, state=store, format=fmt, system=system, **SMALL)
+    assert plan.format == fmt
+    assert list(plan.tools) == [recall_tool(fmt)]
+    [rid] = named_ids(plan)
+    (a, b), *_ = spans(plan, *CUT)
+    assert tokenflex.recall(rid, state=store) == items[a:b]
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= plan.context_window
+    body = plan.request()
+    assert body["tools"] == [recall_tool(fmt)]
+
+
+def test_afit_recalls_as_fit_does() -> None:
+    msgs = chat(30)
+    plan = tokenflex.fit(msgs, recall=True, state=MemoryStore(), **SMALL)
+    aplan = asyncio.run(tokenflex.afit(msgs, recall=True, state=MemoryStore(), **SMALL))
+    assert aplan.messages == plan.messages and aplan.tools == plan.tools
+    assert aplan.extras["recall"] == plan.extras["recall"]
+
+
+def test_ids_and_records_belong_to_their_tenant() -> None:
+    shared = MemoryStore()
+    alice, bob = TenantStore(shared, "alice"), TenantStore(shared, "bob")
+    msgs = chat(30)
+    pa = tokenflex.fit(msgs, recall=True, state=alice, **SMALL)
+    pb = tokenflex.fit(msgs, recall=True, state=bob, **SMALL)
+    [ra], [rb] = named_ids(pa), named_ids(pb)
+    assert ra != rb  # the same content: another tenant, another id
+    assert tokenflex.recall(ra, state=alice) is not None
+    assert tokenflex.recall(ra, state=bob) is None and tokenflex.recall(rb, state=alice) is None
+    assert tokenflex.recall(ra, state=shared) is None  # the plain store is the tenant ""
+    assert all(k.startswith((alice.prefix, bob.prefix)) for k in shared._data)
+
+
+def test_the_model_recall_call_is_answered_in_each_format() -> None:
+    store = MemoryStore()
+    msgs = chat(30)
+    plan = tokenflex.fit(msgs, recall=True, state=store, **SMALL)
+    [rid] = named_ids(plan)
+    (a, b), *_ = spans(plan, *CUT)
+    args = json.dumps({"id": rid})
+    answers = {
+        "chat": {
+            "choices": [
+                {
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": RECALL_TOOL, "arguments": args},
+                            }
+                        ],
+                    }
+                }
+            ]
+        },
+        "anthropic": {
+            "content": [{"type": "tool_use", "id": "c1", "name": RECALL_TOOL, "input": {"id": rid}}]
+        },
+        "responses": {
+            "output": [
+                {"type": "function_call", "call_id": "c1", "name": RECALL_TOOL, "arguments": args}
+            ]
+        },
+    }
+    for fmt, answer in answers.items():
+        assert recall_calls(fmt, answer) == [("c1", rid)]
+        made = resolved_round(fmt, answer, store)
+        assert made is not None and len(made) == 2
+        result = made[1]
+        text = (
+            result.get("content")
+            if fmt == "chat"
+            else result["content"][0]["content"]
+            if fmt == "anthropic"
+            else result["output"]
+        )
+        assert json.loads(text) == msgs[a:b]
+    other = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+    assert resolved_round("chat", other, store) is None
+    mixed = answers["anthropic"]["content"] + [
+        {"type": "tool_use", "id": "c2", "name": "search", "input": {}}
+    ]
+    assert resolved_round("anthropic", {"content": mixed}, store) is None
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=sessions(), data=st.data())
+def test_with_recall_every_plan_keeps_the_promise_and_every_id_reads_back(
+    turns: list[list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    """The window promise holds with the tool counted (recounted independently), the
+    tool is there exactly when something was left out, and every id named reads back
+    the caller's messages of its span."""
+    window = data.draw(st.sampled_from([1500, 2500, 4000]), label="window")
+    m = model(window)
+    options: dict[str, Any] = {
+        "model": m,
+        "max_tokens": data.draw(st.sampled_from([100, 300, None]), label="max_tokens"),
+        "cache_stable": data.draw(st.booleans(), label="cache_stable"),
+        "clear_tool_results": data.draw(st.booleans(), label="clear"),
+    }
+    store = TenantStore(MemoryStore(), "t")
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    for turn in turns:
+        msgs += turn
+        try:
+            plan = tokenflex.fit(msgs, recall=True, state=store, **options)
+        except tokenflex.ContextOverflowError:
+            continue
+        tools = list(plan.tools) or None
+        assert plan.input_tokens == tokenflex.count_messages(plan.messages, model=m, tools=tools)
+        assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= window
+        engine_left_out = any(d.section != "reasoning" for d in plan.dropped)
+        assert bool(plan.tools) == engine_left_out == ("recall" in plan.extras)
+        cut = [msgs[a:b] for a, b in spans(plan, *CUT)]
+        for note in plan.messages:
+            if str(note.get("content")).startswith("[") and "earlier" in str(note["content"]):
+                [rid] = ID.findall(note["content"])
+                assert tokenflex.recall(rid, state=store) in cut
+        for rid in plan.extras.get("recall", {}).get("ids", ()):
+            assert tokenflex.recall(rid, state=store)
