@@ -6,10 +6,11 @@ server needs no registration):
 - ``o200k_base``, ``cl100k_base``: OpenAI encodings through tiktoken, offline.
 - ``estimate``: the conservative, tokenizer-free estimator (an upper bound in practice).
 - ``estimate:F``: the estimate times ``F >= 1``, for tokenizers known to need more tokens
-  than the OpenAI encodings (the registry uses ``estimate:1.3`` for Anthropic models).
+  than the OpenAI encodings (the registry uses ``estimate:1.5`` for Claude 3 to 4.6).
 - ``estimate:FAMILY``: a bound fitted to a tokenizer family's real tokenizers
   (``estimate:qwen2``, ``estimate:gemma``, ``estimate:tekken``, ... and ``estimate:all``
-  over every family; the keys of ``estimate.FAMILY_BOUNDS``).
+  over every family; the keys of ``estimate.FAMILY_BOUNDS``), and ``estimate:FAMILY:F``
+  that bound times ``F >= 1`` (``estimate:all:1.6`` for Claude Opus 4.7 and later).
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
 - ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
 - ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
@@ -176,14 +177,18 @@ def _from_scheme(name: str) -> Tokenizer | None:
 
         if rest in FAMILY_BOUNDS:
             return EstimatorTokenizer(family=rest)
+        family, _, number = rest.rpartition(":")  # "1.5", or "all:1.6": a family times F
         try:
-            factor = float(rest)
+            if family and family not in FAMILY_BOUNDS:
+                raise ValueError(family)
+            factor = float(number)
         except ValueError:
             raise TokenizerUnavailableError(
                 f"Tokenizer {name!r}: after 'estimate:' comes a number >= 1 (e.g. "
-                f"'estimate:1.3') or a tokenizer family: {', '.join(sorted(FAMILY_BOUNDS))}."
+                "'estimate:1.5'), a tokenizer family, or a family and a number "
+                f"('estimate:all:1.6'); families: {', '.join(sorted(FAMILY_BOUNDS))}."
             ) from None
-        return EstimatorTokenizer(factor)
+        return EstimatorTokenizer(factor, family=family or None)
     return None
 
 
