@@ -5,6 +5,7 @@
     .venv/bin/python scripts/bench_families.py --markdown # the same, one row per family x kind
     .venv/bin/python scripts/bench_families.py --speed    # estimator vs exact tokenizers
     .venv/bin/python scripts/bench_families.py --scripts 40  # per language of prose-scripts
+    .venv/bin/python scripts/bench_families.py --blind 120   # texts the fit never saw
     .venv/bin/python scripts/bench_families.py --pivot --seed 1  # another held-out draw
     .venv/bin/python scripts/bench_families.py --table-tokens  # data/family_table_tokens.json.gz
 
@@ -106,13 +107,48 @@ def symbol_chars() -> str:
     return "".join(c for c in chars if unicodedata.category(c)[0] in "PS" or c == "\u200d")
 
 
+# letters left out of ``letter_chars``: Han, Hangul syllables, Yi, Tangut, Nushu,
+# hieroglyphs and cuneiform, mathematical letters (a letter not measured is priced at
+# its UTF-8 bytes where the estimator needs a ceiling)
+UNMEASURED_LETTERS = (
+    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0xAC00, 0xD7A3), (0xA000, 0xA4CF),
+    (0x17000, 0x18AFF), (0x1B170, 0x1B2FF), (0x13000, 0x1345F), (0x12000, 0x1254F),
+    (0x14400, 0x1467F), (0x16800, 0x16A3F), (0x1D400, 0x1D7FF),
+)  # fmt: skip
+
+
+def letter_chars() -> str:
+    """The letters, marks and digits beyond ASCII (below U+20000, but the large blocks of
+    ``UNMEASURED_LETTERS``) whose tokens the vocabulary file keeps per family: the
+    estimator's ceiling for a piece of a script its bound was not fitted on."""
+    import unicodedata
+
+    return "".join(
+        chr(c)
+        for c in range(0x80, 0x20000)
+        if unicodedata.category(chr(c))[0] in "LMN"
+        and not any(first <= c <= last for first, last in UNMEASURED_LETTERS)
+    )
+
+
+def runs_of(chars: str) -> list[list[int]]:
+    """``chars`` (sorted) as runs of code points, first to last."""
+    ranges: list[list[int]] = []
+    for cp in map(ord, chars):
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return ranges
+
+
 def tokens_after(
     items: list[str] | str, what: str, before: str = "\n"
 ) -> dict[str, list[list[int]]]:
     """Per family (and ``all``), the tokens each of its reference tokenizers spends on
     each item after ``before``: one list per item, one count per reference."""
     spent: dict[str, list[int]] = {}
-    for ref in sorted({r for refs in family_texts.FAMILY_REFERENCES.values() for r in refs}):
+    for ref in family_texts.all_references():
         count = family_texts.reference(ref)
         base = count(before)
         spent[ref] = [count(before + p) - base for p in items]
@@ -171,6 +207,13 @@ def vocab() -> None:
     }
     if any(not 0 <= n <= 9 for ns in shift.values() for n in ns):
         raise SystemExit("a space before a symbol character costs 3 tokens or more")
+    letters = letter_chars()
+    # a digit per letter and family: the most tokens any reference spends on it alone
+    # after a newline (a token per UTF-8 byte at most, more where NFKC expands it)
+    spelled = {
+        fam: [max(1, min(9, max(col))) for col in cols]
+        for fam, cols in tokens_after(letters, "letters").items()
+    }
     data = {
         "table": estimate.table_digest(frozenset(table)),
         "families": singles(table, "table pieces"),
@@ -178,6 +221,10 @@ def vocab() -> None:
             "ranges": ranges,
             "tokens": {fam: "".join(map(str, counts)) for fam, counts in spent.items()},
             "spaced": {fam: "".join(map(str, counts)) for fam, counts in shift.items()},
+        },
+        "letters": {
+            "ranges": runs_of(letters),
+            "tokens": {fam: "".join(map(str, counts)) for fam, counts in spelled.items()},
         },
     }
     VOCAB_FILE.write_bytes(gzip.compress(json.dumps(data).encode(), mtime=0))
@@ -207,7 +254,7 @@ def table_tokens() -> None:
     names = list(estimate._not_singles("all"))
     index = {p: i for i, p in enumerate(names)}
     spent: dict[str, list[int]] = {}
-    for ref in sorted({r for refs in family_texts.FAMILY_REFERENCES.values() for r in refs}):
+    for ref in family_texts.all_references():
         spent[ref] = entry_tokens(family_texts.reference(ref), names)
         print(f"{ref}: {len(names):,} entries measured", file=sys.stderr)
     out = {}
@@ -262,7 +309,7 @@ def fit(per_kind: int, corpus_n: int, only: list[str] | None = None) -> None:
         return np.column_stack([x, root_var, np.ones(len(texts))])
 
     ys = counts(texts)
-    ys["all"] = [max(col) for col in zip(*ys.values(), strict=True)]
+    ys["all"] = [family_texts.family_count("all", t) for _, t in texts]
     kinds = [k for k, _ in texts]
     per = {k: kinds.count(k) for k in set(kinds)}
     bounds = {}
@@ -323,7 +370,7 @@ def table(per_kind: int, markdown: bool, pivot: bool = False, seed: int = 0) -> 
     for kind in family_texts.KINDS:
         texts = list(family_texts.texts(kind, "test", per_kind, seed))
         truth = counts([(kind, t) for t in texts])
-        truth["all"] = [max(col) for col in zip(*truth.values(), strict=True)]
+        truth["all"] = [family_texts.family_count("all", t) for t in texts]
         for fam in fams:
             est = [estimate.estimate_family(t, fam) for t in texts]
             rel = [e / max(y, 1) - 1 for e, y in zip(est, truth[fam], strict=True)]
@@ -355,6 +402,56 @@ def table(per_kind: int, markdown: bool, pivot: bool = False, seed: int = 0) -> 
     else:
         out = ["  ".join(f"{h:>12}" for h in head)]
         out += ["  ".join(f"{v!s:>12}" for v in r) for r in rows]
+    return "\n".join(out)
+
+
+def blind_table(per_kind: int, per_script: int, seed: int = 0) -> str:
+    """Markdown: the blind checks (``family_texts.BLIND_KINDS``: texts the fit never saw),
+    one row per family (and the default ``estimate`` against both OpenAI encodings), one
+    column per kind and one for all the scripts Unicode names, each "texts under / worst
+    under / mean over"; then the scripts with any text under, per family."""
+    fams = [*family_texts.FAMILY_REFERENCES, "all"]
+    columns: dict[str, list[str]] = {
+        kind: family_texts.blind_texts(kind, per_kind, seed)
+        for kind in family_texts.BLIND_KINDS
+        if kind != "scripts"
+    }
+    by_script = {
+        s: family_texts.script_texts_blind(s, per_script, seed)
+        for s in family_texts.unicode_scripts()
+    }
+    columns["scripts"] = [t for texts in by_script.values() for t in texts]
+    script_of = [s for s, texts in by_script.items() for _ in texts]
+    rows = [*fams, "estimate"]
+
+    def est(row: str, text: str) -> int:
+        return (
+            estimate.estimate_tokens(text)
+            if row == "estimate"
+            else estimate.estimate_family(text, row)
+        )
+
+    cells: dict[tuple[str, str], str] = {}
+    bad: dict[str, set[str]] = {row: set() for row in rows}
+    for kind, texts in columns.items():
+        truths = {fam: [family_texts.family_count(fam, t) for t in texts] for fam in fams}
+        truths["estimate"] = truths["openai"]
+        for row in rows:
+            rel = [est(row, t) / max(y, 1) - 1 for t, y in zip(texts, truths[row], strict=True)]
+            under = [i for i, r in enumerate(rel) if r < 0]
+            if kind == "scripts":
+                bad[row].update(script_of[i] for i in under)
+            cells[row, kind] = (
+                f"{len(under)}/{len(texts)} / {max(0.0, -min(rel)):.0%} / "
+                f"{statistics.mean(rel):+.0%}"
+            )
+    kinds = list(columns)
+    out = [f"| family | {' | '.join(kinds)} |", "|---|" + "--:|" * len(kinds)]
+    out += [f"| {row} | " + " | ".join(cells[row, k] for k in kinds) + " |" for row in rows]
+    out.append("")
+    for row in rows:
+        if bad[row]:
+            out.append(f"- {row}: under on {', '.join(sorted(bad[row]))}")
     return "\n".join(out)
 
 
@@ -602,7 +699,7 @@ def run_lines(family: str) -> dict[str, tuple[float, float]]:
     import string
 
     refs = (
-        [n for names in family_texts.FAMILY_REFERENCES.values() for n in names]
+        list(family_texts.all_references())
         if family == "all"
         else list(family_texts.FAMILY_REFERENCES[family])
     )
@@ -638,7 +735,7 @@ def indent_tokens(family: str) -> list[int]:
     the contexts measured, never below 0. A vocabulary with tokens for a line break and
     the spaces after it (command-r: up to 67 spaces) adds none."""
     refs = (
-        [n for names in family_texts.FAMILY_REFERENCES.values() for n in names]
+        list(family_texts.all_references())
         if family == "all"
         else list(family_texts.FAMILY_REFERENCES[family])
     )
@@ -706,6 +803,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, metavar="N", help="--speed: rounds")
     ap.add_argument("--scripts", type=int, metavar="N", help="per-language table, N texts each")
     ap.add_argument(
+        "--blind",
+        type=int,
+        metavar="N",
+        help="the blind table: N texts per blind kind, N // 10 (at least 2) per script",
+    )
+    ap.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -727,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.scripts:
         print(scripts_table(args.scripts, args.seed))
+        return 0
+    if args.blind:
+        print(blind_table(args.blind, max(2, args.blind // 10), args.seed))
         return 0
     if args.speed:
         print(speed(args.load_runs, args.rounds))

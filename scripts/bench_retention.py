@@ -29,6 +29,14 @@ tokens, 100 margin). Variants, all given the whole history every turn:
 "input/turn" is the mean input tokens sent per turn over the session (every turn is
 fitted; what each variant pays). Run: ``make bench-retention`` (``--quick``: 8K and 32K
 only, one seed).
+
+``--real``: the same question asked of a real model. SmolLM2-135M (the test model) on the
+native llama.cpp ``llama-server`` (2,048-token window), through the tokenflex proxy with
+recall on and off: a chat that states one fact of each kind early, then enough filler to
+push it out, then asks for the fact. An answer is right when it contains the fact's
+text. The proxy answers ``tokenflex_recall`` calls itself, so with recall the model can
+get the fact back by calling the tool; whether a 135M model calls a tool at all, and
+reads the answer, is what this part shows (not what a frontier model would do).
 """
 
 from __future__ import annotations
@@ -200,18 +208,16 @@ def tokenflex_variant(model: tokenflex.Model, name: str, **options: Any) -> Vari
         recoverable: set[str] = set()
         if recall:
             for rid in recall_ids(plan):
-                got = tokenflex.recall(rid, state=store)  # type: ignore[attr-defined]
-                recoverable.add(text_of(got if isinstance(got, list) else [got]))
+                got = tokenflex.recall(rid, state=store) or []
+                recoverable.add(text_of(got))
         return plan.messages, recoverable
 
     return send
 
 
 def recall_ids(plan: tokenflex.Plan) -> list[str]:
-    """The recall ids a plan names (in its cut note and cleared placeholders)."""
-    import re
-
-    return sorted(set(re.findall(r"recall id: ([\w-]+)", text_of(plan.messages))))
+    """The recall ids a plan names (in its cut note, summary and cleared placeholders)."""
+    return list(plan.extras.get("recall", {}).get("ids", []))
 
 
 def langchain_variant(model: tokenflex.Model, room: int) -> Variant:
@@ -361,11 +367,83 @@ def run_cell(window: int, kind: str, seeds: list[int], table: dict[str, Row]) ->
                 row.span_kept.append(sum(f in summary for f in in_span))
 
 
+QUESTIONS = [
+    "What is the approved budget I told you?",
+    "What is the release deadline I told you?",
+    "Which ticket did I ask you to track this under?",
+    "Who did I say the reviewer will be?",
+    "Which file did I say the bug lives in?",
+    "Where should the report be sent?",
+]
+"""One question per fact kind of :func:`plant` (kinds 1, 2, 4, 6, 3, 7)."""
+KINDS = [1, 2, 4, 6, 3, 7]
+
+
+def real_model(seeds: int) -> None:
+    """The ``--real`` part: SmolLM2 through the proxy, recall on and off."""
+    import httpx
+
+    sys.path[:0] = [str(ROOT / "tests")]
+    from llama_server import LlamaCppServer
+    from test_server import ServerThread
+
+    from tokenflex.server import ServerConfig, create_app
+
+    right = {True: 0, False: 0}
+    recalled = {True: 0, False: 0}
+    asked = 0
+    with LlamaCppServer(n_ctx=2048, startup_timeout=120) as server:
+        for recall in (False, True):
+            config = ServerConfig.load(
+                upstream=f"{server.root_url}/v1", discovery_timeout=60, recall=recall
+            )
+            with (
+                ServerThread(create_app(config)) as proxy,
+                httpx.Client(timeout=300, trust_env=False) as client,
+            ):
+                for seed in range(seeds):
+                    for question, kind in zip(QUESTIONS, KINDS, strict=True):
+                        rng = random.Random(seed * 100 + kind)
+                        fact, sentence = plant(rng, kind)
+                        msgs: list[Message] = [
+                            {"role": "system", "content": "Answer with the exact value."},
+                            {"role": "user", "content": f"Please note: {sentence}"},
+                            {"role": "assistant", "content": "Noted."},
+                        ]
+                        for _ in range(12):  # ~2,400 tokens of filler: the fact is cut
+                            msgs.append({"role": "user", "content": words(rng, 120)})
+                            msgs.append({"role": "assistant", "content": words(rng, 60)})
+                        msgs.append({"role": "user", "content": question})
+                        r = client.post(
+                            f"{proxy.url}/v1/chat/completions",
+                            json={
+                                "model": server.model,
+                                "messages": msgs,
+                                "max_tokens": 48,
+                                "temperature": 0,
+                            },
+                        )
+                        r.raise_for_status()
+                        answer = r.json()["choices"][0]["message"].get("content") or ""
+                        right[recall] += fact.lower() in answer.lower()
+                        recalled[recall] += int(r.headers.get("x-tokenflex-recall-rounds", 0)) > 0
+                        asked += recall
+    print(f"\n### SmolLM2-135M through the proxy, 2,048-token window ({asked} questions)\n")
+    print("| recall | answers right | requests where the model called tokenflex_recall |")
+    print("|---|---:|---:|")
+    for recall in (False, True):
+        print(f"| {'on' if recall else 'off'} | {right[recall]} of {asked} | {recalled[recall]} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8K and 32K, one seed")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--real", action="store_true", help="only the real-model part")
     args = parser.parse_args()
+    if args.real:
+        real_model(max(1, args.seeds))
+        return
     windows = [8192, 32768] if args.quick else [8192, 32768, 131072]
     seeds = list(range(1 if args.quick else args.seeds))
     started = time.perf_counter()

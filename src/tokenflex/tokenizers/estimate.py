@@ -19,12 +19,16 @@ entry is exactly one token. The estimate follows that structure:
    with the means of non-ASCII pieces raised another 10%. The margin covers pieces whose
    true count is above their shape's mean; the square root makes the slack grow slower
    than the text, so long texts are not padded by a fixed percentage.
+5. A piece with a character out of the scripts and blocks the statistics were fitted on
+   (``_FITTED``: Odia, Thaana, an emoji, a variation selector) costs at least its
+   ceiling: the tokens its characters cost one by one in the real vocabularies
+   (measured per character), a token per UTF-8 byte for one never measured.
 
 ``scripts/bench_estimator.py --fit`` rebuilds the data file from the tuning half;
 ``docs/estimator.md`` has the table on the held-out half. The estimate is measured only
 against the two OpenAI encodings: tokenizers that need more tokens than both for the same
-text (Anthropic's, by published comparisons) need a factor on top, which the model
-registry applies (``tokenizer = "estimate:1.3"``).
+text (Anthropic's, measured against ctok) need a factor on top, which the model registry
+applies (``tokenizer = "estimate:1.5"``).
 """
 
 from __future__ import annotations
@@ -62,12 +66,14 @@ __all__ = [
     "estimate_family",
     "estimate_tokens",
     "estimate_tokens_range",
+    "family_char_tokens",
     "family_estimator",
     "family_indent_tokens",
     "family_run_lines",
     "family_singles",
     "family_symbol_tokens",
     "family_table_tokens",
+    "fitted",
     "piece_features",
     "piece_key",
     "split_pieces",
@@ -154,6 +160,64 @@ _CHUNK_CACHE_CHARS = 1_000_000  # the line cache is emptied when its keys pass t
 
 _GREEDY_MAX = 24  # the longest table entry tried by the greedy cut, in characters
 _DATA_FILE = "estimate.json.gz"
+
+# The characters the estimate's statistics and the family bounds were fitted on, beyond
+# ASCII: the scripts of the tuning languages (Latin, Greek, Cyrillic, Armenian, Hebrew,
+# Arabic, Devanagari, Bengali, Tamil, Thai, Georgian, Ethiopic, Vietnamese, CJK, Hangul)
+# and the punctuation and symbol blocks of the tuning texts. A piece with any other
+# character (Odia, Thaana, Adlam, an emoji, a variation selector, a tag) is priced at
+# least at its ceiling (``_ceiling``): the tokens its characters cost one by one, as the
+# family's real tokenizers spend them alone (measured per letter, mark, digit and symbol
+# by ``scripts/bench_families.py --vocab``), a token per UTF-8 byte for a character never
+# measured. No byte-level BPE or byte-fallback SentencePiece vocabulary spends more than
+# a token per byte, and merges only lower the one-by-one count.
+_FITTED = (
+    (0x80, 0x2AF),  # Latin-1, Latin extended, IPA
+    (0x300, 0x6FF),  # combining marks, Greek, Cyrillic, Armenian, Hebrew, Arabic
+    (0x900, 0x9FF),  # Devanagari, Bengali
+    (0xB80, 0xBFF),  # Tamil
+    (0xE00, 0xE7F),  # Thai
+    (0x10A0, 0x10FF),  # Georgian
+    (0x1200, 0x137F),  # Ethiopic
+    (0x1E00, 0x1FFF),  # Latin extended additional (Vietnamese), Greek extended
+    (0x2000, 0x2BFF),  # punctuation, symbols, arrows, box drawing (the ZWJ too)
+    (0x3000, 0x30FF),  # CJK punctuation, kana
+    (0x4E00, 0x9FFF),  # Han
+    (0xAC00, 0xD7A3),  # Hangul
+    (0xFF00, 0xFFEF),  # fullwidth and halfwidth forms
+)
+_OUT_OF_FITTED = re.compile(
+    "[^\\x00-\\x7f" + "".join(f"\\u{first:04x}-\\u{last:04x}" for first, last in _FITTED) + "]"
+).search
+
+
+def fitted(text: str) -> bool:
+    """Whether every character of ``text`` lies in the scripts and symbol blocks the
+    estimate was fitted on (else its pieces with other characters are priced at least at
+    their ceiling: the tokens their characters cost one by one).
+
+    >>> from tokenflex.tokenizers.estimate import fitted
+    >>> fitted("Привет, 世界"), fitted("ଓଡ଼ିଆ"), fitted("👍")
+    (True, False, False)
+    """
+    return _OUT_OF_FITTED(text) is None
+
+
+def _ceiling(piece: str, chars: Mapping[str, int]) -> int:
+    """The tokens ``piece``'s characters cost one by one: one per ASCII character, what
+    ``chars`` says for another (see :func:`family_char_tokens`), else its UTF-8 bytes.
+    The character after a leading space or punctuation costs its UTF-8 bytes: the
+    vocabulary may merge the space with its first byte ("\u0020\xe0") and then spend a
+    token on each byte left (Qwen 3.5: " ຂ" is three tokens, "ຂ" one)."""
+    n, start = 0, 0
+    if len(piece) > 1 and piece[0] < "\x80" and piece[1] >= "\x80":
+        n, start = 1 + len(piece[1].encode("utf-8", "surrogatepass")), 2
+    for ch in piece[start:]:
+        if ch < "\x80":
+            n += 1
+        else:
+            n += chars.get(ch) or len(ch.encode("utf-8", "surrogatepass"))
+    return n
 
 
 def split_pieces(text: str) -> list[str]:
@@ -403,12 +467,12 @@ _lock = threading.Lock()
 _PIECE_CACHE_MAX = 100_000
 
 
-class _PieceCache(dict[str, tuple[float, float, float, float]]):
+class _PieceCache(dict[str, tuple[float, float, float, float, float]]):
     """The statistics of every piece out of the table priced so far: a lookup of a piece
     not in it prices the piece (``map(cache.__getitem__, pieces)`` runs in C for the
     pieces priced before)."""
 
-    def __missing__(self, piece: str) -> tuple[float, float, float, float]:
+    def __missing__(self, piece: str) -> tuple[float, float, float, float, float]:
         return _piece_stats(piece, _load())
 
 
@@ -476,8 +540,11 @@ def _lookup(
     return mean, var
 
 
-def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float]:
-    """(high mean, high variance, low mean, low variance) of a piece not in the table."""
+def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float, float]:
+    """(high mean, high variance, low mean, low variance, top) of a piece not in the
+    table; ``top`` is the high mean raised, for a piece with characters out of
+    ``_FITTED``, to what its ceiling needs once the estimate's margin is applied (the
+    OpenAI encodings' tokens for its characters one by one)."""
     hit = _piece_cache.get(piece)
     if hit is not None:
         return hit
@@ -487,9 +554,13 @@ def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float]
     # dashes, digits' neighbours) into few tokens, so a long piece may cost no more than
     # a capped one.
     lm, lv = _lookup(model.low, key, units, cap, scale=False)
+    top = hm
     if not piece.isascii():
         hm *= 1 + model.script_margin
-    out = (hm, hv, lm, lv)
+        top = hm
+        if _OUT_OF_FITTED(piece):
+            top = max(hm, _ceiling(piece, family_char_tokens("openai")) / (1 + model.margin))
+    out = (hm, hv, lm, lv, top)
     if len(_piece_cache) >= _PIECE_CACHE_MAX:
         _piece_cache.clear()
     _piece_cache[piece] = out
@@ -497,6 +568,8 @@ def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float]
 
 
 def _sums(text: str) -> tuple[_Model, int, float, float, float, float]:
+    """(model, table pieces, sums of the others' top, high variance, low mean, low
+    variance)."""
     model = _load()
     table = model.table
     hm = hv = lm = lv = 0.0
@@ -505,8 +578,8 @@ def _sums(text: str) -> tuple[_Model, int, float, float, float, float]:
     # same additions in the same order as one loop over all pieces: the same floats).
     rest = list(filterfalse(table.__contains__, pieces))
     exact = len(pieces) - len(rest)
-    for a, b, c, d in map(_piece_cache.__getitem__, rest):
-        hm += a
+    for _, b, c, d, top in map(_piece_cache.__getitem__, rest):
+        hm += top
         hv += b
         lm += c
         lv += d
@@ -574,8 +647,9 @@ class EstimatorTokenizer:
 
     ``exact`` is False: counts are conservative estimates (upper bounds in practice),
     never the model's real tokenization. ``factor`` scales them up for tokenizers known
-    to need more tokens than the OpenAI encodings (``"estimate:1.3"`` in the registry);
-    ``family`` uses that family's fitted bound instead (``"estimate:qwen2"``).
+    to need more tokens than the OpenAI encodings (``"estimate:1.5"``: Claude 3 to 4.6);
+    ``family`` uses that family's fitted bound instead (``"estimate:qwen2"``), times
+    ``factor`` if given (``"estimate:all:1.6"``: Claude Opus 4.7 and later).
     """
 
     exact = False
@@ -590,14 +664,15 @@ class EstimatorTokenizer:
         self.family = family
         self._family = family_estimator(family) if family is not None else None
         if family is not None:
-            self.name = f"estimate:{family}"
+            self.name = f"estimate:{family}" + ("" if factor == 1.0 else f":{factor:g}")
         else:
             self.name = "estimate" if factor == 1.0 else f"estimate:{factor:g}"
 
     def count(self, text: str) -> int:
         """Estimated tokens in ``text`` (an upper bound in practice)."""
         if self._family is not None:
-            return self._family.count(text)
+            n = self._family.count(text)
+            return n if self.factor == 1.0 else math.ceil(n * self.factor - 1e-9)
         n = estimate_tokens(text)
         return n if self.factor == 1.0 else math.ceil(n * self.factor - 1e-9)
 
@@ -605,14 +680,15 @@ class EstimatorTokenizer:
         """``(low, high)`` estimate for ``text``; see :func:`estimate_tokens_range`."""
         low, high = estimate_tokens_range(text)
         if self._family is not None:
-            return min(low, high), max(high, self._family.count(text))
+            return min(low, high), max(high, self.count(text))
         if self.factor == 1.0:
             return low, high
         return low, math.ceil(high * self.factor - 1e-9)
 
     def __repr__(self) -> str:
         if self.family is not None:
-            return f"EstimatorTokenizer(family={self.family!r})"
+            times = "" if self.factor == 1.0 else f"{self.factor:g}, "
+            return f"EstimatorTokenizer({times}family={self.family!r})"
         args = "" if self.factor == 1.0 else f"{self.factor:g}"
         return f"EstimatorTokenizer({args})"
 
@@ -704,7 +780,7 @@ def _shape_features(
     if common:
         cost, var = 1.0, 0.0
     else:
-        cost, var, _, _ = _piece_stats(piece, model)
+        cost, var = _piece_stats(piece, model)[:2]
         cost *= 1 + model.margin
     first = piece[0]
     if piece.isspace():
@@ -920,6 +996,28 @@ def family_symbol_tokens(family: str) -> Mapping[str, int]:
     return out
 
 
+_char_tokens: dict[str, dict[str, int]] = {}
+
+
+def family_char_tokens(family: str) -> Mapping[str, int]:
+    """The tokens ``family``'s vocabulary spends on each non-ASCII character measured,
+    alone after a newline (the most any of its tokenizers spends): the letters, marks
+    and digits of every script (but the large blocks of Han, Hangul, Yi, Tangut,
+    hieroglyphs and cuneiform) and the symbol characters of :func:`family_symbol_tokens`.
+    The estimate's ceiling for a piece out of the scripts it was fitted on; empty for a
+    family not in the file (every character then costs its UTF-8 bytes)."""
+    hit = _char_tokens.get(family)
+    if hit is not None:
+        return hit
+    letters = _vocabulary().get("letters", {"ranges": [], "tokens": {}})
+    chars = "".join(chr(c) for first, last in letters["ranges"] for c in range(first, last + 1))
+    out = dict(zip(chars, map(int, letters["tokens"].get(family, "")), strict=False))
+    out.update((ch, n) for ch, n in family_symbol_tokens(family).items() if len(ch) == 1)
+    with _lock:
+        _char_tokens[family] = out
+    return out
+
+
 def _family_symbols(family: str) -> frozenset[str]:
     """The non-ASCII characters that are one token in ``family``'s vocabulary."""
     tokens = family_symbol_tokens(family)
@@ -1092,6 +1190,8 @@ class FamilyEstimator:
             # (a piece shorter than the shortest run measured has no run to floor)
             if len(piece) >= self._min_run and self._run_lines and piece.isascii():
                 cost = max(cost, self._run_floor(piece))
+            elif not piece.isascii() and _OUT_OF_FITTED(piece):
+                cost = max(cost, _ceiling(piece, family_char_tokens(self.family)))
             out = (cost, var)
         self._costs[piece] = out
         return out

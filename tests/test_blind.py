@@ -1,0 +1,93 @@
+"""Blind checks of the estimator's bounds: texts the fit never saw, from sources it never
+used (tests/family_texts.py, "blind texts"), against every real tokenizer.
+
+- every script Unicode names whose letters lie out of the scripts the bounds were fitted
+  on (Odia, Thaana, Sinhala, Adlam, N'Ko, Deseret, ...): random words, the worst case for
+  a vocabulary, which the estimate must cover by its ceiling;
+- emoji as people send them (skin tones, ZWJ families, flags, keycaps, tag flags);
+- files of Python's own standard library.
+
+Each family's bound (``estimate:FAMILY``; ``all`` over every vocabulary llama.cpp ships,
+Baichuan, Falcon, MPT, GPT-NeoX, Aquila and Refact included) and the default ``estimate``
+(both OpenAI encodings) must leave no such text under its real count. A fixed sample,
+drawn once (derandomized), keeps the test quick; ``scripts/bench_families.py --blind``
+prints the full tables (docs/estimator.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+import family_texts
+import pytest
+
+from tokenflex.tokenizers.estimate import (
+    FAMILY_BOUNDS,
+    estimate_family,
+    estimate_tokens,
+    fitted,
+)
+
+FAMILIES = sorted(FAMILY_BOUNDS)
+
+
+def _unfitted_scripts() -> list[str]:
+    """The scripts whose letters all lie out of the fitted ones (priced by the ceiling)."""
+    return [
+        s
+        for s, (letters, _) in family_texts.unicode_scripts().items()
+        if not any(fitted(ch) for ch in letters)
+    ]
+
+
+def _sample() -> list[tuple[str, str]]:
+    rng = random.Random("test_blind")
+    scripts = rng.sample(_unfitted_scripts(), 30)
+    out = [(s, t) for s in scripts for t in family_texts.script_texts_blind(s, 1)]
+    out += [("emoji-zwj", t) for t in family_texts.blind_texts("emoji-zwj", 20)]
+    out += [("stdlib", t) for t in family_texts.blind_texts("stdlib", 8)]
+    return out
+
+
+SAMPLE = _sample()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_bound_covers_blind_texts(family: str) -> None:
+    under = []
+    for kind, text in SAMPLE:
+        truth = family_texts.family_count(family, text)
+        est = estimate_family(text, family)
+        if est < truth:
+            under.append((kind, est, truth))
+    assert not under, f"{family}: {len(under)} of {len(SAMPLE)} blind texts under: {under[:5]}"
+
+
+def test_default_estimate_covers_blind_texts() -> None:
+    under = []
+    for kind, text in SAMPLE:
+        truth = family_texts.family_count("openai", text)
+        est = estimate_tokens(text)
+        if est < truth:
+            under.append((kind, est, truth))
+    assert not under, f"{len(under)} of {len(SAMPLE)} blind texts under: {under[:5]}"
+
+
+def test_the_sample_holds_every_blind_source() -> None:
+    kinds = {k for k, _ in SAMPLE}
+    assert {"emoji-zwj", "stdlib"} <= kinds and len(kinds) >= 30
+    # the ceiling is what covers these scripts: each is out of the fitted ones
+    assert {"ORIYA", "THAANA", "SINHALA", "ADLAM", "NKO"} <= set(_unfitted_scripts())
+    assert "CYRILLIC" not in _unfitted_scripts()
+
+
+def test_a_ceiling_holds_for_any_character() -> None:
+    # every script's letters one by one (no merge at all): the ceiling, not a statistic
+    for script in _unfitted_scripts():
+        letters, marks = family_texts.unicode_scripts()[script]
+        text = " ".join(letters[:64]) + marks[:16]
+        for family in ("all", "qwen3.5", "mistral-spm"):
+            assert estimate_family(text, family) >= family_texts.family_count(family, text), (
+                script,
+                family,
+            )

@@ -1,0 +1,71 @@
+"""Templates as the model runs them: a role the chat template leaves out of the prompt
+costs nothing (and is logged as unseen); a role it refuses makes the count refuse too,
+with the fix. Real templates: the ones llama.cpp's vocabulary GGUFs carry (``make vocab``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import family_texts
+import pytest
+
+from tokenflex.counting import get_counter
+from tokenflex.counting.template import TemplateRejected
+from tokenflex.models import Model
+from tokenflex.tokenizers import get_tokenizer
+from tokenflex.tokenizers.gguf import GGUFTokenizer
+
+SYSTEM = {"role": "system", "content": "You are a pirate. " * 60}
+USER = {"role": "user", "content": "What is the capital of France?"}
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "geo", "arguments": "{}"}}
+    ],
+}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "Paris"}
+
+
+def gguf_model(vocab: str) -> Model:
+    path = family_texts.VOCAB_DIR / f"ggml-vocab-{vocab}.gguf"
+    if not path.exists():
+        pytest.skip("llama.cpp's vocabularies are not extracted (make vocab)")
+    tok = get_tokenizer(f"gguf:{path}").tokenizer
+    assert isinstance(tok, GGUFTokenizer) and tok.chat_template
+    return Model(
+        name=f"gguf-template-{vocab}",
+        context_window=4096,
+        tokenizer=f"gguf:{path}",
+        chat_format="template",
+        chat_template=tok.chat_template,
+        bos_token=tok.bos_token,
+        eos_token=tok.eos_token,
+    )
+
+
+def test_a_dropped_system_prompt_costs_nothing_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counter = get_counter(gguf_model("phi-3"))  # its template renders user/assistant only
+    with caplog.at_level(logging.WARNING, logger="tokenflex"):
+        assert counter.message(SYSTEM) == 0
+    assert "renders no 'system' message" in caplog.text
+    # the count follows the render: the system prompt's 360 tokens are not in it
+    assert counter.count([SYSTEM, USER]) == counter.count([USER])
+    assert counter.count([SYSTEM, USER]) >= counter.count_rendered([SYSTEM, USER])
+    assert counter.count([SYSTEM, USER]) < counter.count_rendered([USER]) + 20
+
+
+def test_a_dropped_tool_result_costs_nothing() -> None:
+    counter = get_counter(gguf_model("phi-3"))
+    assert counter.message(RESULT) == 0
+
+
+def test_a_refused_tool_message_raises_with_the_fix() -> None:
+    counter = get_counter(gguf_model("command-r"))  # roles must alternate user/assistant
+    with pytest.raises(TemplateRejected, match="cannot render a 'tool' message") as info:
+        counter.count([USER, CALL, RESULT])
+    assert "Send tool results as user messages" in str(info.value)
+    assert counter.count([USER]) > 0  # a conversation it renders still counts
