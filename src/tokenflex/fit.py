@@ -45,7 +45,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import InvalidInputError, InvalidMessagesError
-from .formats.fitting import Prepared, check_prepared, finish, prepare
+from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
 from .formats.objects import plain_message
 from .history import (
     HistorySource,
@@ -460,6 +460,7 @@ def fit(
         tools=tools,
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
+        reuse=True,
     )
     if history is None:
         check_prepared(req, primary)
@@ -476,6 +477,22 @@ def fit(
         summaries=summaries,
         background=background_summaries,
     )
+    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
+        forget(messages)
+        return fit(
+            messages,
+            model=model,
+            max_tokens=max_tokens,
+            tools=tools,
+            summarizer=summarizer,
+            documents=documents,
+            state=state,
+            format=format,
+            system=system,
+            keep_reasoning=keep_reasoning,
+            background_summaries=background_summaries,
+            **options,
+        )
     return finish(plan, req)
 
 
@@ -541,6 +558,7 @@ async def afit(
         tools=tools,
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
+        reuse=True,
     )
     if history is None:
         await asyncio.to_thread(check_prepared, req, primary)
@@ -562,4 +580,20 @@ async def afit(
         summaries=summaries,
         background=background_summaries,
     )
+    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
+        forget(messages)
+        return await afit(
+            messages,
+            model=model,
+            max_tokens=max_tokens,
+            tools=tools,
+            summarizer=summarizer,
+            documents=documents,
+            state=state,
+            format=format,
+            system=system,
+            keep_reasoning=keep_reasoning,
+            background_summaries=background_summaries,
+            **options,
+        )
     return finish(plan, req)
