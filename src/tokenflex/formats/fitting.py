@@ -65,6 +65,8 @@ class Prepared:
     the unit that starts there, as they were converted (see :func:`fresh`)."""
     given: Sequence[Any] | None = None
     """The caller's list, when this request came from the memo (see :func:`fresh`)."""
+    plain: bool = False
+    """Every message holds string content only (no part can be an estimate)."""
 
 
 _MEMO_MIN = 32
@@ -239,7 +241,9 @@ def _grown(
     if conv is None:
         if not is_plain_chat(messages[n:]):
             return None
-        return Prepared(messages, counted, tools, None, dict(old.checked), given=messages)
+        return Prepared(
+            messages, counted, tools, None, dict(old.checked), given=messages, plain=True
+        )
     units = conv.messages
     keep = len(units)
     restart = n
@@ -313,7 +317,7 @@ def _prepare(
     lazy_history: bool,
 ) -> Prepared:
     if format in (None, "chat") and system is None and is_plain_chat(messages):
-        return Prepared(messages, counted, tools, None)
+        return Prepared(messages, counted, tools, None, plain=True)
     fmt = format or detect_format(messages, system=system)
     if fmt == "chat":
         if system is not None:
@@ -412,9 +416,12 @@ def _native_out(plan: Plan, conv: Converted) -> tuple[list[Any], Any]:
     return out, system
 
 
-def finish(plan: Plan, prepared: Prepared) -> Plan:
-    """``plan`` in the caller's format (see the module doc)."""
-    notes = estimate_notes(plan.messages)
+def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Plan:
+    """``plan`` in the caller's format (see the module doc); ``notes``: the warnings for
+    its estimated parts when the caller knows them (a plain request has none), else they
+    are read from the kept messages."""
+    if notes is None:
+        notes = [] if prepared.plain else estimate_notes(plan.messages)
     tools = tuple(prepared.given_tools or ())
     conv = prepared.converted
     if conv is None:
