@@ -209,7 +209,7 @@ class Conversation:
             if self._converted
             else None
         )
-        notes = None if self._parts else []  # only string content: nothing estimated
+        notes: list[str] | None = None if self._parts else []  # string content: no estimate
         return finish(plan, Prepared(self._msgs, self.tools, self.tools, conv), notes)
 
     async def afit(
