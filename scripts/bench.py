@@ -109,7 +109,10 @@ def as_responses(msgs: list[dict[str, str]]) -> tuple[str, list[dict[str, Any]]]
 
 def local_rows(quick: bool) -> list[Row]:
     import tokenflex
-    from tokenflex.formats.fitting import forget
+    from tokenflex.formats import fitting
+
+    # (a tree from before fit() remembered lists has nothing to forget)
+    forget: Callable[..., None] = getattr(fitting, "forget", lambda *_: None)
 
     enc = bf.encoding()
     limit = bf.make_limit(enc)
@@ -339,7 +342,9 @@ def startup_rows(quick: bool) -> list[Row]:
 
     py = sys.executable
     env = dict(os.environ)
-    src = str(ROOT.parent / "src")
+    import tokenflex
+
+    src = str(Path(tokenflex.__file__).resolve().parent.parent)  # the tree measured
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     cache = tempfile.mkdtemp(prefix="tf-bench-")
     import hashlib
