@@ -136,7 +136,7 @@ def _same_prefix(read: _Read, messages: list[Any]) -> bool:
         return False
     try:
         if read.prepared.converted is None:
-            return messages[:n] == read.items
+            return (messages if len(messages) == n else messages[:n]) == read.items
         return all(map(operator.is_, messages, read.items))
     except Exception:  # an item whose == raises: read it afresh
         return False
