@@ -37,7 +37,7 @@ from .anthropic import anthropic_to_internal, with_system
 from .chat import REASONING_FIELD, chat_to_internal, is_plain_chat
 from .detect import FORMATS, detect_format, format_marks
 from .native import Converted, NativeMessage
-from .objects import plain
+from .objects import is_json, plain
 from .responses import responses_to_internal
 from .tools import tools_to_chat
 
@@ -383,6 +383,8 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
 
 def _json_ready(item: Any) -> None:
     """Raise BadMessage if ``item`` (sent as given by ``plan.request()``) is not JSON."""
+    if is_json(item):
+        return
     try:
         json.dumps(plain(item))
     except (TypeError, ValueError, RecursionError) as exc:
