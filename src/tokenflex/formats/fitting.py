@@ -445,18 +445,29 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
     taken_out = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in conv.reasoning]
     log_dropped(taken_out, plan.model.name)  # the solver never saw them: log them here
     runs += taken_out
-    given = [m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native]
-    unit_at = {
-        c.start: k
-        for k, c in enumerate(conv.messages)
-        if isinstance(c, NativeMessage) and c.start >= 0
-    }
+    built: dict[str, Any] = {}  # O(all units): built when a dropped item is first read
+
+    def given() -> list[Any]:
+        if "given" not in built:
+            built["given"] = [
+                m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native
+            ]
+        return built["given"]  # type: ignore[no-any-return]
+
+    def unit_at() -> dict[int, int]:
+        if "unit_at" not in built:
+            built["unit_at"] = {
+                c.start: k
+                for k, c in enumerate(conv.messages)
+                if isinstance(c, NativeMessage) and c.start >= 0
+            }
+        return built["unit_at"]  # type: ignore[no-any-return]
 
     def item(section: str, i: int) -> Any:
         if section == "reasoning":
             return reasoning[i]
         if section in _MESSAGE_SECTIONS:
-            return given[i] if conv.format != "chat" else _chat_item(conv, i)
+            return given()[i] if conv.format != "chat" else _chat_item(conv, i)
         return old_item(section, i)
 
     def old_item(section: str, i: int) -> Any:
@@ -469,7 +480,7 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
             return old.cost_of(section, i)
         if conv.format == "chat":
             return old.cost_of(section, i)
-        k = unit_at.get(i)
+        k = unit_at().get(i)
         if k is None:
             return 0  # a later item of a unit: the unit's tokens are on its first item
         return old.cost_of(section, k)
