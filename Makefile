@@ -64,11 +64,12 @@ test: lint typecheck pytest
 fuzz: $(VENV)/.dev
 	HYPOTHESIS_PROFILE=explore $(PY) -m pytest -q -p no:cacheprovider -m "not server" tests
 
-# peers (litellm pins openai<3) live in their own venv so they never touch .venv
+# issue 24's table, then the peers (litellm pins openai<3: they live in their own venv so
+# they never touch .venv); BENCH_ARGS=--quick for a 1-2 minute run
 bench:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/python -m pip install -q -e '.[hf,bench]'
-	.venv-bench/bin/python scripts/bench_fit.py
+	.venv-bench/bin/python scripts/bench.py $(BENCH_ARGS)
 
 bench-pack: $(VENV)/.dev
 	$(PY) scripts/bench_pack.py

@@ -875,6 +875,13 @@ peer time / tokenflex time for the same row.
 - tokenflex's plan and the limit loop must keep the same number of messages (checked for
   every row and every session turn; see the last goal).
 """
+    marker = "<!-- end of the issue 24 section"
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    if marker in old:  # scripts/bench.py's section (written by hand from its output) stays
+        start = old.index("## Issue 24")
+        end = old.index("\n", old.index(marker)) + 1
+        head, _, rest = text.partition("\n\n")
+        text = f"{head}\n\n{old[start:end]}\n{rest}"
     path.write_text(text, encoding="utf-8")
 
 

@@ -83,13 +83,15 @@ class Conversation:
         self.options = dict(options)
         self._counter = get_counter(self.model)
         self._checker = shape_checker(self.model)
+        self._parts = False  # a message has content parts (files, audio: estimates)
         self._msgs: list[Message] = []
         self._tokens: list[int] = []  # per message
         self._sys_end = 0
         self._group_start: list[int] = []  # index of each group's first message
         self._cum: list[int] = [0]  # _cum[g] = tokens of groups [0, g)
         # the engine's view of the running counts (it holds the lists, which only grow)
-        self._index = GroupIndex(self.model, self._group_start, self._cum, self._tokens)
+        # the counter's own model: the engine uses the index only for what it counted
+        self._index = GroupIndex(self._counter.model, self._group_start, self._cum, self._tokens)
         self.extend(messages)
 
     # -- growing ---------------------------------------------------------------------
@@ -112,6 +114,7 @@ class Conversation:
             self._converted = True
         tokens = self._counter.message(message)
         role = message.get("role")
+        self._parts = self._parts or isinstance(message.get("content"), list)
         self._msgs.append(message)
         self._tokens.append(tokens)
         if not self._group_start and role in PINNED_ROLES and not is_summary_message(message):
@@ -206,7 +209,8 @@ class Conversation:
             if self._converted
             else None
         )
-        return finish(plan, Prepared(self._msgs, self.tools, self.tools, conv))
+        notes: list[str] | None = None if self._parts else []  # string content: no estimate
+        return finish(plan, Prepared(self._msgs, self.tools, self.tools, conv), notes)
 
     async def afit(
         self,

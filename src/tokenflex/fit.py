@@ -46,7 +46,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
-from .formats.fitting import Prepared, check_prepared, finish, prepare
+from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
 from .formats.objects import plain_message
 from .history import (
     HistorySource,
@@ -473,6 +473,7 @@ def fit(
         tools=tools,
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
+        reuse=True,
     )
     if history is None:
         check_prepared(req, primary)
@@ -483,9 +484,9 @@ def fit(
     if recall:
         rf = _RecallFit(layout, req, messages, state, memory, summarizer)
         lay, mem, summ = rf.first()
-        plan: Plan | None = None
+        tried: Plan | None = None
         with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-            plan = fit_layout(
+            tried = fit_layout(
                 lay,
                 opts,
                 summarizer=summ,
@@ -494,7 +495,7 @@ def fit(
                 summaries=summaries,
                 background=background_summaries,
             )
-        again = rf.second(plan)
+        again = rf.second(tried)
         alt = None
         if again is not None:
             lay, mem, summ = again
@@ -507,16 +508,34 @@ def fit(
                 summaries=summaries,
                 background=background_summaries,
             )
-        return trace_fit(finish(*rf.chosen(plan, alt)))
-    plan = fit_layout(
-        layout,
-        opts,
-        summarizer=summarizer,
-        started=started,
-        memory=memory,
-        summaries=summaries,
-        background=background_summaries,
-    )
+        plan, req = rf.chosen(tried, alt)
+    else:
+        plan = fit_layout(
+            layout,
+            opts,
+            summarizer=summarizer,
+            started=started,
+            memory=memory,
+            summaries=summaries,
+            background=background_summaries,
+        )
+    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
+        forget(messages)
+        return fit(
+            messages,
+            model=model,
+            max_tokens=max_tokens,
+            tools=tools,
+            summarizer=summarizer,
+            documents=documents,
+            state=state,
+            format=format,
+            system=system,
+            keep_reasoning=keep_reasoning,
+            background_summaries=background_summaries,
+            recall=recall,
+            **options,
+        )
     return trace_fit(finish(plan, req))
 
 
@@ -583,6 +602,7 @@ async def afit(
         tools=tools,
         keep_reasoning=keep_reasoning,
         lazy_history=history is not None,
+        reuse=True,
     )
     if history is None:
         await asyncio.to_thread(check_prepared, req, primary)
@@ -598,9 +618,9 @@ async def afit(
     if recall:
         rf = _RecallFit(layout, req, messages, state, memory, summarizer)
         lay, mem, summ = rf.first()
-        plan: Plan | None = None
+        tried: Plan | None = None
         with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-            plan = await afit_layout(
+            tried = await afit_layout(
                 lay,
                 opts,
                 summarizer=summ,
@@ -609,7 +629,7 @@ async def afit(
                 summaries=summaries,
                 background=background_summaries,
             )
-        again = rf.second(plan)
+        again = rf.second(tried)
         alt = None
         if again is not None:
             lay, mem, summ = again
@@ -622,16 +642,34 @@ async def afit(
                 summaries=summaries,
                 background=background_summaries,
             )
-        return trace_fit(finish(*await asyncio.to_thread(rf.chosen, plan, alt)))
-    plan = await afit_layout(
-        layout,
-        opts,
-        summarizer=summarizer,
-        started=started,
-        memory=memory,
-        summaries=summaries,
-        background=background_summaries,
-    )
+        plan, req = await asyncio.to_thread(rf.chosen, tried, alt)
+    else:
+        plan = await afit_layout(
+            layout,
+            opts,
+            summarizer=summarizer,
+            started=started,
+            memory=memory,
+            summaries=summaries,
+            background=background_summaries,
+        )
+    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
+        forget(messages)
+        return await afit(
+            messages,
+            model=model,
+            max_tokens=max_tokens,
+            tools=tools,
+            summarizer=summarizer,
+            documents=documents,
+            state=state,
+            format=format,
+            system=system,
+            keep_reasoning=keep_reasoning,
+            background_summaries=background_summaries,
+            recall=recall,
+            **options,
+        )
     return trace_fit(finish(plan, req))
 
 

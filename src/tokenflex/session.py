@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from ._types import Message
 from .counting import MessageCounter
+from .counting.messages import shared_prefix
 from .state.tenant import tenant_view
 
 __all__ = [
@@ -144,6 +145,8 @@ class ObjectMemory:
         self._cut: HistoryCut | None = None
         self._cut_message: Any = None
         self._sent: list[Message] | None = None
+        self._sent_cum: list[int] = [0]  # tokens of _sent[:k], as far as counted
+        self._counter: MessageCounter | None = None  # the counter of _sent_cum
         self._lock = threading.Lock()
 
     def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
@@ -162,19 +165,26 @@ class ObjectMemory:
         messages: Sequence[Message],
         counter: MessageCounter,
     ) -> int | None:
+        sent = list(messages)
         with self._lock:
-            previous = self._sent
+            previous, cum = self._sent, self._sent_cum
+            if counter is not self._counter:
+                cum = [0]
             self._cut = cut
             self._cut_message = source[cut.start] if cut.start < len(source) else None
-            self._sent = list(messages)
-        if previous is None:
-            return None
-        shared = 0
-        for a, b in zip(previous, messages, strict=False):
-            if a is not b and a != b:
-                break
-            shared += counter.message(b)
-        return shared
+            self._sent, self._counter = sent, counter
+            if previous is None:
+                self._sent_cum = [0]
+                return None
+            # O(what changed): the shared prefix is found at C speed, and its tokens are
+            # counted once, as far as a plan shares it (kept, prefix sums, for the next).
+            k = shared_prefix(previous, sent)
+            cum = cum[: k + 1]
+            message = counter.message
+            for m in sent[len(cum) - 1 : k]:
+                cum.append(cum[-1] + message(m))
+            self._sent_cum = cum
+        return cum[k]
 
 
 class StoreMemory:

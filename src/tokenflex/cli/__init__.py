@@ -15,6 +15,7 @@ one line on stderr (``error: ...``) and an exit code; ``--debug`` (anywhere on t
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
@@ -27,7 +28,6 @@ from typer import Abort
 from typer.exceptions import TyperException
 
 from ..errors import SummarizerError, TokenflexError, UpstreamError
-from . import _batch, _count, _demo, _fit, _pack, _serve  # noqa: F401  (registers commands)
 from ._app import (
     DEBUG_ENV,
     DEFAULT_MAX_INPUT_MB,
@@ -38,12 +38,38 @@ from ._app import (
     options,
 )
 
-__all__ = ["app", "main"]
+__all__ = ["COMMANDS", "app", "load_commands", "main"]
 
 MAX_MESSAGE_CHARS = 2000
 """An error line echoes the user's values; a 1 MB model name must not become a 1 MB line."""
 
 _RUNTIME_ERRORS = (UpstreamError, SummarizerError)
+
+COMMANDS = {
+    "batch": "_batch",
+    "count": "_count",
+    "models": "_count",
+    "demo": "_demo",
+    "fit": "_fit",
+    "inspect": "_fit",
+    "pack": "_pack",
+    "validate": "_pack",
+    "serve": "_serve",
+}
+"""Each command and the module that registers it on :data:`app`: a command line loads
+only its command's module (``tokenflex count`` never imports the proxy); help, a
+misspelled command or none loads them all."""
+
+
+def load_commands(args: list[str]) -> None:
+    """Register the command ``args`` name (every command if it names none we know)."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in GLOBAL_OPTIONS and args[i] != "--version" else 1
+    name = args[i] if i < len(args) else None
+    modules = {COMMANDS[name]} if name in COMMANDS else set(COMMANDS.values())
+    for module in sorted(modules):
+        importlib.import_module(f".{module}", __name__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     options.max_input_mb = DEFAULT_MAX_INPUT_MB
     with _log_to_stderr(debug=options.debug):
         try:
+            load_commands(args)
             result = app(args=args, prog_name="tokenflex", standalone_mode=False)
         except TokenflexError as exc:
             return _fail(exc, str(exc), 1 if isinstance(exc, _RUNTIME_ERRORS) else 2)

@@ -51,6 +51,7 @@ __all__ = [
     "TOOL_RESULT_OVERHEAD",
     "EnvelopeCounter",
     "MessageCounter",
+    "shared_prefix",
 ]
 
 TOOL_CALL_OVERHEAD = 12
@@ -58,6 +59,27 @@ TOOL_RESULT_OVERHEAD = 8
 GENERIC_TOKENS_PER_MESSAGE = 8
 GENERIC_BASE = 32
 GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
+
+
+def shared_prefix(a: list[Any], b: list[Any]) -> int:
+    """How many leading items lists ``a`` and ``b`` share (``is`` or ``==``), found by
+    bisecting list comparisons, which run at C speed (``==`` tries ``is`` first).
+
+    >>> x, y = {"role": "user", "content": "a"}, {"role": "user", "content": "b"}
+    >>> shared_prefix([x, y, x], [x, y, y]), shared_prefix([x], [x, y])
+    (2, 1)
+    """
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class MessageCounter:
@@ -77,6 +99,7 @@ class MessageCounter:
         self.exact = exact
         self._count = tokenizer.count
         self._images: dict[tuple[str, str], int] = {}
+        self._exact_seen: list[Any] = []  # the last list exact_for found exact
 
     def __repr__(self) -> str:
         kind = "exact" if self.exact else "conservative"
@@ -138,8 +161,15 @@ class MessageCounter:
         """
         if not self.exact or not self.tools_exact(tools):
             return False
-        message_exact = self.message_exact
-        return all(message_exact(m) for m in messages)
+        # A plan's kept messages are mostly the previous plan's: the prefix shared with
+        # the last list found exact (found at C speed) is not read again.
+        given = list(messages)
+        seen = self._exact_seen
+        k = shared_prefix(seen, given) if seen else 0
+        if all(map(self.message_exact, given[k:])):
+            self._exact_seen = given
+            return True
+        return False
 
     def _role_exact(self, role: Any) -> bool:
         """Whether a plain text message of this role is counted exactly."""

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import InvalidMessagesError
 from .objects import is_langchain
 
-__all__ = ["FORMATS", "detect_format"]
+__all__ = ["FORMATS", "detect_format", "format_marks"]
 
 FORMATS = ("chat", "anthropic", "responses")
 """The request formats fit() reads and returns."""
@@ -68,6 +68,15 @@ def _marks(m: Any, found: dict[str, int], i: int) -> None:
             found.setdefault("chat", i)
 
 
+def format_marks(messages: Sequence[Any], offset: int = 0) -> dict[str, int]:
+    """Each format ``messages`` carry a mark of, with the index of its first mark
+    (``offset`` added): the formats an appended run of items could belong to."""
+    found: dict[str, int] = {}
+    for i, m in enumerate(messages, offset):
+        _marks(m, found, i)
+    return found
+
+
 def detect_format(messages: Sequence[Any], *, system: Any = None) -> str:
     """The format of ``messages`` (``chat`` when nothing says otherwise).
 
@@ -83,9 +92,7 @@ def detect_format(messages: Sequence[Any], *, system: Any = None) -> str:
     >>> detect_format([{"type": "function_call_output", "call_id": "c1", "output": "42"}])
     'responses'
     """
-    found: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        _marks(m, found, i)
+    found = format_marks(messages)
     if isinstance(system, list):
         found.setdefault("anthropic", -1)
     if len(found) > 1:

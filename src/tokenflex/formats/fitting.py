@@ -7,13 +7,23 @@ the kept internal messages give back the caller's own items, system text the pla
 (a summary, packed documents) goes into Anthropic's ``system`` or becomes a Responses
 message, dropped runs are re-indexed to the caller's list, reasoning taken out of chat
 messages is listed as dropped, and the warnings say which counts are estimates.
+
+Pay for what is read, once: :func:`prepare` remembers the last few lists it read (by
+identity, with a copy of their items), so a list fitted again, or grown by appending,
+is converted and checked only where it is new; :func:`check_prepared` checks each unit
+once per model. A message edited in place (the same dict given a new ``content``) is
+caught where the fit reads it: :func:`fresh` compares the kept units with what was read
+before, and fit() starts over when one changed. An edit inside a nested value (a block
+of a content list changed in place) is not seen; give a new dict instead.
 """
 
 from __future__ import annotations
 
 import json
+import operator
+import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..counting import get_counter
@@ -24,14 +34,14 @@ from ..errors import InvalidInputError
 from ..models import Model
 from ..plan import DroppedItems, DropRun, Plan, log_dropped
 from .anthropic import anthropic_to_internal, with_system
-from .chat import chat_to_internal, is_plain_chat
-from .detect import FORMATS, detect_format
+from .chat import REASONING_FIELD, chat_to_internal, is_plain_chat
+from .detect import FORMATS, detect_format, format_marks
 from .native import Converted, NativeMessage
-from .objects import plain
+from .objects import is_json, plain
 from .responses import responses_to_internal
 from .tools import tools_to_chat
 
-__all__ = ["Prepared", "check_prepared", "finish", "prepare"]
+__all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare"]
 
 _MESSAGE_SECTIONS = ("system", "summary", "history", "current")
 
@@ -48,6 +58,88 @@ class Prepared:
     """Tools as the caller gave them (sent by ``plan.request()``)."""
     converted: Converted | None
     """None on the fast path (plain chat dicts: nothing to give back)."""
+    checked: dict[Any, int] = field(default_factory=dict)
+    """Per model (:func:`_model_key`): how many leading messages are checked."""
+    marks: dict[int, Any] = field(default_factory=dict)
+    """A converted request read again: caller's index -> :func:`_mark` of the items of
+    the unit that starts there, as they were converted (see :func:`fresh`)."""
+    given: Sequence[Any] | None = None
+    """The caller's list, when this request came from the memo (see :func:`fresh`)."""
+    plain: bool = False
+    """Every message holds string content only (no part can be an estimate)."""
+
+
+_MEMO_MIN = 32
+"""Lists shorter than this are read afresh every call (cheap, and nothing is kept)."""
+_MEMO_SIZE = 4
+"""Lists remembered (each with a copy of its items and its conversion)."""
+
+
+@dataclass
+class _Read:
+    """One list :func:`prepare` read: its items then, the options, what it made."""
+
+    given: list[Any]
+    """The caller's list (kept: its id stays unique while it is remembered)."""
+    items: list[Any]
+    """A copy of its items when it was read."""
+    key: tuple[Any, ...]
+    system: Any
+    prepared: Prepared
+
+
+class _Memo:
+    """The last :data:`_MEMO_SIZE` lists read, by identity (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._reads: dict[int, _Read] = {}
+        self._lock = threading.Lock()
+
+    def get(self, messages: list[Any]) -> _Read | None:
+        read = self._reads.get(id(messages))
+        return read if read is not None and read.given is messages else None
+
+    def put(self, read: _Read) -> None:
+        with self._lock:
+            self._reads.pop(id(read.given), None)
+            while len(self._reads) >= _MEMO_SIZE:
+                del self._reads[next(iter(self._reads))]
+            self._reads[id(read.given)] = read
+
+    def forget(self, messages: Sequence[Any]) -> None:
+        with self._lock:
+            self._reads.pop(id(messages), None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._reads.clear()
+
+
+_MEMO = _Memo()
+
+
+def forget(messages: Sequence[Any] | None = None) -> None:
+    """Forget what :func:`prepare` remembers of ``messages`` (of every list: None)."""
+    if messages is None:
+        _MEMO.clear()
+    else:
+        _MEMO.forget(messages)
+
+
+def _same_prefix(read: _Read, messages: list[Any]) -> bool:
+    """Whether ``messages`` opens with the items ``read`` saw (a C-speed pass: the
+    plain-chat fast path compares with ``==``, which is ``is`` for the same dicts and
+    equality for equal copies; a converted request keeps the caller's own objects, so
+    it takes the same objects)."""
+    n = len(read.items)
+    if len(messages) < n:
+        return False
+    try:
+        if read.prepared.converted is None:
+            return (messages if len(messages) == n else messages[:n]) == read.items
+        return all(map(operator.is_, messages, read.items))
+    except Exception:  # an item whose == raises: read it afresh
+        return False
 
 
 def prepare(
@@ -58,8 +150,13 @@ def prepare(
     tools: Sequence[Any] | None,
     keep_reasoning: bool = False,
     lazy_history: bool = False,
+    reuse: bool = False,
 ) -> Prepared:
     """The caller's request as internal messages.
+
+    With ``reuse`` (fit() and afit()), a list read before is read again only where it is
+    new (appended items; the last unit of a converted request is converted again, as a
+    Responses turn may go on); see the module doc.
 
     Raises:
         InvalidInputError: an unknown ``format``, or ``system=`` / ``history=`` with a
@@ -75,8 +172,152 @@ def prepare(
         and not all(isinstance(t, Mapping) and "function" in t for t in tools)
         else tools
     )
+    if not (reuse and type(messages) is list and len(messages) >= _MEMO_MIN) or lazy_history:
+        return _prepare(messages, format, system, counted, tools, keep_reasoning, lazy_history)
+    key = (format, keep_reasoning)
+    read = _MEMO.get(messages)
+    if (
+        read is not None
+        and read.key == key
+        and _same_system(read.system, system)
+        and _same_prefix(read, messages)
+    ):
+        if len(messages) == len(read.items):
+            return replace(read.prepared, tools=counted, given_tools=tools)
+        grown = _grown(read, messages, counted, tools)
+        if grown is not None:
+            _MEMO.put(_Read(messages, list(messages), key, system, grown))
+            return grown
+    prepared = _prepare(messages, format, system, counted, tools, keep_reasoning, False)
+    prepared = replace(prepared, given=messages)
+    if prepared.converted is not None:
+        prepared.marks.update(_marks(prepared.converted, messages, 0))
+    _MEMO.put(_Read(messages, list(messages), key, system, prepared))
+    return prepared
+
+
+def _same_system(a: Any, b: Any) -> bool:
+    try:
+        return a is b or (type(a) is type(b) and bool(a == b))
+    except Exception:  # pragma: no cover - a system whose == raises
+        return False
+
+
+def _mark(items: Sequence[Any]) -> tuple[Any, ...]:
+    """What an item was when it was read, cheaply: its top-level fields (a field given a
+    new value is seen; an edit inside a nested value is not)."""
+    return tuple(
+        tuple(i.items()) if isinstance(i, dict) else tuple(getattr(i, "__dict__", {}).items())
+        for i in items
+    )
+
+
+def _marks(conv: Converted, given: Sequence[Any], lo: int) -> dict[int, Any]:
+    """:func:`_mark` of the caller's items of every unit of ``conv`` from index ``lo``."""
+    out: dict[int, Any] = {}
+    for m in conv.messages:
+        if isinstance(m, NativeMessage) and m.start >= lo:
+            out[m.start] = _mark(given[m.start : m.start + len(m.native)])
+    return out
+
+
+_CONVERTERS = {
+    "anthropic": lambda items, keep: anthropic_to_internal(items, None),
+    "responses": lambda items, keep: responses_to_internal(items, None),
+    "chat": lambda items, keep: chat_to_internal(items, keep_reasoning=keep),
+}
+"""Each format's converter for items appended to a request read before (no system)."""
+
+
+def _grown(
+    read: _Read, messages: list[Any], counted: Sequence[Any] | None, tools: Sequence[Any] | None
+) -> Prepared | None:
+    """The request ``read`` made, grown by the items appended since (None: read it
+    afresh). Only the appended items are converted and checked, and the last unit
+    before them again (a Responses assistant turn goes on with the next item)."""
+    old = read.prepared
+    n = len(read.items)
+    conv = old.converted
+    if conv is None:
+        if not is_plain_chat(messages[n:]):
+            return None
+        return Prepared(
+            messages, counted, tools, None, dict(old.checked), given=messages, plain=True
+        )
+    units = conv.messages
+    keep = len(units)
+    restart = n
+    if units and isinstance(units[-1], NativeMessage) and units[-1].start >= 0:
+        keep, restart = len(units) - 1, units[-1].start
+    elif conv.format != "chat":
+        return None  # pragma: no cover - every converted unit is a NativeMessage
+    if read.key[0] is None and set(format_marks(messages[restart:])) - {conv.format}:
+        return None  # items of another format appended: detect (and name the mix) afresh
+    try:
+        tail = _CONVERTERS[conv.format](messages[restart:], read.key[1])
+    except BadMessage as exc:
+        raise _shifted_error(exc, restart) from None
+    for m in tail.messages:
+        if isinstance(m, NativeMessage):
+            m.start += restart
+    marks = {i: v for i, v in old.marks.items() if i < restart}
+    grown = Converted(
+        conv.format,
+        [*units[:keep], *tail.messages],
+        system=conv.system,
+        count=len(messages),
+        reasoning=[
+            *((i, t) for i, t in conv.reasoning if i < restart),
+            *((i + restart, t) for i, t in tail.reasoning),
+        ],
+    )
+    checked = {k: min(v, keep) for k, v in old.checked.items()}
+    prepared = Prepared(grown.messages, counted, tools, grown, checked, marks, messages)
+    prepared.marks.update(_marks(grown, messages, restart))
+    return prepared
+
+
+def _shifted_error(exc: BadMessage, offset: int) -> BadMessage:
+    """``exc`` of a converter that read ``items[offset:]``, naming the caller's index."""
+    prefix = "messages["
+    if exc.args and str(exc.args[0]).startswith(prefix):
+        where = str(exc.args[0])[len(prefix) :].split("]", 1)[0]
+        if where.isdigit():
+            return exc.at(int(where) + offset)
+    return exc
+
+
+def fresh(plan: Plan, prepared: Prepared) -> bool:
+    """Whether the units ``plan`` keeps are as they were read (always, for a request not
+    read from the memo). False: one was edited in place since; forget the list and fit
+    it again. O(kept units)."""
+    given = prepared.given
+    if given is None:
+        return True
+    if prepared.converted is None:
+        return is_plain_chat(plan.messages)
+    marks = prepared.marks
+    for m in plan.messages:
+        if isinstance(m, NativeMessage) and m.start >= 0:
+            mark = marks.get(m.start)
+            if mark is not None and mark != _mark(given[m.start : m.start + len(m.native)]):
+                return False
+        elif type(m) is dict and REASONING_FIELD in m and prepared.converted.format == "chat":
+            return False  # pragma: no cover - reasoning put on a kept chat dict in place
+    return True
+
+
+def _prepare(
+    messages: Sequence[Any],
+    format: str | None,
+    system: Any,
+    counted: Sequence[Any] | None,
+    tools: Sequence[Any] | None,
+    keep_reasoning: bool,
+    lazy_history: bool,
+) -> Prepared:
     if format in (None, "chat") and system is None and is_plain_chat(messages):
-        return Prepared(messages, counted, tools, None)
+        return Prepared(messages, counted, tools, None, plain=True)
     fmt = format or detect_format(messages, system=system)
     if fmt == "chat":
         if system is not None:
@@ -97,15 +338,30 @@ def prepare(
     return Prepared(conv.messages, counted, tools, conv)
 
 
+def _model_key(model: Model) -> Any:
+    try:
+        hash(model)
+    except TypeError:  # a Model built with a list field
+        return id(model)
+    return model
+
+
 def check_prepared(prepared: Prepared, model: Model) -> None:
     """Check every internal message (kept or not) the way counting reads it, naming the
-    caller's index: the first of the items a unit stands for, or ``system=``.
+    caller's index: the first of the items a unit stands for, or ``system=``. Each
+    message is checked once per model (a request read again checks what is new).
 
     Raises:
         BadMessage: the first malformed message.
     """
+    key = _model_key(model)
+    start = prepared.checked.get(key, 0)
+    messages = prepared.messages
+    if start >= len(messages):
+        return
     checker = shape_checker(model)
-    for k, m in enumerate(prepared.messages):
+    for k in range(start, len(messages)):
+        m = messages[k]
         try:
             check_one(checker, m)
             if isinstance(m, NativeMessage):
@@ -120,10 +376,15 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
             if m.start < 0:
                 raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
             raise exc.at(m.start) from None
+    if len(prepared.checked) >= 8:
+        prepared.checked.clear()
+    prepared.checked[key] = len(messages)
 
 
 def _json_ready(item: Any) -> None:
     """Raise BadMessage if ``item`` (sent as given by ``plan.request()``) is not JSON."""
+    if is_json(item):
+        return
     try:
         json.dumps(plain(item))
     except (TypeError, ValueError, RecursionError) as exc:
@@ -157,9 +418,12 @@ def _native_out(plan: Plan, conv: Converted) -> tuple[list[Any], Any]:
     return out, system
 
 
-def finish(plan: Plan, prepared: Prepared) -> Plan:
-    """``plan`` in the caller's format (see the module doc)."""
-    notes = estimate_notes(plan.messages)
+def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Plan:
+    """``plan`` in the caller's format (see the module doc); ``notes``: the warnings for
+    its estimated parts when the caller knows them (a plain request has none), else they
+    are read from the kept messages."""
+    if notes is None:
+        notes = [] if prepared.plain else estimate_notes(plan.messages)
     tools = tuple(prepared.given_tools or ())
     conv = prepared.converted
     if conv is None:
@@ -181,18 +445,29 @@ def finish(plan: Plan, prepared: Prepared) -> Plan:
     taken_out = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in conv.reasoning]
     log_dropped(taken_out, plan.model.name)  # the solver never saw them: log them here
     runs += taken_out
-    given = [m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native]
-    unit_at = {
-        c.start: k
-        for k, c in enumerate(conv.messages)
-        if isinstance(c, NativeMessage) and c.start >= 0
-    }
+    built: dict[str, Any] = {}  # O(all units): built when a dropped item is first read
+
+    def given() -> list[Any]:
+        if "given" not in built:
+            built["given"] = [
+                m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native
+            ]
+        return built["given"]  # type: ignore[no-any-return]
+
+    def unit_at() -> dict[int, int]:
+        if "unit_at" not in built:
+            built["unit_at"] = {
+                c.start: k
+                for k, c in enumerate(conv.messages)
+                if isinstance(c, NativeMessage) and c.start >= 0
+            }
+        return built["unit_at"]  # type: ignore[no-any-return]
 
     def item(section: str, i: int) -> Any:
         if section == "reasoning":
             return reasoning[i]
         if section in _MESSAGE_SECTIONS:
-            return given[i] if conv.format != "chat" else _chat_item(conv, i)
+            return given()[i] if conv.format != "chat" else _chat_item(conv, i)
         return old_item(section, i)
 
     def old_item(section: str, i: int) -> Any:
@@ -205,7 +480,7 @@ def finish(plan: Plan, prepared: Prepared) -> Plan:
             return old.cost_of(section, i)
         if conv.format == "chat":
             return old.cost_of(section, i)
-        k = unit_at.get(i)
+        k = unit_at().get(i)
         if k is None:
             return 0  # a later item of a unit: the unit's tokens are on its first item
         return old.cost_of(section, k)

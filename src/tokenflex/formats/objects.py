@@ -25,7 +25,7 @@ from typing import Any
 
 from ..counting.checks import BadMessage
 
-__all__ = ["is_langchain", "plain", "plain_message"]
+__all__ = ["is_json", "is_langchain", "plain", "plain_message"]
 
 _LANGCHAIN_ROLES = {
     "human": "user",
@@ -47,9 +47,54 @@ def is_langchain(obj: Any) -> bool:
     )
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def is_json(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is plain JSON data as it stands: dicts with str keys, lists and
+    JSON scalars, exact types only (a quick walk; False: ask :func:`json.dumps`)."""
+    t = type(value)
+    if t in _ATOMS:
+        return True
+    if depth > 64:
+        return False
+    if t is dict:
+        return all(type(k) is str for k in value) and all(
+            type(v) in _ATOMS or is_json(v, depth + 1) for v in value.values()
+        )
+    if t is list:
+        return all(type(v) in _ATOMS or is_json(v, depth + 1) for v in value)
+    return False
+
+
 def plain(value: Any) -> Any:
     """``value`` with every pydantic model inside it dumped to JSON-ready data (plain
     data comes back as the same object)."""
+    t = type(value)
+    if t in _ATOMS:
+        return value
+    if t is dict:  # the common case, without the ABC checks below
+        out: dict[Any, Any] | None = None
+        for k, v in value.items():
+            if type(v) in _ATOMS:
+                continue
+            p = plain(v)
+            if p is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = p
+        return value if out is None else out
+    if t is list:
+        seq: list[Any] | None = None
+        for i, v in enumerate(value):
+            if type(v) in _ATOMS:
+                continue
+            p = plain(v)
+            if p is not v:
+                if seq is None:
+                    seq = list(value)
+                seq[i] = p
+        return value if seq is None else seq
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if isinstance(value, Mapping):

@@ -11,8 +11,13 @@ from typing import Protocol, runtime_checkable
 
 __all__ = ["CountCache", "CountScope", "Tokenizer", "count_scope", "encodable", "entry_bytes"]
 
-ENTRY_OVERHEAD = 100
-"""Bytes charged per cached entry besides the text itself: two dict slots and an int."""
+ENTRY_BYTES = 160
+"""Bytes charged per cached count: the cache keeps a fingerprint of the text (its hash,
+and its length beside the count), never the text, so a 100k-message history's counts fit
+in a few MiB: two dict slots, two ints."""
+
+_LEN_SHIFT = 40  # a cached value is ``count | len(text) << _LEN_SHIFT``
+_COUNT_MASK = (1 << _LEN_SHIFT) - 1
 
 
 def encodable(text: str) -> str:
@@ -26,9 +31,10 @@ def encodable(text: str) -> str:
 
 
 def entry_bytes(text: str) -> int:
-    """What caching ``text`` may cost: the string, the UTF-8 copy CPython keeps beside a
-    non-ASCII string once it was encoded (charged whether made yet or not), the entry."""
-    return sys.getsizeof(text) + (0 if text.isascii() else 4 * len(text)) + ENTRY_OVERHEAD
+    """What ``text`` itself takes (the string, and the UTF-8 copy CPython keeps beside a
+    non-ASCII string once it was encoded, charged whether made yet or not): a text larger
+    than a cache's ``max_entry_bytes`` is counted but not cached (a one-off document)."""
+    return sys.getsizeof(text) + (0 if text.isascii() else 4 * len(text))
 
 
 @runtime_checkable
@@ -50,10 +56,15 @@ class Tokenizer(Protocol):
 class CountCache:
     """Memoizes ``count(text)`` per tokenizer so a kept message is never re-tokenized.
 
-    Memory is bounded by bytes, not entries: a text costs :func:`entry_bytes`, the cache
-    holds at most ``max_bytes`` in all, and a text over ``max_entry_bytes`` is counted but
-    never kept (one huge document must not push out every conversation). Two generations
-    of dicts give O(1) lookups: when the young generation would pass half of
+    The cache keeps a fingerprint of each text, not the text: its ``hash()`` as the key
+    and its length beside the count, checked on every hit. An entry costs
+    :data:`ENTRY_BYTES` whatever the text's size, so a whole long history stays warm
+    (100,000 messages take ~16 MB); two different texts of the same length whose 64-bit
+    hashes collide would share a count (with Python's per-process random hash key, about
+    one chance in 10^8 for a million cached texts, and not something a client can aim
+    at). Memory is bounded by bytes: the cache holds at most ``max_bytes`` in all, and a
+    text over ``max_entry_bytes`` (:func:`entry_bytes`) is counted but not kept. Two
+    generations of dicts give O(1) lookups: when the young generation would pass half of
     ``max_bytes`` it becomes the old one and the previous old one is discarded; a hit in
     the old generation is promoted. Python caches ``str`` hashes on the object, so a
     repeated lookup of the same message text does not even rehash it.
@@ -102,8 +113,8 @@ class CountCache:
         self.tokenizer = tokenizer
         self.max_bytes = max_bytes
         self.max_entry_bytes = min(max_entry_bytes, max_bytes // 2)
-        self._new: dict[str, int] = {}
-        self._old: dict[str, int] = {}
+        self._new: dict[int, int] = {}  # hash(text) -> count | len(text) << _LEN_SHIFT
+        self._old: dict[int, int] = {}
         self._new_bytes = 0
         self._old_bytes = 0
         self._lock = threading.Lock()
@@ -127,24 +138,31 @@ class CountCache:
         return len(self._new) + len(self._old)
 
     def __contains__(self, text: object) -> bool:
-        return text in self._new or text in self._old
+        if not isinstance(text, str):
+            return False
+        key, length = hash(text), len(text)
+        return any(
+            v is not None and v >> _LEN_SHIFT == length
+            for v in (self._new.get(key), self._old.get(key))
+        )
 
     def count(self, text: str) -> int:
-        n = self._new.get(text)
-        if n is not None:
+        key = hash(text)
+        v = self._new.get(key)
+        if v is not None and v >> _LEN_SHIFT == len(text):
             self.hits += 1
-            return n
-        n = self._old.get(text)
-        if n is not None:
+            return v & _COUNT_MASK
+        v = self._old.get(key)
+        if v is not None and v >> _LEN_SHIFT == len(text):
             self.hits += 1
-            self._store(text, n)
-            return n
+            self._store(text, v & _COUNT_MASK)
+            return v & _COUNT_MASK
         scope = _scope.get()
         if scope is not None:
-            n = scope.get(self, text)
-            if n is not None:
+            held = scope.get(self, text)
+            if held is not None:
                 self.hits += 1
-                return n
+                return held
         self.misses += 1
         n = self.tokenizer.count(text)
         if scope is not None:
@@ -154,17 +172,18 @@ class CountCache:
         return n
 
     def _store(self, text: str, n: int) -> None:
-        size = entry_bytes(text)
-        if size > self.max_entry_bytes:
+        if entry_bytes(text) > self.max_entry_bytes or self.max_bytes // 2 < ENTRY_BYTES:
             return
+        key, value = hash(text), n | len(text) << _LEN_SHIFT
         with self._lock:
-            if text in self._new:
+            if key in self._new:
+                self._new[key] = value  # the same text, or a colliding one: the newest
                 return
-            if self._new_bytes + size > self.max_bytes // 2:
+            if self._new_bytes + ENTRY_BYTES > self.max_bytes // 2:
                 self._old, self._new = self._new, {}
                 self._old_bytes, self._new_bytes = self._new_bytes, 0
-            self._new[text] = n
-            self._new_bytes += size
+            self._new[key] = value
+            self._new_bytes += ENTRY_BYTES
 
     def clear(self) -> None:
         with self._lock:

@@ -1,0 +1,200 @@
+"""fit() reads a list it has read before only where it is new (issue 24, item 1).
+
+The reference for every property is the same request read afresh: a new list holding the
+same items (a list fit() has never seen is converted and checked whole). A list fitted,
+grown by appending, edited (an item replaced, a kept message given a new field value in
+place) and fitted again gives the plan a fresh read gives, or the error a fresh read
+raises, naming the same index.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tokenflex
+from tokenflex import InvalidMessagesError
+from tokenflex.formats.fitting import forget
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+MODEL = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-reuse", context_window=1500)
+WORDS = ["pump", "valve", "東京", "код", "42", "naïve", "print(x)", "—", "the", "a"]
+FORMATS = ("chat", "chat-reasoning", "anthropic", "responses")
+
+
+def _text(draw: Any) -> str:
+    return " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=60)))
+
+
+@st.composite
+def _turn(draw: Any, fmt: str, k: int) -> list[Any]:
+    """One user turn and the assistant's answer (a tool round in some) in ``fmt``."""
+    q, a = _text(draw), _text(draw)
+    tool = draw(st.booleans())
+    if fmt == "anthropic":
+        user = {"role": "user", "content": [{"type": "text", "text": q}]}
+        if tool:
+            call = {"type": "tool_use", "id": f"t{k}", "name": "f", "input": {"q": q[:20]}}
+            result = {"type": "tool_result", "tool_use_id": f"t{k}", "content": a}
+            return [
+                user,
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [result]},
+                {"role": "assistant", "content": a},
+            ]
+        return [user, {"role": "assistant", "content": a}]
+    if fmt == "responses":
+        user = {"role": "user", "content": q}
+        if tool:
+            return [
+                user,
+                {
+                    "type": "reasoning",
+                    "id": f"r{k}",
+                    "summary": [{"type": "summary_text", "text": q}],
+                },
+                {"type": "function_call", "call_id": f"c{k}", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": f"c{k}", "output": a},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": a}],
+                },
+            ]
+        return [user, {"role": "assistant", "content": a}]
+    answer: dict[str, Any] = {"role": "assistant", "content": a}
+    if fmt == "chat-reasoning" and tool:
+        answer["reasoning_content"] = q
+    return [{"role": "user", "content": q}, answer]
+
+
+@st.composite
+def _story(draw: Any) -> tuple[str, list[Any], list[tuple[str, int, Any]]]:
+    """A format, an opening of 32+ items, and steps: append a turn, fit, replace an item
+    by an equal copy, give a message a new content in place."""
+    fmt = draw(st.sampled_from(FORMATS))
+    opening: list[Any] = [{"role": "system", "content": "Be brief."}] if fmt != "anthropic" else []
+    k = 0
+    while len(opening) < 34:
+        opening += draw(_turn(fmt, k))
+        k += 1
+    steps: list[tuple[str, int, Any]] = []
+    for _ in range(draw(st.integers(2, 6))):
+        op = draw(st.sampled_from(["append", "fit", "copy", "edit"]))
+        steps.append((op, draw(st.integers(0, 10_000)), draw(_turn(fmt, k))))
+        k += 1
+    return fmt, opening, steps
+
+
+def _fit(msgs: list[Any], fmt: str) -> Any:
+    system = "Be brief." if fmt == "anthropic" else None
+    form = None if fmt.startswith("chat") else fmt
+    return tokenflex.fit(msgs, model=MODEL, max_tokens=200, format=form, system=system)
+
+
+def _same(plan: Any, ref: Any) -> None:
+    assert plan.messages == ref.messages
+    assert plan.input_tokens == ref.input_tokens
+    assert plan.max_tokens == ref.max_tokens
+    assert plan.dropped.runs() == ref.dropped.runs()
+
+
+def _edit(msgs: list[Any], at: int, text: str) -> None:
+    """A new content for one message, in place (the same dict)."""
+    m = msgs[at]
+    if "content" in m and "role" in m:
+        m["content"] = text if isinstance(m["content"], str) else [{"type": "text", "text": text}]
+        if m.get("role") == "user" and isinstance(m["content"], list) and "type" in m:
+            m["content"] = [{"type": "input_text", "text": text}]
+    elif "output" in m:
+        m["output"] = text
+
+
+@SETTINGS
+@given(_story())
+def test_a_list_fitted_again_gives_the_plan_a_fresh_read_gives(
+    story: tuple[str, list[Any], list[tuple[str, int, Any]]],
+) -> None:
+    fmt, opening, steps = story
+    forget()
+    msgs = copy.deepcopy(opening)
+    _same(_fit(msgs, fmt), _fit(list(msgs), fmt))
+    for op, at, turn in steps:
+        if op == "append":
+            msgs += turn
+        elif op == "copy":
+            i = at % len(msgs)
+            msgs[i] = copy.deepcopy(msgs[i])
+        elif op == "edit":
+            # the newest messages: the ones a fit reads (and keeps)
+            _edit(msgs, len(msgs) - 1 - at % 4, " ".join(WORDS) * (1 + at % 3))
+        _same(_fit(msgs, fmt), _fit(list(msgs), fmt))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_bad_item_appended_to_a_list_read_before_is_named_by_its_index(fmt: str) -> None:
+    forget()
+    msgs: list[Any] = [{"role": "system", "content": "Be brief."}] if fmt != "anthropic" else []
+    k = 0
+    while len(msgs) < 40:
+        msgs += _fixed_turn(fmt, k)
+        k += 1
+    _fit(msgs, fmt)
+    n = len(msgs)
+    msgs += [{"role": "user", "content": "q"}, {"role": "wizard", "content": "x"}]
+    with pytest.raises(InvalidMessagesError, match=rf"^messages\[{n + 1}\] "):
+        _fit(msgs, fmt)
+    with pytest.raises(InvalidMessagesError, match=rf"^messages\[{n + 1}\] "):
+        _fit(list(msgs), fmt)
+
+
+def test_a_kept_message_edited_in_place_is_read_again() -> None:
+    """An Anthropic message given a bad content in place, after the list was read."""
+    forget()
+    msgs: list[Any] = []
+    for k in range(20):
+        msgs += _fixed_turn("anthropic", k)
+    assert _fit(msgs, "anthropic").format == "anthropic"
+    msgs[-1]["content"] = [{"type": "text", "text": 5}]
+    with pytest.raises(InvalidMessagesError, match=rf"messages\[{len(msgs) - 1}\]"):
+        _fit(msgs, "anthropic")
+
+
+def test_items_of_another_format_appended_are_detected_afresh() -> None:
+    forget()
+    msgs: list[Any] = []
+    for k in range(20):
+        msgs += _fixed_turn("anthropic", k)
+    msgs[1:1] = [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    assert tokenflex.fit(msgs, model=MODEL, max_tokens=200).format == "anthropic"
+    msgs.append({"type": "function_call_output", "call_id": "c", "output": "r"})
+    with pytest.raises(InvalidMessagesError, match="mix formats"):
+        tokenflex.fit(msgs, model=MODEL, max_tokens=200)
+
+
+def _fixed_turn(fmt: str, k: int) -> list[Any]:
+    if fmt == "anthropic":
+        return [
+            {"role": "user", "content": [{"type": "text", "text": f"question {k}"}]},
+            {"role": "assistant", "content": f"answer {k}"},
+        ]
+    if fmt == "responses":
+        return [
+            {"role": "user", "content": f"question {k}"},
+            {"type": "function_call", "call_id": f"c{k}", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{k}", "output": f"answer {k}"},
+        ]
+    answer: dict[str, Any] = {"role": "assistant", "content": f"answer {k}"}
+    if fmt == "chat-reasoning":
+        answer["reasoning_content"] = "thinking"
+    return [{"role": "user", "content": f"question {k}"}, answer]
