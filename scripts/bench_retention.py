@@ -27,8 +27,9 @@ tokens, 100 margin). Variants, all given the whole history every turn:
 - drop-to-fit: the newest messages that fit, oldest dropped first.
 
 "input/turn" is the mean input tokens sent per turn over the session (every turn is
-fitted; what each variant pays). Run: ``make bench-retention`` (``--quick``: 8K and 32K
-only, one seed).
+fitted; what each variant pays); "cached prefix" the share of those tokens that open the
+request exactly as the turn before opened it (what a provider's prompt cache can reuse).
+Run: ``make bench-retention`` (``--quick``: 8K and 32K only, one seed).
 
 ``--real``: the same question asked of a real model. SmolLM2-135M (the test model) on the
 native llama.cpp ``llama-server`` (2,048-token window), through the tokenflex proxy with
@@ -329,6 +330,7 @@ class Row:
     recoverable: list[float] = field(default_factory=list)
     lost: list[float] = field(default_factory=list)
     input_per_turn: list[float] = field(default_factory=list)
+    prefix_share: list[float] = field(default_factory=list)
     span_kept: list[int] = field(default_factory=list)
     span_planted: list[int] = field(default_factory=list)
     seconds: float = 0.0
@@ -347,10 +349,16 @@ def run_cell(window: int, kind: str, seeds: list[int], table: dict[str, Row]) ->
             sent_tokens: list[int] = []
             sent: list[Message] = []
             recoverable: set[str] = set()
+            shared: list[int] = []
             for step in session.turns:
                 history = [*history, *step]
+                before = sent
                 sent, recoverable = variant(history)
                 sent_tokens.append(int(counter.count(sent)))
+                same = 0  # messages at the start sent exactly as the turn before
+                while same < min(len(sent), len(before)) and sent[same] == before[same]:
+                    same += 1
+                shared.append(int(counter.count(sent[:same])) if same else 0)
             row.seconds += time.perf_counter() - t0
             text = text_of(sent)
             found = [f for f in session.facts if f in text]
@@ -360,6 +368,7 @@ def run_cell(window: int, kind: str, seeds: list[int], table: dict[str, Row]) ->
             row.recoverable.append(len(back) / n)
             row.lost.append((n - len(found) - len(back)) / n)
             row.input_per_turn.append(statistics.mean(sent_tokens))
+            row.prefix_share.append(sum(shared) / sum(sent_tokens))
             if name in LAST_SUMMARY:  # planted facts of the last summary's span it states
                 summary, span = LAST_SUMMARY.pop(name)
                 in_span = [f for f in session.facts if f in text_of(span)]
@@ -455,9 +464,9 @@ def main() -> None:
             print(f"\n### {kind}, {window:,}-token window\n")
             print(
                 "| variant | in the request | recoverable | lost | summary keeps of its span "
-                "| input/turn | time |"
+                "| input/turn | cached prefix | time |"
             )
-            print("|---|---:|---:|---:|---:|---:|---:|")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|")
             for name, row in table.items():
                 span = (
                     f"{sum(row.span_kept)} of {sum(row.span_planted)}" if row.span_planted else "—"
@@ -465,7 +474,8 @@ def main() -> None:
                 print(
                     f"| {name} | {statistics.mean(row.in_request):.0%} "
                     f"| {statistics.mean(row.recoverable):.0%} | {statistics.mean(row.lost):.0%} "
-                    f"| {span} | {statistics.mean(row.input_per_turn):,.0f} | {row.seconds:.1f} s |"
+                    f"| {span} | {statistics.mean(row.input_per_turn):,.0f} "
+                    f"| {statistics.mean(row.prefix_share):.0%} | {row.seconds:.1f} s |"
                 )
             sys.stdout.flush()
     print(f"\nWhole run: {time.perf_counter() - started:.0f} s")
