@@ -293,6 +293,10 @@ def variants(model: tokenflex.Model, kind: str) -> list[tuple[str, Variant]]:
     out: list[tuple[str, Variant]] = [
         ("tokenflex fit (drop)", tokenflex_variant(model, "tokenflex fit (drop)")),
         (
+            "tokenflex fit(cache_stable=True)",
+            tokenflex_variant(model, "tokenflex fit(cache_stable=True)", cache_stable=True),
+        ),
+        (
             "tokenflex + summary, checked",
             tokenflex_variant(
                 model, "tokenflex + summary, checked", summarizer=ExtractiveSummarizer()
@@ -309,12 +313,11 @@ def variants(model: tokenflex.Model, kind: str) -> list[tuple[str, Variant]]:
         ),
     ]
     if has_recall():
-        out.append(
-            (
-                "tokenflex fit(recall=True)",
-                tokenflex_variant(model, "tokenflex fit(recall=True)", recall=True),
-            )
-        )
+        for name, more in (
+            ("tokenflex fit(recall=True)", {}),
+            ("tokenflex fit(recall=True, cache_stable=True)", {"cache_stable": True}),
+        ):
+            out.append((name, tokenflex_variant(model, name, recall=True, **more)))
     if kind == "chat":
         out.append(("LangChain trim_messages", langchain_variant(model, room)))
     out += [
