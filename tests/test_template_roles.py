@@ -69,3 +69,14 @@ def test_a_refused_tool_message_raises_with_the_fix() -> None:
         counter.count([USER, CALL, RESULT])
     assert "Send tool results as user messages" in str(info.value)
     assert counter.count([USER]) > 0  # a conversation it renders still counts
+
+
+def test_the_plan_says_what_the_model_will_not_see() -> None:
+    import tokenflex
+
+    model = gguf_model("phi-3")
+    plan = tokenflex.fit([SYSTEM, USER], model=model, max_tokens=100)
+    assert any("renders no 'system' message" in w for w in plan.warnings), plan.warnings
+    assert plan.input_tokens == tokenflex.fit([USER], model=model, max_tokens=100).input_tokens
+    seen = tokenflex.fit([SYSTEM, USER], model="gpt-4o", max_tokens=100)
+    assert not any("renders no" in w for w in seen.warnings)

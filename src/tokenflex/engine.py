@@ -1210,6 +1210,7 @@ def build_plan(
     warnings += p.alloc.notes
     warnings += dropped_messages_warnings(p, all_runs, opts)
     counter = p.counter
+    warnings += counter.notes()  # what the model's chat template will not show it
 
     def item(section: str, i: int) -> Any:
         return by_name[section].item(i)

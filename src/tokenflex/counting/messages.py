@@ -110,6 +110,11 @@ class MessageCounter:
 
     # Public API ---------------------------------------------------------------------
 
+    def notes(self) -> list[str]:
+        """What a plan counted this way should tell its reader about the counts (a chat
+        template that leaves a role out); none for the OpenAI rules."""
+        return []
+
     def text(self, text: str) -> int:
         """Tokens of plain text (no chat envelope)."""
         if not isinstance(text, str):

@@ -503,6 +503,16 @@ class TemplateCounter(MessageCounter):
             self._segments[(msg["role"], msg["content"])] = n
         return n
 
+    def notes(self) -> list[str]:
+        """One note per role the template was found to leave out of the prompt."""
+        return [
+            f"The chat template of {self.model.name!r} renders no {key[7:]!r} message: the "
+            "model will not see it (counted as 0 tokens). Put what it says in a user turn "
+            "if the model must read it."
+            for key, unseen in self._kinds.items()
+            if key.startswith("unseen-") and unseen
+        ]
+
     def _unseen(self, role: str) -> bool:
         """Whether the template leaves every message of ``role`` out of the prompt (True:
         logged once as a warning, the message counts 0 tokens, as the model sees it).
