@@ -159,16 +159,9 @@ def read_body(body: Any, *, format: str | None = None, where: str = "the body") 
 
 
 def _unchanged(req: RequestBody, plan: Any) -> bool:
-    """The plan sends the body as it came: the client's own messages in order, the same
-    system, nothing dropped, and every limit the client set equal to the plan's."""
-    if plan.fallback_from is not None or len(plan.dropped):
-        return False
-    if plan.system is not req.system and plan.system != req.system:
-        return False
-    sent, given = plan.messages, req.messages
-    if len(sent) != len(given) or any(a is not b for a, b in zip(sent, given, strict=True)):
-        return False
-    return all(req.body.get(k) in (None, plan.max_tokens) for k in req.shape.limit_keys)
+    """The plan sends the body as it came (:meth:`~tokenflex.Plan.sends_as_given`)."""
+    limits = (req.body.get(k) for k in req.shape.limit_keys)
+    return bool(plan.sends_as_given(req.messages, req.system, limits))
 
 
 def fit_body(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, overload
@@ -268,6 +268,22 @@ class Plan:
         from .cost import savings
 
         return savings(self.model, self.input_tokens, self.full_input_tokens)
+
+    def sends_as_given(self, messages: Sequence[Any], system: Any, limits: Iterable[Any]) -> bool:
+        """Whether this plan sends ``messages`` (the caller's own objects, in order) and
+        ``system`` as they were given: nothing dropped or shrunk, no fallback model, and
+        every output limit the caller set (``limits``, None where it set none) equal to
+        the plan's ``max_tokens``. Such a request can go out byte for byte."""
+        if self.fallback_from is not None or len(self.dropped):
+            return False
+        if self.system is not system and self.system != system:
+            return False
+        sent = self.messages
+        if len(sent) != len(messages) or any(
+            a is not b for a, b in zip(sent, messages, strict=True)
+        ):
+            return False
+        return all(limit in (None, self.max_tokens) for limit in limits)
 
     def request(self, *, api: str | None = None, **extra: Any) -> dict[str, Any]:
         """The request body for ``api`` (default: the plan's own format), plus ``extra``.

@@ -108,17 +108,10 @@ RESPONSES = Wire(
 
 
 def unchanged(req: ChatRequest, plan: Any) -> bool:
-    """Whether ``plan`` sends ``req`` as the client sent it: every message (the client's
-    own objects, in order), the same system prompt and model, nothing dropped or
-    shrunk, and every output field the client set equal to the plan's output."""
-    if plan.fallback_from is not None or len(plan.dropped):
-        return False
-    if plan.system is not req.system and plan.system != req.system:
-        return False
-    sent, given = plan.messages, req.messages
-    if len(sent) != len(given) or any(a is not b for a, b in zip(sent, given, strict=True)):
-        return False
-    return all(req.body.get(f) in (None, plan.max_tokens) for f in _OUTPUT_FIELDS)
+    """Whether ``plan`` sends ``req`` as the client sent it
+    (:meth:`~tokenflex.Plan.sends_as_given`), the output fields included."""
+    limits = (req.body.get(f) for f in _OUTPUT_FIELDS)
+    return bool(plan.sends_as_given(req.messages, req.system, limits))
 
 
 _OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
