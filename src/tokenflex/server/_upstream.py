@@ -2,8 +2,8 @@
 
 Bytes pass through unchanged (``aiter_raw``: no decompression, no re-encoding); only
 hop-by-hop headers are dropped. Transport failures become OpenAI-shaped 502 / 504 errors,
-and a stream that breaks after its headers were sent ends with an OpenAI error event
-(SSE) or an aborted connection (anything else: never a complete-looking answer).
+and a stream that breaks after its headers were sent ends with an error event in the
+route's shape (SSE) or an aborted connection (anything else: never a complete-looking answer).
 
 Bounds: one exchange (headers, body or stream) takes at most ``upstream_timeout`` in all,
 whatever the upstream trickles; a buffered body is read up to ``max_response_bytes``. A
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import http.cookiejar
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import anyio
 import h11
@@ -30,7 +30,13 @@ from ..redact import redact
 from .config import ServerConfig
 from .errors import ProxyError, error_body
 
-__all__ = ["Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
+__all__ = [
+    "Upstream",
+    "UpstreamStream",
+    "check_proxy_key",
+    "openai_error_event",
+    "trailing_bytes",
+]
 
 log = logging.getLogger("tokenflex")
 
@@ -53,6 +59,12 @@ _HOP = frozenset(
 _REQUEST_DROP = _HOP | {"x-tokenflex-key"}
 _RESPONSE_DROP = _HOP | {"date", "server"}  # the proxy's own server sets both
 _DEADLINE = "tokenflex.deadline"  # response extension: when the exchange must be over
+
+
+def openai_error_event(err: ProxyError) -> bytes:
+    """A chat completions stream's error event: OpenAI SDKs raise an ``APIError`` on a
+    ``data: {"error": ...}`` event inside a stream."""
+    return b"data: " + error_body(err.message, type=err.type, code=err.code) + b"\n\n"
 
 
 def trailing_bytes(response: httpx.Response) -> bool | None:
@@ -372,12 +384,16 @@ class Upstream:
         extra_headers: Mapping[str, str] | None = None,
         *,
         request_id: str = "",
+        error_event: Callable[[ProxyError], bytes] | None = None,
     ) -> StreamingResponse:
         """The upstream response streamed through chunk by chunk, unchanged.
 
         When the upstream breaks or passes ``upstream_timeout`` mid-stream, an SSE stream
-        ends with an OpenAI error event; any other body is cut off (connection aborted).
+        ends with an error event in the route's shape (``error_event``; OpenAI's chat
+        ``data: {"error": ...}`` by default), which the route's SDK raises or reports;
+        any other body is cut off (connection aborted).
         """
+        make_event = error_event or openai_error_event
         headers = self.response_headers(response)
         headers.update(extra_headers or {})
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
@@ -416,9 +432,7 @@ class Upstream:
             if err is not None:
                 log.warning("request %s: upstream stream broke: %s", request_id, err.message)
                 if is_sse and plain:
-                    # OpenAI SDKs raise an APIError on an error event inside a stream.
-                    payload = error_body(err.message, type=err.type, code=err.code)
-                    yield b"data: " + payload + b"\n\n"
+                    yield make_event(err)
                 else:
                     streamed.aborted = True
 

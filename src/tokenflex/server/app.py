@@ -330,7 +330,9 @@ class Proxy:
                 )
                 status = upstream.status_code
                 if req.stream and status < 400:
-                    return self.upstream.streamed(upstream, headers, request_id=rid)
+                    return self.upstream.streamed(
+                        upstream, headers, request_id=rid, error_event=wire.stream_error
+                    )
                 response = await self.upstream.buffered(upstream, headers)
                 if status >= 400 and learned is None:
                     learned = self.fitter.learn_window(
@@ -391,7 +393,9 @@ class Proxy:
             status = upstream.status_code
             headers = seen.headers(plan_id)
             if seen.request is None or (seen.request.stream and status < 400):
-                return self.upstream.streamed(upstream, headers, request_id=rid)
+                return self.upstream.streamed(
+                    upstream, headers, request_id=rid, error_event=wire.stream_error
+                )
             response = await self.upstream.buffered(upstream, headers)
             if self.config.calibrate and seen.plan is not None and not seen.changes:
                 observe_response(self.calibration, seen.plan, response)  # the body it counted
