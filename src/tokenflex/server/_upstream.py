@@ -34,6 +34,7 @@ __all__ = [
     "Upstream",
     "UpstreamStream",
     "check_proxy_key",
+    "connection_named",
     "openai_error_event",
     "trailing_bytes",
 ]
@@ -56,8 +57,32 @@ _HOP = frozenset(
         "content-length",
     }
 )
-_REQUEST_DROP = _HOP | {"x-tokenflex-key"}
+# A reverse proxy answers ``Expect: 100-continue`` itself (the server did, before the body
+# was read); forwarding headers are the proxy's to write (``forwarded_for``), never the
+# client's: an upstream that trusts them would log or rate-limit a forged address.
+_FORWARDING = frozenset(
+    {"expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+)
+_REQUEST_DROP = _HOP | _FORWARDING | {"x-tokenflex-key"}
 _RESPONSE_DROP = _HOP | {"date", "server"}  # the proxy's own server sets both
+
+
+def connection_named(headers: Headers | httpx.Headers) -> frozenset[str]:
+    """The header names a message's ``Connection`` header lists (RFC 9110 §7.6.1: they
+    are hop-by-hop too and must not be forwarded).
+
+    >>> sorted(connection_named(Headers({"connection": "keep-alive, X-Secret , close"})))
+    ['close', 'keep-alive', 'x-secret']
+    """
+    given = (
+        headers.get_list("connection")
+        if isinstance(headers, httpx.Headers)
+        else headers.getlist("connection")
+    )
+    names = ",".join(given)
+    return frozenset(n.strip().lower() for n in names.split(",") if n.strip())
+
+
 _DEADLINE = "tokenflex.deadline"  # response extension: when the exchange must be over
 
 
@@ -169,15 +194,22 @@ class Upstream:
             await self._client.aclose()
             self._client = None
 
-    def request_headers(self, headers: Headers) -> dict[str, str]:
+    def request_headers(self, headers: Headers, peer: str | None = None) -> dict[str, str]:
         """The client's headers as they go upstream.
 
-        Hop-by-hop headers and ``x-tokenflex-key`` are dropped. ``Authorization`` is
-        forwarded, unless it carried the proxy key: then the configured
-        ``upstream_api_key`` (if any) takes its place.
+        Hop-by-hop headers (those the ``Connection`` header names too), ``Expect``, the
+        client's forwarding headers and ``x-tokenflex-key`` are dropped; ``X-Forwarded-For``
+        is written as ``forwarded_for`` says, from ``peer`` (the client's address).
+        ``Authorization`` is forwarded, unless it carried the proxy key: then the
+        configured ``upstream_api_key`` (if any) takes its place.
         """
-        out = {k: v for k, v in headers.items() if k not in _REQUEST_DROP}
+        drop = _REQUEST_DROP | connection_named(headers)
+        out = {k: v for k, v in headers.items() if k not in drop}
         c = self.config
+        if c.forwarded_for != "drop" and peer:
+            given = ", ".join(headers.getlist("x-forwarded-for"))
+            chain = given if c.forwarded_for == "append" and given else ""
+            out["x-forwarded-for"] = f"{chain}, {peer}" if chain else peer
         auth = out.get("authorization")
         if auth is not None and c.proxy_key is not None:
             token = auth.partition(" ")[2].strip().encode()
@@ -363,10 +395,11 @@ class Upstream:
         """The upstream's response headers minus hop-by-hop ones and its CORS headers
         (``Access-Control-*``): a browser page must not be let in by the upstream's
         policy; the proxy answers CORS itself when ``cors_origins`` is set."""
+        drop = _RESPONSE_DROP | connection_named(response.headers)
         return {
             k: v
             for k, v in response.headers.items()
-            if k.lower() not in _RESPONSE_DROP and not k.lower().startswith("access-control-")
+            if k.lower() not in drop and not k.lower().startswith("access-control-")
         }
 
     async def buffered(

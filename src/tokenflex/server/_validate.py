@@ -488,8 +488,7 @@ def _check_blocks(blocks: list[Any], param: str) -> None:
         if kind == "tool_result" and inner is not None:
             if not isinstance(inner, str | list):
                 raise _bad(
-                    f"{at}.content must be a string or a list of blocks, got "
-                    f"{_type_name(inner)}.",
+                    f"{at}.content must be a string or a list of blocks, got {_type_name(inner)}.",
                     f"{at}.content",
                     "invalid_type",
                 )
@@ -518,8 +517,7 @@ def _check_anthropic_tools(tools: list[dict[str, Any]] | None) -> None:
         schema = tool.get("input_schema")
         if schema is not None and not isinstance(schema, dict):
             raise _bad(
-                f"tools[{i}].input_schema must be a JSON schema object, got "
-                f"{_type_name(schema)}.",
+                f"tools[{i}].input_schema must be a JSON schema object, got {_type_name(schema)}.",
                 f"tools[{i}].input_schema",
                 "invalid_type",
             )

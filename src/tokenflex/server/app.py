@@ -52,7 +52,7 @@ from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Busy, Limits
-from .paths import path_allowed, upstream_path
+from .paths import aliases, fitted_variant, path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
 
@@ -67,6 +67,11 @@ _OFFLOAD_BYTES = 256 * 1024  # serialize plans of larger requests in a worker th
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _POST = ("POST",)
+FITTED_PATHS = frozenset(
+    p for w in (CHAT, ANTHROPIC, RESPONSES) for p in (w.path, w.count_path) if p is not None
+)
+"""The routes whose requests are fitted (or counted): never passed through in any
+spelling (:func:`~tokenflex.server.paths.fitted_variant`)."""
 _GET = ("GET", "HEAD")
 
 
@@ -157,6 +162,11 @@ def request_credentials(request: Request) -> list[str]:
     values = [request.headers.get(name, "") for name in CREDENTIAL_HEADERS]
     values += [v.partition(" ")[2].strip() for v in values if " " in v]
     return [v for v in values if v]
+
+
+def peer(request: Request) -> str | None:
+    """The client's address as the proxy sees it (for ``forwarded_for``)."""
+    return request.client.host if request.client is not None else None
 
 
 def bearer(headers: dict[str, str]) -> str | None:
@@ -306,7 +316,7 @@ class Proxy:
             raw = await read_body(request, self.config.max_body_bytes)
             req = wire.parse(raw)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
-            forward_headers = self.upstream.request_headers(request.headers)
+            forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = credential_hash(request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
             while True:
@@ -380,7 +390,7 @@ class Proxy:
         seen: Observation | None = None
         try:
             raw = await read_body(request, self.config.max_body_bytes)
-            forward_headers = self.upstream.request_headers(request.headers)
+            forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = credential_hash(request.headers)
             seen = await self.fitter.observe(
                 wire.parse, raw, route, bearer(forward_headers), owner=owner
@@ -431,7 +441,7 @@ class Proxy:
     async def list_models(self, request: Request, route: str | None) -> Response:
         """``GET /v1/models``: the upstream's list; the config's when the upstream has none."""
         url = self.upstream.url("/v1/models", request.scope["query_string"])
-        headers = self.upstream.request_headers(request.headers)
+        headers = self.upstream.request_headers(request.headers, peer(request))
         try:
             upstream = await self.upstream.send("GET", url, headers, None)
         except ProxyError:
@@ -459,7 +469,7 @@ class Proxy:
         name, messages, text, tools = parse_count(
             await read_body(request, self.config.max_body_bytes)
         )
-        api_key = bearer(self.upstream.request_headers(request.headers))
+        api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(name, route, api_key)
 
         def work() -> tuple[int, bool]:
@@ -485,7 +495,7 @@ class Proxy:
         """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
         request's input tokens by the proxy's own count (in a worker thread)."""
         req = wire.parse(await read_body(request, self.config.max_body_bytes))
-        api_key = bearer(self.upstream.request_headers(request.headers))
+        api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(req.model, route, api_key)
         if self.fitter.calibration is not None:  # as fitting counts: the learned factor
             model = self.fitter.calibration.apply(model)
@@ -534,6 +544,15 @@ class Proxy:
         ``passthrough_paths`` when that list is set."""
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
         path = upstream_path(raw_path, route)
+        if fitted_variant(path, FITTED_PATHS):
+            raise ProxyError(
+                400,
+                f"{path[:80]!r} is another spelling of a route this proxy fits; it is not "
+                "passed through unfitted. Send it to /v1/chat/completions, /v1/messages or "
+                "/v1/responses (or their count routes) as spelled there.",
+                param="path",
+                code="invalid_path",
+            )
         if not path_allowed(path, self.config.passthrough_paths):
             raise ProxyError(
                 404,
@@ -544,7 +563,10 @@ class Proxy:
         url = self.upstream.url(path, request.scope["query_string"])
         body = await read_body(request, self.config.max_body_bytes)
         upstream = await self.upstream.send(
-            request.method, url, self.upstream.request_headers(request.headers), body or None
+            request.method,
+            url,
+            self.upstream.request_headers(request.headers, peer(request)),
+            body or None,
         )
         return self.upstream.streamed(upstream, request_id=request.state.request_id)
 
@@ -650,25 +672,25 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         prefix = "" if name is None else f"/{name}"
         chat = proxy.observe if config.mode_for(name) == "observe" else proxy.chat
         routes += [
-            Route(
-                f"{prefix}/v1/chat/completions",
-                fitted(chat, route=name),
-                methods=_ALL_METHODS,
-            ),
-            Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"]),
+            Route(prefix + path, fitted(chat, route=name), methods=_ALL_METHODS)
+            for path in (CHAT.path, *aliases(CHAT.path))
         ]
+        routes.append(
+            Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"])
+        )
         for wire in (ANTHROPIC, RESPONSES):
             shaped = functools.partial(fitted, route=name, errors=wire.error)
-            routes.append(
-                Route(
-                    prefix + wire.path,
-                    shaped(functools.partial(chat, wire=wire)),
-                    methods=_ALL_METHODS,
-                )
-            )
+            handler = shaped(functools.partial(chat, wire=wire))
+            routes += [
+                Route(prefix + path, handler, methods=_ALL_METHODS)
+                for path in (wire.path, *aliases(wire.path))
+            ]
             if wire.count_path is not None:
-                count = functools.partial(proxy.count_input, wire=wire)
-                routes.append(Route(prefix + wire.count_path, shaped(count), methods=_ALL_METHODS))
+                count = shaped(functools.partial(proxy.count_input, wire=wire))
+                routes += [
+                    Route(prefix + path, count, methods=_ALL_METHODS)
+                    for path in (wire.count_path, *aliases(wire.count_path))
+                ]
         if name is not None:
             routes.append(
                 Route(
