@@ -5,10 +5,12 @@ and on the servers the proxy calls.
   (background summaries run when there are none);
 - :class:`Limits`, an ASGI middleware around the app: at most ``max_inflight`` requests
   are handled at once and ``max_queue`` wait (each at most ``queue_timeout``); beyond
-  that a 503 with ``Retry-After``. A request's body must arrive within ``body_timeout``
-  (408). A client that goes away before its answer started cancels the work done for it
-  (the upstream call included). Token counts of a request that is answered with an error
-  never reach the count caches (:func:`tokenflex.tokenizers.base.count_scope`).
+  that a 503 with ``Retry-After``. One set of credentials has at most
+  ``max_inflight_per_client`` of them (in flight or waiting, streams included): a 429.
+  A request's body must arrive within ``body_timeout`` (408). A client that goes away
+  before its answer started cancels the work done for it (the upstream call included).
+  Token counts of a request that is answered with an error never reach the count caches
+  (:func:`tokenflex.tokenizers.base.count_scope`).
 - :func:`uvicorn_options`: the server settings ``tokenflex serve`` runs with, among them
   a protocol that closes connections which send no complete request headers within
   ``header_timeout`` (slowloris; uvicorn itself only times out idle keep-alive ones).
@@ -33,6 +35,7 @@ from ..summarize.background import Activity
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
 from .errors import ProxyError, error_body
+from .plans import CREDENTIAL_HEADERS, credential_hash
 
 __all__ = ["Busy", "Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
 
@@ -61,6 +64,11 @@ class Limits:
         """503s answered since the last overload warning."""
         self._logged_at = float("-inf")
         self._slots: anyio.Semaphore | None = None
+        given = config.max_inflight_per_client
+        self.per_client = max(1, config.max_inflight // 2) if given is None else given
+        """Requests one set of credentials may have in flight or waiting (0: no limit)."""
+        self.clients: dict[str, int] = {}
+        """Requests in flight or waiting, per credential digest (only those above 0)."""
 
     @property
     def slots(self) -> anyio.Semaphore:
@@ -72,19 +80,58 @@ class Limits:
         if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
             await self.app(scope, receive, send)
             return
-        refusal = await self._admit(scope.get(ARRIVED))
-        if refusal is not None:
-            headers = {"retry-after": str(RETRY_AFTER_SECONDS)}
-            if not await self._drain(receive):
-                headers["connection"] = "close"
-            await refusal.to_response(headers)(scope, receive, send)
+        client = self._client(scope)
+        if client is not None and self.clients.get(client, 0) >= self.per_client:
+            await self._refuse(self._client_full(), scope, receive, send)
             return
-        self.inflight += 1
+        if client is not None:  # counted from arrival: its queued requests hold too
+            self.clients[client] = self.clients.get(client, 0) + 1
         try:
-            await _Exchange(self.app, self.config, scope, receive, send).run()
+            refusal = await self._admit(scope.get(ARRIVED))
+            if refusal is not None:
+                await self._refuse(refusal, scope, receive, send)
+                return
+            self.inflight += 1
+            try:
+                await _Exchange(self.app, self.config, scope, receive, send).run()
+            finally:
+                self.inflight -= 1
+                self.slots.release()
         finally:
-            self.inflight -= 1
-            self.slots.release()
+            if client is not None:
+                left = self.clients.pop(client) - 1
+                if left:
+                    self.clients[client] = left
+
+    async def _refuse(
+        self, refusal: ProxyError, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        headers = {"retry-after": str(RETRY_AFTER_SECONDS)}
+        if not await self._drain(receive):
+            headers["connection"] = "close"
+        await refusal.to_response(headers)(scope, receive, send)
+
+    def _client(self, scope: Scope) -> str | None:
+        """The credential digest of a request that carries credentials, when a
+        per-client limit is on (None: not limited per client)."""
+        if not self.per_client:
+            return None
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
+        if not any(headers.get(name) for name in CREDENTIAL_HEADERS):
+            return None
+        return credential_hash(headers)
+
+    def _client_full(self) -> ProxyError:
+        return ProxyError(
+            429,
+            f"These credentials already have {self.per_client:,} requests in flight or "
+            "waiting (max_inflight_per_client); wait for one to finish. Retry after "
+            f"{RETRY_AFTER_SECONDS} s, or ask the operator to raise max_inflight_per_client.",
+            type="rate_limit_error",
+            code="client_inflight_limit",
+        )
 
     async def _admit(self, arrived: float | None) -> ProxyError | None:
         """None once a slot is held; the 503 to answer otherwise.
