@@ -51,7 +51,7 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
-from .limits import Busy, Limits
+from .limits import Busy, LargeBodies, Limits
 from .paths import aliases, fitted_variant, path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
@@ -186,6 +186,8 @@ class Proxy:
         self.fitter = Fitter(config, self.models, self.calibration if config.calibrate else None)
         self.plans = PlanStore(max_plans=config.plans_max, max_bytes=config.plans_max_bytes)
         self.keeps_plans = config.store_plans and config.plans_max > 0
+        self.large = LargeBodies(config)
+        """Large requests are counted one at a time (``large_body_bytes``)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -320,9 +322,10 @@ class Proxy:
             owner = credential_hash(request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
             while True:
-                plan = await self.fitter.fit(
-                    req, route, len(raw), bearer(forward_headers), owner=owner
-                )
+                async with self.large.turn(len(raw)):
+                    plan = await self.fitter.fit(
+                        req, route, len(raw), bearer(forward_headers), owner=owner
+                    )
                 if isinstance(plan, Unfitted):  # forwarded as sent (unknown model)
                     headers, body, plan = plan.headers(), raw, None
                 else:
@@ -392,9 +395,10 @@ class Proxy:
             raw = await read_body(request, self.config.max_body_bytes)
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = credential_hash(request.headers)
-            seen = await self.fitter.observe(
-                wire.parse, raw, route, bearer(forward_headers), owner=owner
-            )
+            async with self.large.turn(len(raw)):
+                seen = await self.fitter.observe(
+                    wire.parse, raw, route, bearer(forward_headers), owner=owner
+                )
             fit_ms = (time.perf_counter() - started) * 1000
             if seen.plan is not None:
                 plan_id = await self._keep(seen.plan, owner, len(raw))
@@ -466,9 +470,8 @@ class Proxy:
         Counting runs in a worker thread: a 4 MB text must not stall other clients."""
         from ..counting import count_tokens, get_counter
 
-        name, messages, text, tools = parse_count(
-            await read_body(request, self.config.max_body_bytes)
-        )
+        raw = await read_body(request, self.config.max_body_bytes)
+        name, messages, text, tools = parse_count(raw)
         api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(name, route, api_key)
 
@@ -479,7 +482,8 @@ class Proxy:
                 return counter.count(messages, tools=tools), exact
             return count_tokens(text or "", model=model), bool(counter.tokenizer.exact)
 
-        tokens, exact = await off_loop(self.fitter.limiter, work)
+        async with self.large.turn(len(raw)):
+            tokens, exact = await off_loop(self.fitter.limiter, work)
         return JSONResponse(
             {
                 "object": "tokenflex.count",
@@ -494,12 +498,15 @@ class Proxy:
     async def count_input(self, request: Request, route: str | None, wire: Wire) -> Response:
         """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
         request's input tokens by the proxy's own count (in a worker thread)."""
-        req = wire.parse(await read_body(request, self.config.max_body_bytes))
+        raw = await read_body(request, self.config.max_body_bytes)
+        req = wire.parse(raw)
         api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(req.model, route, api_key)
         if self.fitter.calibration is not None:  # as fitting counts: the learned factor
             model = self.fitter.calibration.apply(model)
-        return await off_loop(self.fitter.limiter, functools.partial(count_input, req, model))
+        async with self.large.turn(len(raw)):
+            work = functools.partial(count_input, req, model)
+            return await off_loop(self.fitter.limiter, work)
 
     async def plan(self, request: Request, route: str | None) -> Response:
         """``GET /tokenflex/plans/{id}``: a recent plan as ``plan.to_dict()``, only for the

@@ -1,6 +1,8 @@
 """How much the proxy takes on, and for how long: load shedding, time limits on clients
 and on the servers the proxy calls.
 
+- :class:`LargeBodies`: requests with large bodies are counted and fitted one at a time
+  (``large_body_bytes``, ``large_body_workers``), so their CPU work cannot starve others;
 - :class:`Busy`, an ASGI middleware that counts the requests in flight to the upstream
   (background summaries run when there are none);
 - :class:`Limits`, an ASGI middleware around the app: at most ``max_inflight`` requests
@@ -21,6 +23,7 @@ and on the servers the proxy calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -37,7 +40,14 @@ from .config import ServerConfig
 from .errors import ProxyError, error_body
 from .plans import CREDENTIAL_HEADERS, credential_hash
 
-__all__ = ["Busy", "Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
+__all__ = [
+    "Busy",
+    "LargeBodies",
+    "Limits",
+    "bounded_transports",
+    "header_deadline_protocol",
+    "uvicorn_options",
+]
 
 log = logging.getLogger("tokenflex")
 
@@ -201,6 +211,55 @@ class Limits:
             type="server_error",
             code="proxy_overloaded",
         )
+
+
+class LargeBodies:
+    """Requests with bodies of ``large_body_bytes`` or more are counted and fitted
+    ``large_body_workers`` at a time (one by default); the next waits at most
+    ``queue_timeout`` for its turn, then gets a 503 with Retry-After.
+
+    Counting is CPU work that holds Python's GIL: six clients counting 3.9 MB texts at
+    once slowed every other client's answers tenfold. One at a time, a large request
+    costs the others at most one thread's share, whatever the number sent.
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self._lanes: anyio.Semaphore | None = None
+
+    @property
+    def lanes(self) -> anyio.Semaphore:
+        if self._lanes is None:  # made in the server's event loop, on first use
+            self._lanes = anyio.Semaphore(self.config.large_body_workers)
+        return self._lanes
+
+    @contextlib.asynccontextmanager
+    async def turn(self, size: int) -> AsyncIterator[None]:
+        """Hold a lane for the block when ``size`` (body bytes) is large; a 503 when none
+        frees within ``queue_timeout``."""
+        c = self.config
+        if size < c.large_body_bytes:
+            yield
+            return
+        admitted = False
+        with anyio.move_on_after(c.queue_timeout):
+            await self.lanes.acquire()
+            admitted = True
+        if not admitted:
+            raise ProxyError(
+                503,
+                f"The proxy is counting {c.large_body_workers:,} other large request(s) "
+                f"(bodies of {c.large_body_bytes:,} bytes or more: large_body_bytes, "
+                f"large_body_workers) and none finished within {c.queue_timeout:g} s. Retry "
+                f"after {RETRY_AFTER_SECONDS} s, or send a shorter conversation.",
+                type="server_error",
+                code="proxy_overloaded",
+                headers={"retry-after": str(RETRY_AFTER_SECONDS)},
+            )
+        try:
+            yield
+        finally:
+            self.lanes.release()
 
 
 class Busy:
