@@ -454,6 +454,9 @@ def uvicorn_options(config: ServerConfig, http: str = "auto") -> dict[str, Any]:
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         "server_header": False,
         "ws": "none",
+        # the client's address is the connection's: a client's X-Forwarded-For is never
+        # taken as its address (uvicorn trusts it from loopback by default)
+        "proxy_headers": False,
     }
 
 
