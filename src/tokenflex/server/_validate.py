@@ -506,11 +506,11 @@ def _check_anthropic(messages: list[Any], system: Any) -> None:
 
 def _check_anthropic_tools(tools: list[dict[str, Any]] | None) -> None:
     for i, tool in enumerate(tools or []):
-        if not isinstance(tool.get("name"), str) or not tool["name"]:
+        custom = tool.get("type") in (None, "custom") or "input_schema" in tool
+        if custom and (not isinstance(tool.get("name"), str) or not tool["name"]):
             raise _bad(
                 f"tools[{i}] needs a 'name' (a non-empty string): Anthropic tools are "
-                "{'name': ..., 'description': ..., 'input_schema': {...}} and server tools "
-                "{'type': ..., 'name': ...}.",
+                "{'name': ..., 'description': ..., 'input_schema': {...}}.",
                 f"tools[{i}].name",
                 "missing_required_parameter",
             )
@@ -574,6 +574,7 @@ def parse_anthropic(raw: bytes) -> ChatRequest:
     ``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``; every
     content block is of a known type with its required fields (:data:`ANTHROPIC_BLOCKS`)."""
     body = _check_object(parse_json(raw))
+    model = _check_model(body)
     messages = _check_items(body.get("messages"), "messages", ("user", "assistant"))
     system = _check_system(body, "system")
     _check_anthropic(messages, system)
@@ -581,7 +582,7 @@ def parse_anthropic(raw: bytes) -> ChatRequest:
     _check_anthropic_tools(tools)
     return ChatRequest(
         body=body,
-        model=_check_model(body),
+        model=model,
         messages=messages,
         max_tokens=_positive_int(body, "max_tokens"),
         max_completion_tokens=None,
@@ -599,6 +600,7 @@ def parse_responses(raw: bytes) -> ChatRequest:
     (:data:`RESPONSES_ITEMS`). Other fields (``previous_response_id``, ``store``) go
     through."""
     body = _check_object(parse_json(raw))
+    model = _check_model(body)
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -606,7 +608,7 @@ def parse_responses(raw: bytes) -> ChatRequest:
     _check_responses(checked)
     return ChatRequest(
         body=body,
-        model=_check_model(body),
+        model=model,
         messages=checked,
         max_tokens=_positive_int(body, "max_output_tokens"),
         max_completion_tokens=None,

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -46,6 +48,7 @@ __all__ = [
     "Limits",
     "bounded_transports",
     "header_deadline_protocol",
+    "trim_heap",
     "uvicorn_options",
 ]
 
@@ -107,6 +110,8 @@ class Limits:
             finally:
                 self.inflight -= 1
                 self.slots.release()
+                if _declared_size(scope) >= self.config.large_body_bytes:
+                    trim_heap()
         finally:
             if client is not None:
                 left = self.clients.pop(client) - 1
@@ -260,6 +265,35 @@ class LargeBodies:
             yield
         finally:
             self.lanes.release()
+
+
+def _declared_size(scope: Scope) -> int:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to hand back
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the OS (glibc's ``malloc_trim``; elsewhere
+    nothing). After a large request the megabytes its body, JSON and texts took are free
+    but kept by the allocator, in each worker thread's arena: 60 rejected 3 MB requests
+    left the proxy 370 MB larger. A few milliseconds, after requests whose declared body
+    is ``large_body_bytes`` or more."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 class Busy:
