@@ -12,6 +12,8 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``POST /tokenflex/count`` (alias ``/v1/tokenize``): ``{"model", "messages" | "text"}``
   -> ``{"tokens": n, ...}``;
 - ``GET /tokenflex/plans/{id}``: a recent plan, in full; ``GET /tokenflex/health``;
+- the fitted routes' other spellings (a trailing slash, no ``/v1``): fitted the same;
+  any other spelling an upstream may read as one of them is refused, never passed on;
 - anything else: passed through to the upstream unchanged.
 
 Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
@@ -51,7 +53,7 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
-from .limits import Busy, LargeBodies, Limits
+from .limits import Busy, LargeBodies, Limits, bound_heap
 from .paths import aliases, fitted_variant, path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
@@ -196,6 +198,7 @@ class Proxy:
         A long-running proxy counts OpenAI encodings with fastokens when it is installed
         (same ids as tiktoken, faster); without it, tiktoken."""
         _ = self.upstream.client
+        bound_heap()  # large request bodies' memory goes back to the OS once freed
         self.fitter.background.open()  # closed by a previous shutdown of this app
         fast = prefer_fast_backend()
         log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")

@@ -46,6 +46,7 @@ __all__ = [
     "Busy",
     "LargeBodies",
     "Limits",
+    "bound_heap",
     "bounded_transports",
     "header_deadline_protocol",
     "trim_heap",
@@ -82,6 +83,8 @@ class Limits:
         """Requests one set of credentials may have in flight or waiting (0: no limit)."""
         self.clients: dict[str, int] = {}
         """Requests in flight or waiting, per credential digest (only those above 0)."""
+        self.untrimmed = False
+        """A large body was handled since the C heap was last trimmed (:func:`trim_heap`)."""
 
     @property
     def slots(self) -> anyio.Semaphore:
@@ -111,7 +114,12 @@ class Limits:
                 self.inflight -= 1
                 self.slots.release()
                 if _declared_size(scope) >= self.config.large_body_bytes:
-                    trim_heap()
+                    self.untrimmed = True
+                if self.untrimmed and self.inflight == 0:
+                    # idle after large bodies: hand their freed memory back, off the loop
+                    self.untrimmed = False
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(trim_heap)
         finally:
             if client is not None:
                 left = self.clients.pop(client) - 1
@@ -267,6 +275,28 @@ class LargeBodies:
             self.lanes.release()
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt() parameters
+_MMAP_BYTES = 256 * 1024
+
+
+def bound_heap() -> bool:
+    """Make the C heap give large blocks back to the OS when they are freed (glibc's
+    ``mallopt``; elsewhere nothing): blocks of 256 KiB or more (request bodies, long
+    texts, token lists) are mapped on their own, and free memory at the heap's top over
+    1 MiB is released. glibc's default raises that threshold as large blocks come and go,
+    so after 60 rejected 3 MB requests their megabytes stayed in the worker threads'
+    arenas (+300 MB RSS). Process-wide: the proxy's server process calls it at startup.
+    True when it was set."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl)
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, 4 * _MMAP_BYTES)
+    )
+
+
 def _declared_size(scope: Scope) -> int:
     for name, value in scope.get("headers", []):
         if name == b"content-length":
@@ -274,26 +304,15 @@ def _declared_size(scope: Scope) -> int:
     return 0
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the OS now (glibc's ``malloc_trim``;
+    elsewhere nothing): what the worker threads' arenas keep after large requests.
+    Called in a worker thread (it holds no GIL) when the proxy goes idle after one."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to hand back
-        return None
-    return trim
-
-
-_TRIM = _malloc_trim()
-
-
-def trim_heap() -> None:
-    """Hand the C heap's free memory back to the OS (glibc's ``malloc_trim``; elsewhere
-    nothing). After a large request the megabytes its body, JSON and texts took are free
-    but kept by the allocator, in each worker thread's arena: 60 rejected 3 MB requests
-    left the proxy 370 MB larger. A few milliseconds, after requests whose declared body
-    is ``large_body_bytes`` or more."""
-    if _TRIM is not None:
-        _TRIM(0)
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return
 
 
 class Busy:
