@@ -423,7 +423,7 @@ RESPONSES_ITEMS: dict[str, Fields] = {
     "mcp_approval_response": {"approval_request_id": _STR},
 }
 """Responses input item types and their required fields."""
-_RESPONSES_SUFFIXES: dict[str, Fields] = {"_call_output": {"call_id": _STR}, "_call": {}}
+_RESPONSES_SUFFIXES: dict[str, Fields] = {"_call_output": {}, "_call": {}}
 """Built-in tool calls and their outputs (``web_search_call``, ``computer_call_output``)."""
 
 RESPONSES_PARTS = frozenset(
