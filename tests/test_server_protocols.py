@@ -423,7 +423,7 @@ CORPUS = [
     (RESPONSES, _j(input="x", stream="yes"), {}, 400, "invalid_type"),
     (RESPONSES, _j(input="x", max_output_tokens=0), {}, 400, "invalid_value"),
     (RESPONSES, _j(input="x"), GZIP, 415, "unsupported_media_type"),
-    (INPUT, _j(input=[{"role": "user", "content": 5}]), {}, 400, "invalid_value"),
+    (INPUT, _j(input=[{"role": "user", "content": 5}]), {}, 400, "invalid_type"),
     (INPUT, _j(model=None, input="x"), {}, 400, "missing_required_parameter"),
 ]
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 from ._types import Message, Tool
 from .budget import SectionSpec
@@ -372,6 +373,45 @@ def _history_bound(
     return enough
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _too_deep() -> InvalidInputError:
+    return InvalidInputError(
+        "The messages, tools or documents nest lists and dicts too deeply to be read "
+        "(Python's recursion limit). Send content a few levels deep, as the chat, "
+        "Anthropic and Responses formats have it."
+    )
+
+
+def _refuse_deep(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn`` with a RecursionError (input nested thousands deep, read by the recursive
+    converters and ``json.dumps``) raised as :class:`InvalidInputError`: the caller's
+    input is at fault, not tokenflex. A pass measuring every input's depth first would
+    cost every call for an input that is never sent."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def guarded_async(*args: _P.args, **kwargs: _P.kwargs) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except RecursionError:
+                raise _too_deep() from None
+
+        return cast(Callable[_P, _R], guarded_async)
+
+    @functools.wraps(fn)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except RecursionError:
+            raise _too_deep() from None
+
+    return guarded
+
+
+@_refuse_deep
 def fit(
     messages: Sequence[Message],
     *,
@@ -563,6 +603,7 @@ def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Mess
     return StoreMemory(store, model.name, messages), store
 
 
+@_refuse_deep
 async def afit(
     messages: Sequence[Message],
     *,

@@ -45,7 +45,8 @@ def _read(source: str | None) -> tuple[str, str]:
 
 def _names_a_file(source: str) -> bool:
     """A path that exists (a file, a directory, /dev/zero: each gets its own answer), or
-    one shaped like a path: a file suffix, or ./ ../ ~/ or two slashes, and no spaces."""
+    one shaped like a path: a file suffix, or / ./ ../ ~/ in front, and no spaces (an
+    absolute path that does not exist is a mistyped file, not text to count)."""
     if "\n" in source or len(source) >= 4096:
         return False
     if os.path.lexists(source):
@@ -54,9 +55,7 @@ def _names_a_file(source: str) -> bool:
         return True
     if any(c.isspace() for c in source):
         return False
-    return source.startswith(("./", "../", "~/")) or (
-        source.startswith("/") and source.count("/") >= 2
-    )
+    return len(source) > 1 and source.startswith(("/", "./", "../", "~/"))
 
 
 def _messages_from(

@@ -191,6 +191,8 @@ class MessageCounter:
         openai = self.model.chat_format in ("openai", "openai-0301")
         for part in content:
             ptype = part.get("type") if isinstance(part, Mapping) else None
+            if not isinstance(ptype, str):  # a list or object "type": message() refuses it
+                return False
             if ptype in TEXT_PARTS:
                 continue
             if ptype in IMAGE_PARTS and openai:

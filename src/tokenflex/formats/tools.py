@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidInputError
+
 __all__ = ["tool_api", "tools_for", "tools_to_chat"]
 
 
@@ -41,7 +43,13 @@ def _to_chat(tool: Mapping[str, Any]) -> dict[str, Any]:
         fn["name"] = str(tool.get("name") or tool.get("type") or "tool")
         fn["description"] = json.dumps(dict(tool), ensure_ascii=False, default=str)
         return {"type": "function", "function": fn}
-    fn["name"] = tool["name"]
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(
+            f"A {api} tool definition needs a 'name' (a non-empty string), got "
+            f"{name!r}; its keys: {', '.join(map(str, tool))[:200]}. Give every tool a name."
+        )
+    fn["name"] = name
     if tool.get("description"):
         fn["description"] = tool["description"]
     params = tool.get("input_schema" if api == "anthropic" else "parameters")

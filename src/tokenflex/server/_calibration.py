@@ -91,7 +91,9 @@ def reported_input(answer: Any) -> int | None:
 
 def _observe(
     calibration: Calibration, plan: Any, reported: int, upstream: str, owner: str
-) -> Observation:
+) -> Observation | None:
+    if not 0 < reported <= 4 * plan.model.context_window:
+        return None  # no request the model could take counts that: a broken usage
     return calibration.observe_plan(plan, reported, upstream=upstream, owner=owner)
 
 
@@ -102,7 +104,7 @@ async def observe_response(
     *,
     upstream: str,
     owner: str,
-    run: Callable[[Callable[[], Observation]], Any],
+    run: Callable[[Callable[[], Observation | None]], Any],
 ) -> None:
     """Record a buffered upstream answer (``run`` takes the work off the event loop);
     when it counted more than the plan predicted, say so in :data:`CALIBRATION_HEADER`
@@ -111,18 +113,18 @@ async def observe_response(
         return
     try:
         reported = reported_input(json.loads(bytes(response.body)))
-    except ValueError:
+    except (ValueError, RecursionError):
         return
     if reported is None:
         return
     try:
-        obs: Observation = await run(
+        obs: Observation | None = await run(
             functools.partial(_observe, calibration, plan, reported, upstream, owner)
         )
     except Exception:  # the answer goes back whatever calibration makes of it
         log.exception("tokenflex calibration: an answer could not be observed")
         return
-    if obs.under:
+    if obs is not None and obs.under:
         text = obs.message().encode("ascii", "backslashreplace").decode("ascii")
         response.headers[CALIBRATION_HEADER] = text[:1000]
 

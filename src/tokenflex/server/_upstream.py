@@ -2,8 +2,8 @@
 
 Bytes pass through unchanged (``aiter_raw``: no decompression, no re-encoding); only
 hop-by-hop headers are dropped. Transport failures become OpenAI-shaped 502 / 504 errors,
-and a stream that breaks after its headers were sent ends with an OpenAI error event
-(SSE) or an aborted connection (anything else: never a complete-looking answer).
+and a stream that breaks after its headers were sent ends with an error event in the
+route's shape (SSE) or an aborted connection (anything else: never a complete-looking answer).
 
 Bounds: one exchange (headers, body or stream) takes at most ``upstream_timeout`` in all,
 whatever the upstream trickles; a buffered body is read up to ``max_response_bytes``. A
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import http.cookiejar
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 import anyio
@@ -31,7 +31,15 @@ from ..redact import redact
 from .config import ServerConfig
 from .errors import ProxyError, error_body
 
-__all__ = ["StreamTap", "Upstream", "UpstreamStream", "check_proxy_key", "trailing_bytes"]
+__all__ = [
+    "StreamTap",
+    "Upstream",
+    "UpstreamStream",
+    "check_proxy_key",
+    "connection_named",
+    "openai_error_event",
+    "trailing_bytes",
+]
 
 log = logging.getLogger("tokenflex")
 
@@ -51,9 +59,39 @@ _HOP = frozenset(
         "content-length",
     }
 )
-_REQUEST_DROP = _HOP | {"x-tokenflex-key"}
+# A reverse proxy answers ``Expect: 100-continue`` itself (the server did, before the body
+# was read); forwarding headers are the proxy's to write (``forwarded_for``), never the
+# client's: an upstream that trusts them would log or rate-limit a forged address.
+_FORWARDING = frozenset(
+    {"expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+)
+_REQUEST_DROP = _HOP | _FORWARDING | {"x-tokenflex-key"}
 _RESPONSE_DROP = _HOP | {"date", "server"}  # the proxy's own server sets both
+
+
+def connection_named(headers: Headers | httpx.Headers) -> frozenset[str]:
+    """The header names a message's ``Connection`` header lists (RFC 9110 §7.6.1: they
+    are hop-by-hop too and must not be forwarded).
+
+    >>> sorted(connection_named(Headers({"connection": "keep-alive, X-Secret , close"})))
+    ['close', 'keep-alive', 'x-secret']
+    """
+    given = (
+        headers.get_list("connection")
+        if isinstance(headers, httpx.Headers)
+        else headers.getlist("connection")
+    )
+    names = ",".join(given)
+    return frozenset(n.strip().lower() for n in names.split(",") if n.strip())
+
+
 _DEADLINE = "tokenflex.deadline"  # response extension: when the exchange must be over
+
+
+def openai_error_event(err: ProxyError) -> bytes:
+    """A chat completions stream's error event: OpenAI SDKs raise an ``APIError`` on a
+    ``data: {"error": ...}`` event inside a stream."""
+    return b"data: " + error_body(err.message, type=err.type, code=err.code) + b"\n\n"
 
 
 def trailing_bytes(response: httpx.Response) -> bool | None:
@@ -168,15 +206,22 @@ class Upstream:
             await self._client.aclose()
             self._client = None
 
-    def request_headers(self, headers: Headers) -> dict[str, str]:
+    def request_headers(self, headers: Headers, peer: str | None = None) -> dict[str, str]:
         """The client's headers as they go upstream.
 
-        Hop-by-hop headers and ``x-tokenflex-key`` are dropped. ``Authorization`` is
-        forwarded, unless it carried the proxy key: then the configured
-        ``upstream_api_key`` (if any) takes its place.
+        Hop-by-hop headers (those the ``Connection`` header names too), ``Expect``, the
+        client's forwarding headers and ``x-tokenflex-key`` are dropped; ``X-Forwarded-For``
+        is written as ``forwarded_for`` says, from ``peer`` (the client's address).
+        ``Authorization`` is forwarded, unless it carried the proxy key: then the
+        configured ``upstream_api_key`` (if any) takes its place.
         """
-        out = {k: v for k, v in headers.items() if k not in _REQUEST_DROP}
+        drop = _REQUEST_DROP | connection_named(headers)
+        out = {k: v for k, v in headers.items() if k not in drop}
         c = self.config
+        if c.forwarded_for != "drop" and peer:
+            given = ", ".join(headers.getlist("x-forwarded-for"))
+            chain = given if c.forwarded_for == "append" and given else ""
+            out["x-forwarded-for"] = f"{chain}, {peer}" if chain else peer
         auth = out.get("authorization")
         if auth is not None and c.proxy_key is not None:
             token = auth.partition(" ")[2].strip().encode()
@@ -362,10 +407,11 @@ class Upstream:
         """The upstream's response headers minus hop-by-hop ones and its CORS headers
         (``Access-Control-*``): a browser page must not be let in by the upstream's
         policy; the proxy answers CORS itself when ``cors_origins`` is set."""
+        drop = _RESPONSE_DROP | connection_named(response.headers)
         return {
             k: v
             for k, v in response.headers.items()
-            if k.lower() not in _RESPONSE_DROP and not k.lower().startswith("access-control-")
+            if k.lower() not in drop and not k.lower().startswith("access-control-")
         }
 
     async def buffered(
@@ -384,13 +430,17 @@ class Upstream:
         *,
         request_id: str = "",
         tap: StreamTap | None = None,
+        error_event: Callable[[ProxyError], bytes] | None = None,
     ) -> StreamingResponse:
         """The upstream response streamed through chunk by chunk, unchanged (``tap``,
         if given, sees each chunk, and is told when the stream ended complete).
 
         When the upstream breaks or passes ``upstream_timeout`` mid-stream, an SSE stream
-        ends with an OpenAI error event; any other body is cut off (connection aborted).
+        ends with an error event in the route's shape (``error_event``; OpenAI's chat
+        ``data: {"error": ...}`` by default), which the route's SDK raises or reports;
+        any other body is cut off (connection aborted).
         """
+        make_event = error_event or openai_error_event
         headers = self.response_headers(response)
         headers.update(extra_headers or {})
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
@@ -433,9 +483,7 @@ class Upstream:
             if err is not None:
                 log.warning("request %s: upstream stream broke: %s", request_id, err.message)
                 if is_sse and plain:
-                    # OpenAI SDKs raise an APIError on an error event inside a stream.
-                    payload = error_body(err.message, type=err.type, code=err.code)
-                    yield b"data: " + payload + b"\n\n"
+                    yield make_event(err)
                 else:
                     streamed.aborted = True
 

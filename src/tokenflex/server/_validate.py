@@ -28,6 +28,9 @@ __all__ = [
 ]
 
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+MAX_DEPTH = 128
+"""Deepest nesting of arrays and objects a body may have: the counters and converters
+recurse into content, and a 10 KB body nested 900 deep must be a 400, not a 500."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -103,6 +106,21 @@ def _surrogate_at(value: Any, where: str = "body") -> str | None:
     return None
 
 
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects in ``value`` nest more than ``limit`` deep (a walk
+    with an explicit stack: no recursion to overflow)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
+    return False
+
+
 def parse_json(raw: bytes) -> Any:
     """The JSON document in ``raw``; a 400 ``invalid_json`` error when it is not one.
 
@@ -128,6 +146,14 @@ def parse_json(raw: bytes) -> Any:
             None,
             "invalid_json",
         ) from None
+    # a body with fewer brackets than the bound cannot nest deeper (counting is C-fast)
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        raise _bad(
+            f"The request body nests arrays and objects more than {MAX_DEPTH} deep. "
+            "Send a flatter body (chat content is at most a few levels deep).",
+            None,
+            "invalid_json",
+        )
     if b"\\u" in raw or b"\\U" in raw:  # only an escape can make a lone surrogate
         at = _surrogate_at(value)
         if at is not None:
@@ -212,7 +238,9 @@ def _check_message(msg: dict[str, Any]) -> None:
     if isinstance(content, list):
         for j, part in enumerate(content):
             ptype = part.get("type") if isinstance(part, Mapping) else None
-            if ptype in TEXT_PARTS:
+            if not isinstance(ptype, str):  # a list or object "type" is no type
+                ok = False
+            elif ptype in TEXT_PARTS:
                 ok = isinstance(part.get(TEXT_PARTS[ptype]), str)
             elif ptype in IMAGE_PARTS:
                 image = part.get("image_url")
@@ -358,35 +386,230 @@ def _check_items(value: Any, key: str, roles: tuple[str, ...] | None) -> list[An
     return value
 
 
+# -- native blocks and items: as strict as chat ------------------------------------------
+# Each known type names the fields it must have and their JSON types; a block or item of
+# a type not listed (nor matching a suffix of a family the APIs keep growing) is refused,
+# as chat refuses an unknown content part. Adding a type is one line.
+
+_STR, _OBJ, _TEXT = (str,), (dict,), (str, list)
+Fields = dict[str, tuple[type, ...]]
+
+ANTHROPIC_BLOCKS: dict[str, Fields] = {
+    "text": {"text": _STR},
+    "image": {"source": _OBJ},
+    "document": {"source": _OBJ},
+    "search_result": {"source": _STR, "title": _STR, "content": (list,)},
+    "tool_use": {"id": _STR, "name": _STR, "input": _OBJ},
+    "tool_result": {"tool_use_id": _STR},
+    "thinking": {"thinking": _STR},
+    "redacted_thinking": {"data": _STR},
+    "server_tool_use": {"id": _STR, "name": _STR},
+    "mcp_tool_use": {"id": _STR, "name": _STR},
+    "container_upload": {"file_id": _STR},
+}
+"""Anthropic content block types and their required fields."""
+_ANTHROPIC_SUFFIXES: dict[str, Fields] = {"_tool_result": {"tool_use_id": _STR}}
+"""Server tool results (``web_search_tool_result``, ``mcp_tool_result``...)."""
+
+RESPONSES_ITEMS: dict[str, Fields] = {
+    "message": {"role": _STR, "content": _TEXT},
+    "function_call": {"call_id": _STR, "name": _STR, "arguments": _STR},
+    "function_call_output": {"call_id": _STR, "output": _TEXT},
+    "custom_tool_call": {"call_id": _STR, "name": _STR, "input": _STR},
+    "custom_tool_call_output": {"call_id": _STR, "output": _TEXT},
+    "reasoning": {"summary": (list,)},
+    "mcp_list_tools": {"server_label": _STR},
+    "mcp_approval_request": {"id": _STR},
+    "mcp_approval_response": {"approval_request_id": _STR},
+}
+"""Responses input item types and their required fields."""
+_RESPONSES_SUFFIXES: dict[str, Fields] = {"_call_output": {}, "_call": {}}
+"""Built-in tool calls and their outputs (``web_search_call``, ``computer_call_output``)."""
+
+RESPONSES_PARTS = frozenset(
+    {
+        "input_text",
+        "output_text",
+        "text",
+        "refusal",
+        "input_image",
+        "input_file",
+        "input_audio",
+        "summary_text",
+        "reasoning_text",
+    }
+)
+"""Content part types of a Responses message item."""
+
+
+def _fields_for(
+    kind: Any, known: Mapping[str, Fields], suffixes: Mapping[str, Fields]
+) -> Fields | None:
+    if not isinstance(kind, str):
+        return None
+    if kind in known:
+        return known[kind]
+    return next((f for end, f in suffixes.items() if kind.endswith(end)), None)
+
+
+def _check_fields(value: dict[str, Any], fields: Fields, param: str, what: str) -> None:
+    for name, types in fields.items():
+        got = value.get(name)
+        if not isinstance(got, types):
+            allowed = " or ".join("an object" if t is dict else f"a {t.__name__}" for t in types)
+            raise _bad(
+                f"{param} ({what}) needs '{name}' as {allowed}, got {_type_name(got)}.",
+                f"{param}.{name}",
+                "missing_required_parameter" if got is None else "invalid_type",
+            )
+
+
+def _unknown(kind: Any, param: str, known: Mapping[str, Fields]) -> ProxyError:
+    shown = repr(kind) if isinstance(kind, str) else f"of JSON type {_type_name(kind)}"
+    return _bad(
+        f"{param} has type {shown[:80]}, which this proxy cannot count; use one of "
+        f"{', '.join(known)}.",
+        f"{param}.type",
+        "invalid_type",
+    )
+
+
+def _check_blocks(blocks: list[Any], param: str) -> None:
+    for j, block in enumerate(blocks):
+        at = f"{param}[{j}]"
+        if not isinstance(block, dict):
+            raise _bad(f"{at} must be a content block object, got {_type_name(block)}.", at)
+        kind = block.get("type")
+        fields = _fields_for(kind, ANTHROPIC_BLOCKS, _ANTHROPIC_SUFFIXES)
+        if fields is None:
+            raise _unknown(kind, at, ANTHROPIC_BLOCKS)
+        _check_fields(block, fields, at, f"a {kind} block")
+        inner = block.get("content")
+        if kind == "tool_result" and inner is not None:
+            if not isinstance(inner, str | list):
+                raise _bad(
+                    f"{at}.content must be a string or a list of blocks, got {_type_name(inner)}.",
+                    f"{at}.content",
+                    "invalid_type",
+                )
+            if isinstance(inner, list):
+                _check_blocks(inner, f"{at}.content")
+
+
+def _check_anthropic(messages: list[Any], system: Any) -> None:
+    if isinstance(system, list):
+        _check_blocks(system, "system")
+    for i, msg in enumerate(messages):
+        if isinstance(msg["content"], list):
+            _check_blocks(msg["content"], f"messages[{i}].content")
+
+
+def _check_anthropic_tools(tools: list[dict[str, Any]] | None) -> None:
+    for i, tool in enumerate(tools or []):
+        custom = tool.get("type") in (None, "custom") or "input_schema" in tool
+        if custom and (not isinstance(tool.get("name"), str) or not tool["name"]):
+            raise _bad(
+                f"tools[{i}] needs a 'name' (a non-empty string): Anthropic tools are "
+                "{'name': ..., 'description': ..., 'input_schema': {...}}.",
+                f"tools[{i}].name",
+                "missing_required_parameter",
+            )
+        schema = tool.get("input_schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise _bad(
+                f"tools[{i}].input_schema must be a JSON schema object, got {_type_name(schema)}.",
+                f"tools[{i}].input_schema",
+                "invalid_type",
+            )
+
+
+def _check_responses(items: list[Any]) -> None:
+    for i, item in enumerate(items):
+        at = f"input[{i}]"
+        kind = item.get("type", "message")
+        if kind == "item_reference":
+            raise _bad(
+                f"{at} is an item_reference: its content is stored by the upstream, so this "
+                "proxy cannot count it and could not fit the request honestly. Send the "
+                "item itself, or previous_response_id (not counted, see docs/proxy.md).",
+                f"{at}.type",
+                "unsupported_value",
+            )
+        fields = _fields_for(kind, RESPONSES_ITEMS, _RESPONSES_SUFFIXES)
+        if fields is None:
+            raise _unknown(kind, at, RESPONSES_ITEMS)
+        _check_fields(item, fields, at, f"a {kind} item")
+        if kind == "message":
+            if item["role"] not in ("user", "assistant", "system", "developer"):
+                raise _bad(
+                    f"{at}.role must be user, assistant, system or developer; got "
+                    f"{item['role'][:40]!r}.",
+                    f"{at}.role",
+                )
+            _check_parts(item["content"], f"{at}.content")
+        elif kind.endswith("_output") and isinstance(item.get("output"), list):
+            _check_parts(item["output"], f"{at}.output")
+
+
+def _check_parts(parts: Any, param: str) -> None:
+    if not isinstance(parts, list):
+        return
+    for j, part in enumerate(parts):
+        at = f"{param}[{j}]"
+        if not isinstance(part, dict):
+            raise _bad(f"{at} must be a content part object, got {_type_name(part)}.", at)
+        kind = part.get("type")
+        if not isinstance(kind, str) or kind not in RESPONSES_PARTS:
+            shown = repr(kind)[:80] if isinstance(kind, str) else _type_name(kind)
+            raise _bad(
+                f"{at} has type {shown}, which this proxy cannot count; use one of "
+                f"{', '.join(sorted(RESPONSES_PARTS))}.",
+                f"{at}.type",
+                "invalid_type",
+            )
+
+
 def parse_anthropic(raw: bytes) -> ChatRequest:
     """Parse and check an Anthropic ``/v1/messages`` (or ``count_tokens``) body:
-    ``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``."""
+    ``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``; every
+    content block is of a known type with its required fields (:data:`ANTHROPIC_BLOCKS`)."""
     body = _check_object(parse_json(raw))
+    model = _check_model(body)
+    messages = _check_items(body.get("messages"), "messages", ("user", "assistant"))
+    system = _check_system(body, "system")
+    _check_anthropic(messages, system)
+    tools = _check_tools(body)
+    _check_anthropic_tools(tools)
     return ChatRequest(
         body=body,
-        model=_check_model(body),
-        messages=_check_items(body.get("messages"), "messages", ("user", "assistant")),
+        model=model,
+        messages=messages,
         max_tokens=_positive_int(body, "max_tokens"),
         max_completion_tokens=None,
-        tools=_check_tools(body),
+        tools=tools,
         stream=_check_stream(body),
         format="anthropic",
-        system=_check_system(body, "system"),
+        system=system,
     )
 
 
 def parse_responses(raw: bytes) -> ChatRequest:
     """Parse and check an OpenAI ``/v1/responses`` (or ``input_tokens``) body: ``model``,
     ``input`` (a string is one user message), ``instructions``, ``max_output_tokens``,
-    ``tools``, ``stream``. Other fields (``previous_response_id``, ``store``) go through."""
+    ``tools``, ``stream``; every item is of a known type with its required fields
+    (:data:`RESPONSES_ITEMS`). Other fields (``previous_response_id``, ``store``) go
+    through."""
     body = _check_object(parse_json(raw))
+    model = _check_model(body)
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
+    checked = _check_items(items, "input", None)
+    _check_responses(checked)
     return ChatRequest(
         body=body,
-        model=_check_model(body),
-        messages=_check_items(items, "input", None),
+        model=model,
+        messages=checked,
         max_tokens=_positive_int(body, "max_output_tokens"),
         max_completion_tokens=None,
         tools=_check_tools(body),
@@ -414,7 +637,4 @@ def parse_count(raw: bytes) -> tuple[str, list[dict[str, Any]] | None, str | Non
     if text is not None and not isinstance(text, str):
         raise _bad(f"'text' must be a string, got {_type_name(text)}.", "text", "invalid_type")
     messages = _check_messages(body.get("messages")) if has_messages else None
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise _bad("'tools' must be a list of tool objects.", "tools", "invalid_type")
-    return model, messages, text, tools
+    return model, messages, text, _check_tools(body)

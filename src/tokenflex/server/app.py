@@ -17,6 +17,8 @@ Routes (``/ROUTE/...`` repeats the ``/v1`` ones for each ``[routes.ROUTE]`` tabl
 - ``GET /tokenflex/recall/{id}``: what a plan left out under a recall id (same
   credentials only); non-streamed answers that call ``tokenflex_recall`` are resolved
   by the proxy (:mod:`tokenflex.recall`);
+- the fitted routes' other spellings (a trailing slash, no ``/v1``): fitted the same;
+  any other spelling an upstream may read as one of them is refused, never passed on;
 - anything else: passed through to the upstream unchanged.
 
 Errors the proxy makes itself are OpenAI-shaped (Anthropic-shaped on the Anthropic
@@ -58,10 +60,10 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
-from .limits import Busy, Limits
+from .limits import Busy, LargeBodies, Limits, bound_heap
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import ProxyMetrics, exc_kind
-from .paths import path_allowed, upstream_path
+from .paths import aliases, fitted_variant, path_allowed, upstream_path
 from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
 from .ui import ui_routes
@@ -77,6 +79,11 @@ _OFFLOAD_BYTES = 256 * 1024  # serialize plans of larger requests in a worker th
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _POST = ("POST",)
+FITTED_PATHS = frozenset(
+    p for w in (CHAT, ANTHROPIC, RESPONSES) for p in (w.path, w.count_path) if p is not None
+)
+"""The routes whose requests are fitted (or counted): never passed through in any
+spelling (:func:`~tokenflex.server.paths.fitted_variant`)."""
 _GET = ("GET", "HEAD")
 
 
@@ -169,6 +176,11 @@ def request_credentials(request: Request) -> list[str]:
     return [v for v in values if v]
 
 
+def peer(request: Request) -> str | None:
+    """The client's address as the proxy sees it (for ``forwarded_for``)."""
+    return request.client.host if request.client is not None else None
+
+
 def bearer(headers: dict[str, str]) -> str | None:
     """The bearer token in forwarded headers (never the proxy key: it is removed)."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
@@ -189,6 +201,8 @@ class Proxy:
         self.metrics = ProxyMetrics(config, self.calibration if config.calibrate else None)
         self.fitter.store = self.metrics.store(self.fitter.store)
         self.fitter.summarizer_transports = self.metrics.summarizer_transports
+        self.large = LargeBodies(config)
+        """Large requests are counted one at a time (``large_body_bytes``)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -197,6 +211,7 @@ class Proxy:
         A long-running proxy counts OpenAI encodings with fastokens when it is installed
         (same ids as tiktoken, faster); without it, tiktoken."""
         _ = self.upstream.client
+        bound_heap()  # large request bodies' memory goes back to the OS once freed
         self.fitter.background.open()  # closed by a previous shutdown of this app
         fast = prefer_fast_backend()
         log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")
@@ -321,15 +336,16 @@ class Proxy:
             req = wire.parse(raw)
             record.requested(req.model)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
-            forward_headers = self.upstream.request_headers(request.headers)
+            forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = credential_hash(request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
             sent_raw: bytes | None = raw  # the client's bytes (None once recall appended)
             rounds = 0  # tokenflex_recall calls this proxy answered itself
             while True:
-                plan = await self.fitter.fit(
-                    req, route, len(raw), bearer(forward_headers), owner=owner
-                )
+                async with self.large.turn(len(raw)):
+                    plan = await self.fitter.fit(
+                        req, route, len(raw), bearer(forward_headers), owner=owner
+                    )
                 if isinstance(plan, Unfitted):  # forwarded as sent (unknown model)
                     headers, body, plan = plan.headers(), raw, None
                 else:
@@ -352,7 +368,9 @@ class Proxy:
                 if req.stream and status < 400:
                     record.answered(status, None)
                     tap = self._usage_tap(plan, owner)
-                    return self.upstream.streamed(upstream, headers, request_id=rid, tap=tap)
+                    return self.upstream.streamed(
+                        upstream, headers, request_id=rid, tap=tap, error_event=wire.stream_error
+                    )
                 response = await self.upstream.buffered(upstream, headers)
                 record.answered(status, bytes(response.body))
                 if status >= 400 and learned is None:
@@ -408,11 +426,12 @@ class Proxy:
         record, error = self.metrics.record(wire.name, route, request.headers), ""
         try:
             raw = await read_body(request, self.config.max_body_bytes)
-            forward_headers = self.upstream.request_headers(request.headers)
+            forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = credential_hash(request.headers)
-            seen = await self.fitter.observe(
-                wire.parse, raw, route, bearer(forward_headers), owner=owner
-            )
+            async with self.large.turn(len(raw)):
+                seen = await self.fitter.observe(
+                    wire.parse, raw, route, bearer(forward_headers), owner=owner
+                )
             fit_ms = (time.perf_counter() - started) * 1000
             if seen.request is not None:
                 record.requested(seen.request.model)
@@ -427,7 +446,9 @@ class Proxy:
             if seen.request is None or (seen.request.stream and status < 400):
                 record.answered(status, None)
                 tap = self._usage_tap(counted, owner)
-                return self.upstream.streamed(upstream, headers, request_id=rid, tap=tap)
+                return self.upstream.streamed(
+                    upstream, headers, request_id=rid, tap=tap, error_event=wire.stream_error
+                )
             response = await self.upstream.buffered(upstream, headers)
             record.answered(status, bytes(response.body))
             await self._observe_usage(counted, owner, response)
@@ -489,7 +510,7 @@ class Proxy:
     async def list_models(self, request: Request, route: str | None) -> Response:
         """``GET /v1/models``: the upstream's list; the config's when the upstream has none."""
         url = self.upstream.url("/v1/models", request.scope["query_string"])
-        headers = self.upstream.request_headers(request.headers)
+        headers = self.upstream.request_headers(request.headers, peer(request))
         try:
             upstream = await self.upstream.send("GET", url, headers, None)
         except ProxyError:
@@ -514,10 +535,9 @@ class Proxy:
         Counting runs in a worker thread: a 4 MB text must not stall other clients."""
         from ..counting import count_tokens, get_counter
 
-        name, messages, text, tools = parse_count(
-            await read_body(request, self.config.max_body_bytes)
-        )
-        api_key = bearer(self.upstream.request_headers(request.headers))
+        raw = await read_body(request, self.config.max_body_bytes)
+        name, messages, text, tools = parse_count(raw)
+        api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(name, route, api_key)
 
         def work() -> tuple[int, bool]:
@@ -527,7 +547,8 @@ class Proxy:
                 return counter.count(messages, tools=tools), exact
             return count_tokens(text or "", model=model), bool(counter.tokenizer.exact)
 
-        tokens, exact = await off_loop(self.fitter.limiter, work)
+        async with self.large.turn(len(raw)):
+            tokens, exact = await off_loop(self.fitter.limiter, work)
         return JSONResponse(
             {
                 "object": "tokenflex.count",
@@ -542,12 +563,15 @@ class Proxy:
     async def count_input(self, request: Request, route: str | None, wire: Wire) -> Response:
         """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
         request's input tokens by the proxy's own count (in a worker thread)."""
-        req = wire.parse(await read_body(request, self.config.max_body_bytes))
-        api_key = bearer(self.upstream.request_headers(request.headers))
+        raw = await read_body(request, self.config.max_body_bytes)
+        req = wire.parse(raw)
+        api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(req.model, route, api_key)
         if self.fitter.calibration is not None:  # as fitting counts: the learned factor
             model = self.fitter.calibration.apply(model, self.config.upstream)
-        return await off_loop(self.fitter.limiter, functools.partial(count_input, req, model))
+        async with self.large.turn(len(raw)):
+            work = functools.partial(count_input, req, model)
+            return await off_loop(self.fitter.limiter, work)
 
     async def plan(self, request: Request, route: str | None) -> Response:
         """``GET /tokenflex/plans/{id}``: a recent plan as ``plan.to_dict()``, only for the
@@ -613,6 +637,15 @@ class Proxy:
         ``passthrough_paths`` when that list is set."""
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
         path = upstream_path(raw_path, route)
+        if fitted_variant(path, FITTED_PATHS):
+            raise ProxyError(
+                400,
+                f"{path[:80]!r} is another spelling of a route this proxy fits; it is not "
+                "passed through unfitted. Send it to /v1/chat/completions, /v1/messages or "
+                "/v1/responses (or their count routes) as spelled there.",
+                param="path",
+                code="invalid_path",
+            )
         if not path_allowed(path, self.config.passthrough_paths):
             raise ProxyError(
                 404,
@@ -623,7 +656,10 @@ class Proxy:
         url = self.upstream.url(path, request.scope["query_string"])
         body = await read_body(request, self.config.max_body_bytes)
         upstream = await self.upstream.send(
-            request.method, url, self.upstream.request_headers(request.headers), body or None
+            request.method,
+            url,
+            self.upstream.request_headers(request.headers, peer(request)),
+            body or None,
         )
         return self.upstream.streamed(upstream, request_id=request.state.request_id)
 
@@ -745,25 +781,25 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
         prefix = "" if name is None else f"/{name}"
         chat = proxy.observe if config.mode_for(name) == "observe" else proxy.chat
         routes += [
-            Route(
-                f"{prefix}/v1/chat/completions",
-                fitted(chat, route=name),
-                methods=_ALL_METHODS,
-            ),
-            Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"]),
+            Route(prefix + path, fitted(chat, route=name), methods=_ALL_METHODS)
+            for path in (CHAT.path, *aliases(CHAT.path))
         ]
+        routes.append(
+            Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"])
+        )
         for wire in (ANTHROPIC, RESPONSES):
             shaped = functools.partial(fitted, route=name, errors=wire.error)
-            routes.append(
-                Route(
-                    prefix + wire.path,
-                    shaped(functools.partial(chat, wire=wire)),
-                    methods=_ALL_METHODS,
-                )
-            )
+            handler = shaped(functools.partial(chat, wire=wire))
+            routes += [
+                Route(prefix + path, handler, methods=_ALL_METHODS)
+                for path in (wire.path, *aliases(wire.path))
+            ]
             if wire.count_path is not None:
-                count = functools.partial(proxy.count_input, wire=wire)
-                routes.append(Route(prefix + wire.count_path, shaped(count), methods=_ALL_METHODS))
+                count = shaped(functools.partial(proxy.count_input, wire=wire))
+                routes += [
+                    Route(prefix + path, count, methods=_ALL_METHODS)
+                    for path in (wire.count_path, *aliases(wire.count_path))
+                ]
         if name is not None:
             routes.append(
                 Route(

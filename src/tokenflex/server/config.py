@@ -193,6 +193,20 @@ class ServerConfig(BaseSettings):
     """Requests waiting for a slot; beyond it, 503 with Retry-After."""
     queue_timeout: float = Field(5.0, gt=0)
     """Longest wait in the queue before a 503."""
+    max_inflight_per_client: int | None = Field(None, ge=0)
+    """Requests one set of credentials (its ``Authorization`` / API key headers) may have
+    in flight at once, streams included; beyond it, 429 with Retry-After. None: half of
+    ``max_inflight`` (one client cannot hold every slot); 0: no per-client limit.
+    Requests without credentials are not limited per client."""
+    large_body_bytes: int = Field(1024 * 1024, gt=0)
+    """Requests with a body this large or larger are counted and fitted
+    ``large_body_workers`` at a time; the next waits up to ``queue_timeout`` (then 503)."""
+    large_body_workers: int = Field(1, gt=0, le=256)
+    """Large requests (``large_body_bytes``) counted and fitted at once."""
+    forwarded_for: Literal["drop", "set", "append"] = "drop"
+    """The ``X-Forwarded-For`` header sent upstream: ``drop`` (none; the client's is never
+    forwarded), ``set`` (the client's address, as the proxy sees it) or ``append`` (the
+    client's header, then its address: behind a trusted load balancer)."""
 
     @field_validator("upstream")
     @classmethod

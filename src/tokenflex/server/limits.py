@@ -1,14 +1,18 @@
 """How much the proxy takes on, and for how long: load shedding, time limits on clients
 and on the servers the proxy calls.
 
+- :class:`LargeBodies`: requests with large bodies are counted and fitted one at a time
+  (``large_body_bytes``, ``large_body_workers``), so their CPU work cannot starve others;
 - :class:`Busy`, an ASGI middleware that counts the requests in flight to the upstream
   (background summaries run when there are none);
 - :class:`Limits`, an ASGI middleware around the app: at most ``max_inflight`` requests
   are handled at once and ``max_queue`` wait (each at most ``queue_timeout``); beyond
-  that a 503 with ``Retry-After``. A request's body must arrive within ``body_timeout``
-  (408). A client that goes away before its answer started cancels the work done for it
-  (the upstream call included). Token counts of a request that is answered with an error
-  never reach the count caches (:func:`tokenflex.tokenizers.base.count_scope`).
+  that a 503 with ``Retry-After``. One set of credentials has at most
+  ``max_inflight_per_client`` of them (in flight or waiting, streams included): a 429.
+  A request's body must arrive within ``body_timeout`` (408). A client that goes away
+  before its answer started cancels the work done for it (the upstream call included).
+  Token counts of a request that is answered with an error never reach the count caches
+  (:func:`tokenflex.tokenizers.base.count_scope`).
 - :func:`uvicorn_options`: the server settings ``tokenflex serve`` runs with, among them
   a protocol that closes connections which send no complete request headers within
   ``header_timeout`` (slowloris; uvicorn itself only times out idle keep-alive ones).
@@ -19,6 +23,9 @@ and on the servers the proxy calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -33,8 +40,18 @@ from ..summarize.background import Activity
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
 from .errors import ProxyError, error_body
+from .plans import CREDENTIAL_HEADERS, credential_hash
 
-__all__ = ["Busy", "Limits", "bounded_transports", "header_deadline_protocol", "uvicorn_options"]
+__all__ = [
+    "Busy",
+    "LargeBodies",
+    "Limits",
+    "bound_heap",
+    "bounded_transports",
+    "header_deadline_protocol",
+    "trim_heap",
+    "uvicorn_options",
+]
 
 log = logging.getLogger("tokenflex")
 
@@ -65,6 +82,13 @@ class Limits:
         """503s answered since the last overload warning."""
         self._logged_at = float("-inf")
         self._slots: anyio.Semaphore | None = None
+        given = config.max_inflight_per_client
+        self.per_client = max(1, config.max_inflight // 2) if given is None else given
+        """Requests one set of credentials may have in flight or waiting (0: no limit)."""
+        self.clients: dict[str, int] = {}
+        """Requests in flight or waiting, per credential digest (only those above 0)."""
+        self.untrimmed = False
+        """A large body was handled since the C heap was last trimmed (:func:`trim_heap`)."""
 
     @property
     def slots(self) -> anyio.Semaphore:
@@ -76,21 +100,67 @@ class Limits:
         if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
             await self.app(scope, receive, send)
             return
-        refusal = await self._admit(scope.get(ARRIVED))
-        if refusal is not None:
-            if self.on_shed is not None:
-                self.on_shed(scope["path"])
-            headers = {"retry-after": str(RETRY_AFTER_SECONDS)}
-            if not await self._drain(receive):
-                headers["connection"] = "close"
-            await refusal.to_response(headers)(scope, receive, send)
+        client = self._client(scope)
+        if client is not None and self.clients.get(client, 0) >= self.per_client:
+            await self._refuse(self._client_full(), scope, receive, send)
             return
-        self.inflight += 1
+        if client is not None:  # counted from arrival: its queued requests hold too
+            self.clients[client] = self.clients.get(client, 0) + 1
         try:
-            await _Exchange(self.app, self.config, scope, receive, send).run()
+            refusal = await self._admit(scope.get(ARRIVED))
+            if refusal is not None:
+                await self._refuse(refusal, scope, receive, send)
+                return
+            self.inflight += 1
+            try:
+                await _Exchange(self.app, self.config, scope, receive, send).run()
+            finally:
+                self.inflight -= 1
+                self.slots.release()
+                if _declared_size(scope) >= self.config.large_body_bytes:
+                    self.untrimmed = True
+                if self.untrimmed and self.inflight == 0:
+                    # idle after large bodies: hand their freed memory back, off the loop
+                    self.untrimmed = False
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(trim_heap)
         finally:
-            self.inflight -= 1
-            self.slots.release()
+            if client is not None:
+                left = self.clients.pop(client) - 1
+                if left:
+                    self.clients[client] = left
+
+    async def _refuse(
+        self, refusal: ProxyError, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        if self.on_shed is not None:
+            self.on_shed(scope["path"])
+        headers = {"retry-after": str(RETRY_AFTER_SECONDS)}
+        if not await self._drain(receive):
+            headers["connection"] = "close"
+        await refusal.to_response(headers)(scope, receive, send)
+
+    def _client(self, scope: Scope) -> str | None:
+        """The credential digest of a request that carries credentials, when a
+        per-client limit is on (None: not limited per client)."""
+        if not self.per_client:
+            return None
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
+        if not any(headers.get(name) for name in CREDENTIAL_HEADERS):
+            return None
+        return credential_hash(headers)
+
+    def _client_full(self) -> ProxyError:
+        return ProxyError(
+            429,
+            f"These credentials already have {self.per_client:,} requests in flight or "
+            "waiting (max_inflight_per_client); wait for one to finish. Retry after "
+            f"{RETRY_AFTER_SECONDS} s, or ask the operator to raise max_inflight_per_client.",
+            type="rate_limit_error",
+            code="client_inflight_limit",
+        )
 
     async def _admit(self, arrived: float | None) -> ProxyError | None:
         """None once a slot is held; the 503 to answer otherwise.
@@ -160,6 +230,95 @@ class Limits:
             type="server_error",
             code="proxy_overloaded",
         )
+
+
+class LargeBodies:
+    """Requests with bodies of ``large_body_bytes`` or more are counted and fitted
+    ``large_body_workers`` at a time (one by default); the next waits at most
+    ``queue_timeout`` for its turn, then gets a 503 with Retry-After.
+
+    Counting is CPU work that holds Python's GIL: six clients counting 3.9 MB texts at
+    once slowed every other client's answers tenfold. One at a time, a large request
+    costs the others at most one thread's share, whatever the number sent.
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self._lanes: anyio.Semaphore | None = None
+
+    @property
+    def lanes(self) -> anyio.Semaphore:
+        if self._lanes is None:  # made in the server's event loop, on first use
+            self._lanes = anyio.Semaphore(self.config.large_body_workers)
+        return self._lanes
+
+    @contextlib.asynccontextmanager
+    async def turn(self, size: int) -> AsyncIterator[None]:
+        """Hold a lane for the block when ``size`` (body bytes) is large; a 503 when none
+        frees within ``queue_timeout``."""
+        c = self.config
+        if size < c.large_body_bytes:
+            yield
+            return
+        admitted = False
+        with anyio.move_on_after(c.queue_timeout):
+            await self.lanes.acquire()
+            admitted = True
+        if not admitted:
+            raise ProxyError(
+                503,
+                f"The proxy is counting {c.large_body_workers:,} other large request(s) "
+                f"(bodies of {c.large_body_bytes:,} bytes or more: large_body_bytes, "
+                f"large_body_workers) and none finished within {c.queue_timeout:g} s. Retry "
+                f"after {RETRY_AFTER_SECONDS} s, or send a shorter conversation.",
+                type="server_error",
+                code="proxy_overloaded",
+                headers={"retry-after": str(RETRY_AFTER_SECONDS)},
+            )
+        try:
+            yield
+        finally:
+            self.lanes.release()
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt() parameters
+_MMAP_BYTES = 256 * 1024
+
+
+def bound_heap() -> bool:
+    """Make the C heap give large blocks back to the OS when they are freed (glibc's
+    ``mallopt``; elsewhere nothing): blocks of 256 KiB or more (request bodies, long
+    texts, token lists) are mapped on their own, and free memory at the heap's top over
+    1 MiB is released. glibc's default raises that threshold as large blocks come and go,
+    so after 60 rejected 3 MB requests their megabytes stayed in the worker threads'
+    arenas (+300 MB RSS). Process-wide: the proxy's server process calls it at startup.
+    True when it was set."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl)
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, 4 * _MMAP_BYTES)
+    )
+
+
+def _declared_size(scope: Scope) -> int:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the OS now (glibc's ``malloc_trim``;
+    elsewhere nothing): what the worker threads' arenas keep after large requests.
+    Called in a worker thread (it holds no GIL) when the proxy goes idle after one."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return
 
 
 class Busy:
@@ -354,6 +513,9 @@ def uvicorn_options(config: ServerConfig, http: str = "auto") -> dict[str, Any]:
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         "server_header": False,
         "ws": "none",
+        # the client's address is the connection's: a client's X-Forwarded-For is never
+        # taken as its address (uvicorn trusts it from loopback by default)
+        "proxy_headers": False,
     }
 
 

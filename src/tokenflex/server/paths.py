@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 from .errors import ProxyError
 
-__all__ = ["path_allowed", "upstream_path"]
+__all__ = ["aliases", "fitted_variant", "path_allowed", "upstream_path"]
 
 # RFC 3986 pchar minus '@' and ':' (plain in a path, but they have no business there)
 _SAFE = "!$&'()*+,;=-._~"
@@ -98,3 +98,30 @@ def path_allowed(path: str, patterns: list[str] | None) -> bool:
     if patterns is None:
         return True
     return any(fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+def aliases(path: str) -> list[str]:
+    """The other spellings of a fitted route that upstreams serve as the same endpoint
+    (llama.cpp answers ``/chat/completions`` too; most servers ignore a trailing slash):
+    each is routed to the fitted handler, never passed through unfitted.
+
+    >>> aliases("/v1/chat/completions")
+    ['/v1/chat/completions/', '/chat/completions', '/chat/completions/']
+    """
+    bare = path.removeprefix("/v1")
+    return [path + "/", bare, bare + "/"]
+
+
+def fitted_variant(path: str, fitted: frozenset[str]) -> bool:
+    """Whether a pass-through path (from :func:`upstream_path`) is a fitted route in
+    another spelling that an upstream may still read as it (letter case, ``;params``,
+    repeated or trailing slashes, no ``/v1``): refused, so fitting cannot be bypassed.
+
+    >>> fitted_variant("/V1/Chat/Completions;x=1/", frozenset({"/v1/chat/completions"}))
+    True
+    >>> fitted_variant("/v1/files", frozenset({"/v1/chat/completions"}))
+    False
+    """
+    segments = [seg.split(";")[0].split("%3b")[0] for seg in path.lower().split("/")]
+    plain = "/" + "/".join(seg for seg in segments if seg)
+    return plain in fitted or "/v1" + plain in fitted

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from ..models import Model
 from ..recall import with_recall_tool
 from ._fitter import Fitter
+from ._upstream import openai_error_event
 from ._validate import ChatRequest, parse_anthropic, parse_chat, parse_responses
 from .config import split_options
 from .errors import ProxyError
@@ -41,9 +42,11 @@ __all__ = [
     "RESPONSES",
     "Wire",
     "anthropic_error",
+    "anthropic_error_event",
     "count_input",
     "fitted_body",
     "openai_error",
+    "responses_error_event",
 ]
 
 _ANTHROPIC_TYPES = {
@@ -82,6 +85,31 @@ def anthropic_error(exc: ProxyError) -> Response:
     )
 
 
+def anthropic_error_event(exc: ProxyError) -> bytes:
+    """A cut ``/v1/messages`` stream's last event: Anthropic's ``event: error``, which the
+    ``anthropic`` SDK raises as an ``APIStatusError`` (an OpenAI-shaped event it skips,
+    and the user would get an empty message that looks complete)."""
+    kind = _ANTHROPIC_TYPES.get(exc.status_code) or (
+        "api_error" if exc.status_code >= 500 else "invalid_request_error"
+    )
+    body = {"type": "error", "error": {"type": kind, "message": exc.message}}
+    return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+def responses_error_event(exc: ProxyError) -> bytes:
+    """A cut ``/v1/responses`` stream's last event: the Responses API's own ``error``
+    event (``{"type": "error", "code", "message", "param", "sequence_number"}``), never
+    followed by ``response.completed``."""
+    body = {
+        "type": "error",
+        "code": exc.code,
+        "message": exc.message,
+        "param": exc.param,
+        "sequence_number": 0,  # the upstream's numbering is not tracked: passed through
+    }
+    return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
 @dataclass(frozen=True, slots=True)
 class Wire:
     """One request format as the proxy serves it."""
@@ -96,14 +124,26 @@ class Wire:
     """Parses and checks a body (a 400 :class:`ProxyError` when it is bad)."""
     error: Callable[[ProxyError], Response]
     """The proxy's own errors on this format's routes."""
+    stream_error: Callable[[ProxyError], bytes] = openai_error_event
+    """The last event of a stream the upstream broke off, in this format's shape."""
 
 
 CHAT = Wire("chat", "/v1/chat/completions", None, parse_chat, openai_error)
 ANTHROPIC = Wire(
-    "anthropic", "/v1/messages", "/v1/messages/count_tokens", parse_anthropic, anthropic_error
+    "anthropic",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    parse_anthropic,
+    anthropic_error,
+    anthropic_error_event,
 )
 RESPONSES = Wire(
-    "responses", "/v1/responses", "/v1/responses/input_tokens", parse_responses, openai_error
+    "responses",
+    "/v1/responses",
+    "/v1/responses/input_tokens",
+    parse_responses,
+    openai_error,
+    responses_error_event,
 )
 
 

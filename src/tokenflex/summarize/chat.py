@@ -20,7 +20,7 @@ import httpx
 from .._types import Message
 from ..errors import SummarizerError
 from ..redact import redact
-from .format import SUMMARY_PREFIX
+from .format import SUMMARY_PREFIX, looks_like_error
 from .sentences import SENTENCE_END, Count
 from .transcript import render_transcript
 
@@ -32,24 +32,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "was not said. Output only the summary."
 )
 
-# What servers, proxies and SDKs put where a completion should be. Matched at the start
-# of the output only, so a summary that mentions an error ("The build error was fixed")
-# is still a summary.
-_ERROR_TEXT = re.compile(
-    r"^\s*(?:"
-    r"(?:error|exception|fatal)\s*(?:[:\[(]|code\b)"
-    r"|\{\s*\"(?:error|detail|message)\""
-    r"|<(?:!doctype|html|head|body)\b"
-    r"|traceback \(most recent call last\)"
-    r"|(?:\d{3}\s+)?(?:internal server error|bad gateway|service unavailable|gateway time-?out"
-    r"|too many requests|not found|unauthorized|forbidden)\s*(?:$|[:.\n])"
-    r"|rate limit (?:exceeded|reached)"
-    r"|this model's maximum context length is"
-    r"|context_length_exceeded"
-    r"|(?:null|none|undefined|nan)\s*$"
-    r")",
-    re.I,
-)
 _LEADING_LABEL = re.compile(r"^\s*(?:\*\*)?(?:concise )?summary(?:\*\*)?\s*:\s*(?:\*\*)?\s*", re.I)
 
 
@@ -185,7 +167,7 @@ class ChatSummarizer:
                 f"Summarizer {self.model!r} returned an empty summary "
                 f"(finish_reason={choice.get('finish_reason')!r}); nothing was replaced."
             )
-        if _ERROR_TEXT.match(text):
+        if looks_like_error(text):
             raise SummarizerError(
                 f"Summarizer {self.model!r} returned what looks like an error message, not a "
                 f"summary: {self._quoted(text[:200])!r}"

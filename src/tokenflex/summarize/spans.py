@@ -14,8 +14,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._types import Message
 from ..errors import SummarizerError
+from ..redact import redact
 from .extractive import ExtractiveSummarizer
 from .facts import extract_facts, keep_facts
+from .format import looks_like_error
 from .sentences import Count, counter_fn, split_text, trim_to_tokens
 from .transcript import message_line
 
@@ -133,6 +135,12 @@ class _SpanJob:
             log.info("tokenflex: summarizing %d messages in %d pieces", len(span), len(self.pieces))
 
     def finish(self, text: str) -> str:
+        if looks_like_error(text):
+            shown = redact(text[:200])
+            raise SummarizerError(
+                f"The summarizer returned what looks like an error message, not a summary: "
+                f"{shown!r}; nothing was replaced."
+            )
         out = trim_to_tokens(text, self.max_tokens, self.count)
         if not out.strip():
             raise SummarizerError("The summarizer returned nothing that fits the summary budget.")

@@ -22,11 +22,15 @@ BOS, if it has one: we subtract what the empty string tokenizes to).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
+import httpcore
 import httpx
 
 from ..errors import TokenizerUnavailableError
@@ -47,6 +51,96 @@ def server_root(url: str) -> str:
     if not root.startswith(("http://", "https://")):
         root = "http://" + root
     return root
+
+
+class _Deadline(threading.local):
+    """When the calling thread's tokenize call must be over (None: no call running)."""
+
+    at: float | None = None
+
+    def left(self, timeout: float | None) -> float | None:
+        """The socket timeout for one read or write: ``timeout``, cut to what is left."""
+        if self.at is None:
+            return timeout
+        rest = self.at - time.monotonic()
+        if rest <= 0:
+            raise httpcore.ReadTimeout("the tokenize call passed its deadline")
+        return rest if timeout is None else min(timeout, rest)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, deadline: _Deadline) -> None:
+        self.inner, self.deadline = inner, deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, self.deadline.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, self.deadline.left(timeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        tls = self.inner.start_tls(ssl_context, server_hostname, self.deadline.left(timeout))
+        return _DeadlineStream(tls, self.deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    def __init__(self, deadline: _Deadline) -> None:
+        self.inner, self.deadline = httpcore.SyncBackend(), deadline
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self.inner.connect_tcp(
+            host, port, self.deadline.left(timeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream, self.deadline)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        stream = self.inner.connect_unix_socket(path, self.deadline.left(timeout), socket_options)
+        return _DeadlineStream(stream, self.deadline)
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport over sockets whose every read and write waits at most until the
+    calling thread's deadline: httpx's own timeouts are per read, so a server trickling a
+    byte every few seconds would hold a call for as long as it likes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadline = _Deadline()
+        # the pool httpx builds, on our sockets (httpx takes no network backend itself)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=4,
+            network_backend=_DeadlineBackend(self.deadline),
+        )
+
+    @contextlib.contextmanager
+    def within(self, seconds: float) -> Iterator[None]:
+        """Every call made in the block ends within ``seconds`` (all reads together)."""
+        self.deadline.at = time.monotonic() + seconds
+        try:
+            yield
+        finally:
+            self.deadline.at = None
 
 
 class ServerTokenizer:
@@ -74,7 +168,8 @@ class ServerTokenizer:
         kind: The dialect, or ``auto`` to detect it on first use.
         model: Model name for servers that host several (vLLM, llama-cpp-python).
         api_key: Sent as ``Authorization: Bearer ...``.
-        timeout: Seconds per request.
+        timeout: Seconds per request, in all: a server that trickles its answer is cut
+            off then (with a client of its own; a given ``client``'s timeouts apply).
         client: An httpx client to use (tests, custom transports); owned by the caller.
         """
         if kind != "auto" and kind not in _KINDS:
@@ -88,7 +183,10 @@ class ServerTokenizer:
         self.kind: ServerKind = kind
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._own_client = client is None
-        self._client = client or httpx.Client(timeout=timeout, headers=headers)
+        self._transport = _DeadlineTransport() if client is None else None
+        self._client = client or httpx.Client(
+            timeout=timeout, headers=headers, transport=self._transport
+        )
         if self._own_client:
             # Tokenizers live in a process-wide cache: close the pooled connection when
             # this one is collected or at exit, not when the socket is garbage.
@@ -113,8 +211,14 @@ class ServerTokenizer:
         return "/tokenize", body
 
     def _post(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
+        bound = (
+            self._transport.within(self._timeout)
+            if self._transport is not None
+            else contextlib.nullcontext()
+        )
         try:
-            return self._client.post(self.root + path, json=body, timeout=self._timeout)
+            with bound:
+                return self._client.post(self.root + path, json=body, timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise TokenizerUnavailableError(
                 f"Cannot reach the tokenize endpoint {self.root}{path} "
