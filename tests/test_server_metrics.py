@@ -292,7 +292,7 @@ def test_requests_shed_at_capacity_are_counted(
     fake, server = upstream
     fake.holding.clear()
     fake.release.clear()
-    with proxy_for(server, max_inflight=1, max_queue=0) as proxy:
+    with proxy_for(server, max_inflight=1, max_queue=0, max_inflight_per_client=0) as proxy:
         url = f"{proxy.url}/v1/chat/completions"
         held: list[httpx.Response] = []
         body = {"model": "tiny", "messages": conversation(12, 1), "user": "hold"}

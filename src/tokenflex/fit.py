@@ -657,7 +657,8 @@ async def afit(
     )
     memory, summaries = _session(state, opts, primary, req.messages)
     if recall:
-        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
+        # the counter may call a tokenizer server: never on the event loop
+        rf = await asyncio.to_thread(_RecallFit, layout, req, messages, state, memory, summarizer)
         lay, mem, summ = rf.first()
         tried: Plan | None = None
         with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
