@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import Conversation, count_messages
+from tokenflex.session import KEY_MESSAGES
 from tokenflex.state import MemoryStore
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -528,3 +529,54 @@ def test_a_cut_is_not_held_for_a_cache_that_is_gone(
     assert [p.messages for p in stable] == [p.messages for p in plain]
     held = growing(priced(2500, cache_ttl_s=10**6, cache_min_tokens=100), 40, 40)
     assert [p.messages for p in held] != [p.messages for p in plain]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=sessions(),
+    window=st.sampled_from([1500, 2500, 4000]),
+    low_water=st.sampled_from([0.4, 0.9, "auto"]),
+    clear=st.booleans(),
+    fresh=st.booleans(),
+)
+def test_stateless_prefix_tokens_match_a_message_by_message_reference(
+    turns: list[list[dict[str, Any]]], window: int, low_water: float | str, clear: bool, fresh: bool
+) -> None:
+    """A stateless caller's ``prefix_tokens`` (kept as runs of its own messages, so a grown
+    conversation costs O(what changed)) equal an independent reference: the tokens of the
+    leading messages two consecutive plans send alike, compared one by one by value.
+    ``fresh``: every request is a new copy of the conversation, as a proxy parses it."""
+    m = model(window) if low_water != "auto" else priced(window)
+    store = MemoryStore()
+    history: list[dict[str, Any]] = [SYSTEM]
+    previous: list[Any] | None = None
+    for turn in turns:
+        if len(history) < KEY_MESSAGES:  # the conversation's key is not its own yet
+            previous = None
+        history += turn
+        sent = [dict(x) for x in history] if fresh else list(history)
+        try:
+            plan = tokenflex.fit(
+                sent,
+                model=m,
+                max_tokens=300,
+                cache_stable=True,
+                state=store,
+                low_water=low_water,
+                clear_tool_results=clear,
+                keep_tool_results=1,
+            )
+        except tokenflex.ContextOverflowError:
+            return
+        keys = list(plan.messages)
+        if previous is None:
+            assert plan.prefix_tokens is None
+        else:
+            n = next(
+                (i for i, (a, b) in enumerate(zip(previous, keys, strict=False)) if a != b),
+                min(len(previous), len(keys)),
+            )
+            event(f"whole previous plan shared: {n == len(previous)}")
+            expected = count_messages(plan.messages[:n], model=m) - count_messages([], model=m)
+            assert plan.prefix_tokens == expected
+        previous = keys
