@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import Conversation, count_messages
+from tokenflex.options import AUTO_MARK_MAX
 from tokenflex.session import KEY_MESSAGES
 from tokenflex.state import MemoryStore
 
@@ -475,16 +476,20 @@ def kept_after_cuts(plans: list[tokenflex.Plan]) -> list[int]:
 
 
 def test_auto_mark_weighs_the_cache_prices_against_the_history_kept() -> None:
-    """With cache prices, ``low_water="auto"`` cuts by expected cost: a conversation that
-    grows fast in a small room cuts deeper than the fixed 0.6, one that grows slowly in a
-    large room keeps more; without prices it is the fixed 0.6."""
+    """With cache prices, ``low_water="auto"`` cuts by expected cost, never keeping more
+    than AUTO_MARK_MAX of the room (a deeper mark costs less): a conversation that grows
+    fast in a small room cuts deeper than that, one that grows slowly in a large room
+    keeps that much, less than the fixed 0.6; without prices it is the fixed 0.6."""
     fast = kept_after_cuts(growing(priced(2500), 60, 120))
     fixed = kept_after_cuts(growing(model(2500), 60, 120))
     assert fast and fixed and max(fast) < min(fixed)
     assert kept_after_cuts(growing(model(2500), 60, 120, low_water=0.6)) == fixed
+    capped = kept_after_cuts(growing(model(2500), 60, 120, low_water=AUTO_MARK_MAX))
+    assert max(fast) <= min(capped)
     slow = kept_after_cuts(growing(priced(6000), 250, 20))
     slow_fixed = kept_after_cuts(growing(model(6000), 250, 20))
-    assert slow and slow_fixed and min(slow) > max(slow_fixed)
+    assert slow and slow_fixed and max(slow) < min(slow_fixed)
+    assert slow == kept_after_cuts(growing(model(6000), 250, 20, low_water=AUTO_MARK_MAX))
 
 
 def test_growth_per_request_is_remembered() -> None:

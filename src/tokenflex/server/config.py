@@ -123,7 +123,7 @@ class ServerConfig(BaseSettings):
     """Keep recent plans for ``GET /tokenflex/plans/{id}``; false: no plan id header, 404."""
     plans_max: int = Field(1000, ge=0)
     plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
-    """Bytes of the stored plans' JSON (the store holds serialized plans only)."""
+    """Bytes the plan store keeps (request bodies and plans, as bytes, never live objects)."""
     cors_origins: list[str] = Field(default_factory=list)
     """Browser origins allowed to call the proxy (CORS); upstream CORS headers are never relayed."""
     allowed_hosts: list[str] | None = None
