@@ -299,12 +299,17 @@ Item = list[Any]
 
 def sent_items(raw: Any) -> list[Item]:
     """The stored items of a state ([] for one written by another version)."""
-    if not isinstance(raw, list):
+    if not isinstance(raw, list) or not all(map(_is_item, raw)):
         return []
-    for item in raw:
-        if not isinstance(item, list) or len(item) not in (2, 3):
-            return []
     return raw
+
+
+def _is_item(item: Any) -> bool:
+    if not isinstance(item, list):
+        return False
+    if len(item) == 3:
+        return all(type(x) is int for x in item)
+    return len(item) == 2 and type(item[0]) is str and type(item[1]) is int
 
 
 def describe_sent(
