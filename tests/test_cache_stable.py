@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import Conversation, count_messages
+from tokenflex.options import AUTO_MARK_MAX
+from tokenflex.session import KEY_MESSAGES
 from tokenflex.state import MemoryStore
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -474,16 +476,20 @@ def kept_after_cuts(plans: list[tokenflex.Plan]) -> list[int]:
 
 
 def test_auto_mark_weighs_the_cache_prices_against_the_history_kept() -> None:
-    """With cache prices, ``low_water="auto"`` cuts by expected cost: a conversation that
-    grows fast in a small room cuts deeper than the fixed 0.6, one that grows slowly in a
-    large room keeps more; without prices it is the fixed 0.6."""
+    """With cache prices, ``low_water="auto"`` cuts by expected cost, never keeping more
+    than AUTO_MARK_MAX of the room (a deeper mark costs less): a conversation that grows
+    fast in a small room cuts deeper than that, one that grows slowly in a large room
+    keeps that much, less than the fixed 0.6; without prices it is the fixed 0.6."""
     fast = kept_after_cuts(growing(priced(2500), 60, 120))
     fixed = kept_after_cuts(growing(model(2500), 60, 120))
     assert fast and fixed and max(fast) < min(fixed)
     assert kept_after_cuts(growing(model(2500), 60, 120, low_water=0.6)) == fixed
+    capped = kept_after_cuts(growing(model(2500), 60, 120, low_water=AUTO_MARK_MAX))
+    assert max(fast) <= min(capped)
     slow = kept_after_cuts(growing(priced(6000), 250, 20))
     slow_fixed = kept_after_cuts(growing(model(6000), 250, 20))
-    assert slow and slow_fixed and min(slow) > max(slow_fixed)
+    assert slow and slow_fixed and max(slow) < min(slow_fixed)
+    assert slow == kept_after_cuts(growing(model(6000), 250, 20, low_water=AUTO_MARK_MAX))
 
 
 def test_growth_per_request_is_remembered() -> None:
@@ -528,3 +534,54 @@ def test_a_cut_is_not_held_for_a_cache_that_is_gone(
     assert [p.messages for p in stable] == [p.messages for p in plain]
     held = growing(priced(2500, cache_ttl_s=10**6, cache_min_tokens=100), 40, 40)
     assert [p.messages for p in held] != [p.messages for p in plain]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=sessions(),
+    window=st.sampled_from([1500, 2500, 4000]),
+    low_water=st.sampled_from([0.4, 0.9, "auto"]),
+    clear=st.booleans(),
+    fresh=st.booleans(),
+)
+def test_stateless_prefix_tokens_match_a_message_by_message_reference(
+    turns: list[list[dict[str, Any]]], window: int, low_water: float | str, clear: bool, fresh: bool
+) -> None:
+    """A stateless caller's ``prefix_tokens`` (kept as runs of its own messages, so a grown
+    conversation costs O(what changed)) equal an independent reference: the tokens of the
+    leading messages two consecutive plans send alike, compared one by one by value.
+    ``fresh``: every request is a new copy of the conversation, as a proxy parses it."""
+    m = model(window) if low_water != "auto" else priced(window)
+    store = MemoryStore()
+    history: list[dict[str, Any]] = [SYSTEM]
+    previous: list[Any] | None = None
+    for turn in turns:
+        if len(history) < KEY_MESSAGES:  # the conversation's key is not its own yet
+            previous = None
+        history += turn
+        sent = [dict(x) for x in history] if fresh else list(history)
+        try:
+            plan = tokenflex.fit(
+                sent,
+                model=m,
+                max_tokens=300,
+                cache_stable=True,
+                state=store,
+                low_water=low_water,
+                clear_tool_results=clear,
+                keep_tool_results=1,
+            )
+        except tokenflex.ContextOverflowError:
+            return
+        keys = list(plan.messages)
+        if previous is None:
+            assert plan.prefix_tokens is None
+        else:
+            n = next(
+                (i for i, (a, b) in enumerate(zip(previous, keys, strict=False)) if a != b),
+                min(len(previous), len(keys)),
+            )
+            event(f"whole previous plan shared: {n == len(previous)}")
+            expected = count_messages(plan.messages[:n], model=m) - count_messages([], model=m)
+            assert plan.prefix_tokens == expected
+        previous = keys

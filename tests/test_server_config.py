@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import socket
 import subprocess
@@ -11,17 +12,25 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
 
+import tokenflex
 from tokenflex.cli import main
 from tokenflex.errors import ConfigError, UpstreamError
 from tokenflex.models import Model
+from tokenflex.redact import redact
 from tokenflex.server import PlanStore, ProxyError, ServerConfig, create_app
 from tokenflex.server._models import ModelResolver
+from tokenflex.server.app import kept_plan
 from tokenflex.server.config import patch_model, split_options
 from tokenflex.server.plans import credential_hash
+from tokenflex.server.protocols import ANTHROPIC, CHAT, RESPONSES
+from tokenflex.summarize import ExtractiveSummarizer
 
 CONFIG = """
 upstream = "http://127.0.0.1:8080/v1/"
@@ -376,3 +385,65 @@ async def test_resolver_asks_once_and_falls_back_when_the_upstream_cannot_say() 
     off = ModelResolver(ServerConfig.load(upstream="http://127.0.0.1:1", discover=False), flaky)
     assert (await off.resolve("gpt-4")).context_window == 8_192
     assert calls == ["gpt-4o"]
+
+
+def _request(fmt: str, turns: int, system: bool) -> dict[str, Any]:
+    """A request body of ``turns`` turns in format ``fmt`` (chat turns call a tool)."""
+    msgs: list[dict[str, Any]] = []
+    for t in range(turns):
+        words = " ".join(f"w{(t * 7 + k) % 31}" for k in range(20 + 13 * (t % 5)))
+        msgs.append({"role": "user", "content": f"turn {t}: {words}"})
+        if fmt == "chat" and t % 2:
+            call = {"id": f"c{t}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            msgs.append({"role": "tool", "tool_call_id": f"c{t}", "content": words * 3})
+        msgs.append({"role": "assistant", "content": f"answer {t}: {words}"})
+    msgs.append({"role": "user", "content": "and now?"})
+    body: dict[str, Any] = {"model": "gpt-4o", "max_tokens": 100}
+    if fmt == "chat":
+        if system:
+            msgs.insert(0, {"role": "system", "content": "Be brief."})
+        return body | {"messages": msgs}
+    if fmt == "anthropic":
+        return body | {"messages": msgs} | ({"system": "Be brief."} if system else {})
+    return {"model": "gpt-4o", "max_output_tokens": 100, "input": msgs} | (
+        {"instructions": "Be brief."} if system else {}
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fmt=st.sampled_from(["chat", "anthropic", "responses"]),
+    turns=st.integers(1, 40),
+    window=st.sampled_from([1200, 3000, 6000, 100_000]),
+    system=st.booleans(),
+    clear=st.booleans(),
+    summarize=st.booleans(),
+)
+@example(fmt="chat", turns=20, window=6000, system=True, clear=True, summarize=False)
+@example(fmt="anthropic", turns=20, window=3000, system=True, clear=False, summarize=True)
+def test_a_kept_plan_reads_back_as_plan_to_dict(
+    fmt: str, turns: int, window: int, system: bool, clear: bool, summarize: bool
+) -> None:
+    """The plan store keeps the request body and the plan without its conversation
+    (:class:`DeferredPlan`); what GET serves is ``plan.to_dict()``, warnings redacted,
+    whether the plan sent the request as it came, cut it, cleared or summarized it."""
+    wire = {"chat": CHAT, "anthropic": ANTHROPIC, "responses": RESPONSES}[fmt]
+    raw = json.dumps(_request(fmt, turns, system)).encode()
+    req = wire.parse(raw)
+    plan = tokenflex.fit(
+        req.messages,
+        model=Model("kept", window, tokenizer="o200k_base", chat_format="openai"),
+        max_tokens=100,
+        tools=req.tools,
+        **({} if fmt == "chat" else {"format": fmt, "system": req.system}),
+        clear_tool_results=clear,
+        keep_tool_results=1,
+        summarizer=ExtractiveSummarizer() if summarize else None,
+    )
+    kept = kept_plan(plan, req, raw, wire)
+    assert kept is not None
+    expected = plan.to_dict()
+    expected["warnings"] = [redact(str(w)) for w in expected["warnings"]]
+    assert json.loads(kept.render()) == json.loads(json.dumps(expected))
+    event(f"plan sent the request as it came: {not len(plan.dropped)}")

@@ -45,7 +45,7 @@ from .history import (
     without_reasoning,
 )
 from .models import Model, get_model, unknown_model_warning
-from .options import LOW_WATER, FitOptions
+from .options import AUTO_MARK_MAX, LOW_WATER, FitOptions
 from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
 from .session import HistoryCut, SessionMemory
 from .summarize import summary_message
@@ -1106,17 +1106,22 @@ def _low_water(
     model: Model, opts: FitOptions, previous: HistoryCut | None
 ) -> float | Callable[[int], int]:
     """The low-water mark of a cache-stable cut: the option's share, or with ``"auto"``
-    the mark by expected cost (:func:`tokenflex.cost.stable_mark`) once the prices and
-    the conversation's growth per request are known, else :data:`LOW_WATER`."""
+    the mark by expected cost (:func:`tokenflex.cost.stable_mark`, at most
+    :data:`~tokenflex.options.AUTO_MARK_MAX` of the room: never dearer than a fixed mark)
+    once the prices and the conversation's growth per request are known (``AUTO_MARK_MAX``
+    while only the prices are), else :data:`LOW_WATER`."""
     if opts.low_water != "auto":
         return float(opts.low_water)
+    if stable_mark(model, 1_000, 1.0) is None:
+        return LOW_WATER  # no cache prices: nothing to weigh
     growth = previous.growth if previous is not None and previous.grown else 0.0
-    if stable_mark(model, 1_000, growth) is None:
-        return LOW_WATER
+    if not growth:
+        return AUTO_MARK_MAX
 
     def mark(room: int) -> int:
         tokens = stable_mark(model, room, growth)
-        return int(LOW_WATER * room) if tokens is None else tokens
+        most = int(AUTO_MARK_MAX * room)
+        return most if tokens is None else min(tokens, most)
 
     return mark
 

@@ -18,7 +18,7 @@ from typing import Any
 from .budget import MIN_OUTPUT_TOKENS, SAFETY_MARGIN, Policy
 from .errors import InvalidInputError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "LOW_WATER", "FitOptions"]
+__all__ = ["AUTO_MARK_MAX", "DEFAULT_MAX_TOKENS", "LOW_WATER", "FitOptions"]
 
 DEFAULT_MAX_TOKENS = 4000
 """The output :class:`~tokenflex.settings.Settings` requests by default
@@ -26,7 +26,14 @@ DEFAULT_MAX_TOKENS = 4000
 :attr:`FitOptions.max_tokens`)."""
 LOW_WATER = 0.6
 """The share of the history's room a cache-stable cut goes down to when ``low_water`` is
-``"auto"`` and the cost of a cut is not known (no cache prices, or a first request)."""
+``"auto"`` and the model has no cache prices."""
+AUTO_MARK_MAX = 0.35
+"""The most of the history's room ``low_water="auto"`` keeps once the cache prices are
+known. A session's cost rises with every token the mark keeps; on bench-cache's agent and
+chat sessions (8K and 32K windows) a mark above this one cost more, in one of them, than a
+compactor that summarizes from 70% of the window down to 40%. Under it, the mark by
+expected cost (:func:`tokenflex.cost.stable_mark`) decides how much deeper to cut (a
+fast-growing conversation in a small room)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -232,13 +233,26 @@ class StoreMemory:
             self._loaded = loaded
         return self._loaded
 
+    def _extends(self, state: Mapping[str, Any], source: Sequence[Message]) -> bool:
+        """Whether ``source`` extends the request ``state`` was written for: at least as
+        long, with its probed messages at the same places (a few fingerprints)."""
+        try:
+            n = int(state["n"])
+            probes = [(int(i), str(h)) for i, h in state["probes"]]
+        except (KeyError, TypeError, ValueError):  # a state written by another version
+            return False
+        if n > len(source):
+            return False  # a shorter request (a regenerate, an edit branch)
+        if n and (n - 1) not in {i for i, _ in probes}:
+            return False  # pragma: no cover - every state written keeps the last message
+        return all(0 <= i < n and _identity(source[i]) == h for i, h in probes)
+
     def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
         state = self._load()
         if state is None:
             return None
         try:
             start, n = int(state["start"]), int(state["n"])
-            probes = [(int(i), str(h)) for i, h in state["probes"]]
             saved: dict[str, Any] = {
                 f.name: (float if f.name in _FLOAT_FIELDS else int)(state[f.name])
                 for f in fields(HistoryCut)
@@ -246,13 +260,8 @@ class StoreMemory:
             }
         except (KeyError, TypeError, ValueError):  # a state written by another version
             return None
-        if n > len(source) or not 0 <= start <= n:
-            return None  # a shorter request (a regenerate, an edit branch): no previous cut
-        if n and (n - 1) not in {i for i, _ in probes}:
-            return None  # pragma: no cover - every state written keeps the last message
-        for i, h in probes:
-            if not 0 <= i < n or _identity(source[i]) != h:
-                return None  # not the request the cut was made for: no previous cut
+        if not 0 <= start <= n or not self._extends(state, source):
+            return None  # not the request the cut was made for: no previous cut
         return HistoryCut(start, **saved)
 
     def remember(
@@ -263,7 +272,9 @@ class StoreMemory:
         counter: MessageCounter,
     ) -> int | None:
         previous = self._load()
-        sent = [fingerprint(m) for m in messages]
+        extends = previous is not None and self._extends(previous, source)
+        old = sent_items(previous.get("sent")) if previous is not None else []
+        sent = describe_sent(source, messages, counter, old if extends else [], cut.start)
         n = len(source)
         probed = sorted({i for i in (*range(n - PROBE_LAST, n), cut.start) if 0 <= i < n})
         state = {
@@ -276,9 +287,155 @@ class StoreMemory:
         self._loaded = state
         if previous is None:
             return None
-        shared = 0
-        for a, b, m in zip(previous.get("sent", ()), sent, messages, strict=False):
-            if a != b:
-                break
+        # The request extends the previous one: its messages before ``n`` are taken to be
+        # the previous request's (the trust that holds the cut). Otherwise only the
+        # leading KEY_MESSAGES (they name the conversation) are known to be the same.
+        trusted = n if extends else min(n, KEY_MESSAGES)
+        return shared_tokens(old, sent, source, messages, counter, trusted)
+
+
+# -- what a plan sent, cheaply --------------------------------------------------------------
+#
+# A stateless caller's next request is compared with what the previous plan sent. Hashing
+# every sent message on every request made re-fitting a grown conversation O(all of it),
+# so a plan's messages are kept as items: ``[j, k, tokens]`` for ``source[j:j + k]`` sent
+# as the caller's own objects, ``[fingerprint, tokens]`` for one message the plan made (a
+# summary, a cleared or truncated copy). A run that extends the previous plan's run (same
+# start, the request extends the previous one) takes its tokens from it and counts only
+# the new messages: the cost is proportional to what changed.
+
+Item = list[Any]
+
+
+def sent_items(raw: Any) -> list[Item]:
+    """The stored items of a state ([] for one written by another version)."""
+    if not isinstance(raw, list) or not all(map(_is_item, raw)):
+        return []
+    return raw
+
+
+def _is_item(item: Any) -> bool:
+    if not isinstance(item, list):
+        return False
+    if len(item) == 3:
+        return all(type(x) is int for x in item)
+    return len(item) == 2 and type(item[0]) is str and type(item[1]) is int
+
+
+def describe_sent(
+    source: Sequence[Message],
+    messages: Sequence[Message],
+    counter: MessageCounter,
+    previous: Sequence[Item],
+    hint: int,
+) -> list[Item]:
+    """``messages`` as items over ``source`` (see above); ``previous``: the items of the
+    plan this request extends ([] when it does not); ``hint``: where a run likely starts
+    (the cut)."""
+    runs = {int(it[0]): it for it in previous if len(it) == 3}
+    where: dict[int, int] | None = None
+    out: list[Item] = []
+    i, end = 0, len(messages)
+    expect = 0
+    while i < end:
+        m = messages[i]
+        j = next((x for x in (expect, hint) if x < len(source) and source[x] is m), None)
+        if j is None:
+            if where is None:
+                where = {id(x): idx for idx, x in enumerate(source)}
+            j = where.get(id(m))
+        if j is None or source[j] is not m:
+            out.append([fingerprint(m), counter.message(m)])
+            i += 1
+            continue
+        k = run_length(messages, i, source, j)
+        before = runs.get(j)
+        if before is not None and 0 < int(before[1]) <= k:
+            done, tokens = int(before[1]), int(before[2])
+        else:
+            done, tokens = 0, 0
+        tokens += sum(counter.message(x) for x in source[j + done : j + k])
+        out.append([j, k, tokens])
+        i, expect = i + k, j + k
+    return out
+
+
+def run_length(a: Sequence[Any], i: int, b: Sequence[Any], j: int) -> int:
+    """How many items from ``a[i]`` on are ``b[j]`` on (the same objects): compared in
+    doubling blocks, so a run costs O(its length), not O(the rest of the list)."""
+    k, block = 0, 8
+    limit = min(len(a) - i, len(b) - j)
+    while k < limit:
+        step = min(block, limit - k)
+        same = list(map(operator.is_, a[i + k : i + k + step], b[j + k : j + k + step]))
+        if not all(same):
+            return k + same.index(False)
+        k += step
+        block *= 2
+    return k
+
+
+def shared_tokens(
+    old: Sequence[Item],
+    new: Sequence[Item],
+    source: Sequence[Message],
+    messages: Sequence[Message],
+    counter: MessageCounter,
+    trusted: int,
+) -> int:
+    """Tokens of the leading ``messages`` (described by ``new``) that the previous plan
+    (``old``) sent too, compared by value as a provider's cache compares them.
+
+    Runs over the same place of ``source`` are equal as wholes (their tokens are kept);
+    past the first other item, messages are compared one by one until one differs: a
+    previous run's message is ``source[j]`` (known only below ``trusted``), a message
+    the previous plan made by its fingerprint."""
+    shared, at, x = 0, 0, 0
+    while x < min(len(old), len(new)):
+        a, b = old[x], new[x]
+        if len(a) == 2 or len(b) == 2 or int(a[0]) != int(b[0]):
+            break
+        j, ka, kb = int(b[0]), int(a[1]), int(b[1])
+        k = min(ka, kb, max(0, trusted - j))
+        if k == kb:
+            shared += int(b[2])
+        elif k == ka:
+            shared += int(a[2])
+        else:
+            shared += sum(counter.message(m) for m in source[j : j + k])
+        at += k
+        if k != ka or k != kb:
+            if k == ka and k < kb:  # the previous run ended here: the rest one by one
+                return shared + _one_by_one(old[x + 1 :], messages[at:], source, counter, trusted)
+            return shared
+        x += 1
+    return shared + _one_by_one(old[x:], messages[at:], source, counter, trusted)
+
+
+def _one_by_one(
+    old: Sequence[Item],
+    messages: Sequence[Message],
+    source: Sequence[Message],
+    counter: MessageCounter,
+    trusted: int,
+) -> int:
+    shared, p = 0, 0
+    for item in old:
+        if len(item) == 2:
+            before: Any = [(None, str(item[0]))]
+        else:
+            j, k = int(item[0]), int(item[1])
+            before = ((source[i], None) if i < trusted else (None, None) for i in range(j, j + k))
+        for value, digest in before:
+            if p >= len(messages):
+                return shared
+            m = messages[p]
+            if value is not None:
+                same = value is m or value == m
+            else:
+                same = digest is not None and fingerprint(m) == digest
+            if not same:
+                return shared
             shared += counter.message(m)
-        return shared
+            p += 1
+    return shared

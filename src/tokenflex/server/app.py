@@ -57,14 +57,21 @@ from ._calibration import UsageTap, calibration_figures, observe_response
 from ._fitter import Fitter, Observation, Unfitted, off_loop, plan_headers, tokenizer_panic
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
-from ._validate import parse_count
+from ._validate import ChatRequest, parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Busy, LargeBodies, Limits, bound_heap
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import ProxyMetrics, exc_kind
 from .paths import aliases, fitted_variant, path_allowed, upstream_path
-from .plans import CREDENTIAL_HEADERS, PlanStore, credential_hash, new_plan_id, serialize
+from .plans import (
+    CREDENTIAL_HEADERS,
+    DeferredPlan,
+    PlanStore,
+    credential_hash,
+    defer,
+    new_plan_id,
+)
 from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
 from .ui import ui_routes
 
@@ -75,7 +82,7 @@ log = logging.getLogger("tokenflex")
 Handler = Callable[[Request, "str | None"], Awaitable[Response]]
 _DRAIN_BYTES = 64 * 1024 * 1024  # read (and discard) this much of an oversized body ...
 _DRAIN_SECONDS = 10.0  # ... for at most this long, so the client can read the 413
-_OFFLOAD_BYTES = 256 * 1024  # serialize plans of larger requests in a worker thread
+_OFFLOAD_BYTES = 256 * 1024  # keep plans of larger requests from a worker thread
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _POST = ("POST",)
@@ -351,7 +358,8 @@ class Proxy:
                 else:
                     fit_ms = (time.perf_counter() - started) * 1000
                     record.planned(plan, fit_ms / 1000, plan_changed(plan, req.requested_output))
-                    plan_id = await self._keep(plan, owner, len(raw))
+                    if not rounds:  # a recall round's plan is the first one's, grown
+                        plan_id = await self._keep(plan, owner, raw, req, wire)
                     headers = plan_headers(plan, plan_id)
                     body = fitted_body(self.fitter, req, plan, route, sent_raw)
                 if rounds:
@@ -437,7 +445,8 @@ class Proxy:
                 record.requested(seen.request.model)
             if seen.plan is not None:
                 record.planned(seen.plan, fit_ms / 1000, seen.changes)
-                plan_id = await self._keep(seen.plan, owner, len(raw))
+            if seen.plan is not None and seen.request is not None:
+                plan_id = await self._keep(seen.plan, owner, raw, seen.request, wire)
             url = self.upstream.url(wire.path, request.scope["query_string"])
             upstream = await self.upstream.send("POST", url, forward_headers, raw)
             status = upstream.status_code
@@ -494,13 +503,13 @@ class Proxy:
                 run=functools.partial(off_loop, self.fitter.limiter),
             )
 
-    async def _keep(self, plan: Any, owner: str, size: int) -> str:
-        """Store the plan's JSON (warnings redacted) for its owner; its id, or '' when the
-        store is off or the plan was not kept."""
+    async def _keep(self, plan: Any, owner: str, raw: bytes, req: ChatRequest, wire: Wire) -> str:
+        """Keep the plan (warnings redacted, serialized when asked for) for its owner; its
+        id, or '' when the store is off or the plan was not kept."""
         if not self.keeps_plans:
             return ""
-        make = functools.partial(plan_json, plan)
-        data = await off_loop(self.fitter.limiter, make) if size > _OFFLOAD_BYTES else make()
+        make = functools.partial(kept_plan, plan, req, raw, wire)
+        data = await off_loop(self.fitter.limiter, make) if len(raw) > _OFFLOAD_BYTES else make()
         plan_id = new_plan_id()
         if data is None or not self.plans.put(plan_id, data, owner=owner):
             return ""
@@ -669,16 +678,17 @@ class Proxy:
         return Response(body, headers={"content-type": METRICS_CONTENT_TYPE})
 
 
-def plan_json(plan: Any) -> bytes | None:
-    """A plan's stored JSON, its warnings redacted; None (logged) when it cannot be
-    serialized, which request validation should make impossible."""
+def kept_plan(plan: Any, req: ChatRequest, raw: bytes, wire: Wire) -> DeferredPlan | None:
+    """The plan made for ``req`` (the body ``raw`` on ``wire``'s route) as the plan store
+    keeps it: serialized when asked for, warnings redacted; None (logged) when it cannot
+    be kept, which request validation should make impossible."""
     try:
-        data = plan.to_dict()
+        meta = plan.to_dict(include_messages=False)
+        meta["warnings"] = [redact(str(w)) for w in meta.get("warnings", [])]
+        return defer(plan, meta, req.messages, req.system, raw, wire.reparse)
     except TokenflexError as exc:
         log.warning("Cannot keep a plan: %s", exc)
         return None
-    data["warnings"] = [redact(str(w)) for w in data.get("warnings", [])]
-    return serialize(data)
 
 
 def internal_proxy_error(request_id: str) -> ProxyError:

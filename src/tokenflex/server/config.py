@@ -123,7 +123,7 @@ class ServerConfig(BaseSettings):
     """Keep recent plans for ``GET /tokenflex/plans/{id}``; false: no plan id header, 404."""
     plans_max: int = Field(1000, ge=0)
     plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
-    """Bytes of the stored plans' JSON (the store holds serialized plans only)."""
+    """Bytes the plan store keeps (request bodies and plans, as bytes, never live objects)."""
     metrics: bool = True
     """Serve ``GET /metrics`` (Prometheus text format, behind ``proxy_key`` when set)."""
     ui: bool = True

@@ -1,12 +1,17 @@
 """A bounded in-memory store of recent plans, for ``GET /tokenflex/plans/{id}`` (and a
 caller's recent ones, ``GET /tokenflex/plans``).
 
-Plans hold the conversation, so each one is kept as its serialized JSON bytes (not as
-live objects: a plan's dicts cost ten times its JSON) and the store is bounded twice, by
-count and by those bytes; the oldest plans go first. Each plan is bound to the
-credentials of the client that made it (a hash of its ``Authorization``, ``x-api-key``,
-``api-key`` and ``x-tokenflex-key`` headers): a request with other credentials, or none,
-gets the same answer as for an unknown id. Ids are random (``plan_`` + 24 hex digits).
+Plans hold the conversation, so each one is kept as bytes, not as live objects (a plan's
+dicts cost ten times its JSON), and the store is bounded twice, by count and by those
+bytes; the oldest plans go first. The proxy keeps a plan as a :class:`DeferredPlan`: the
+request's own body (already in memory), the plan without its conversation, and which of
+the request's messages it sent; the JSON is made only when the plan is asked for, so
+keeping a plan costs what the plan changed, not a serialization of the conversation.
+
+Each plan is bound to the credentials of the client that made it (a hash of its
+``Authorization``, ``x-api-key``, ``api-key`` and ``x-tokenflex-key`` headers): a request
+with other credentials, or none, gets the same answer as for an unknown id. Ids are
+random (``plan_`` + 24 hex digits).
 """
 
 from __future__ import annotations
@@ -17,10 +22,21 @@ import json
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["CREDENTIAL_HEADERS", "PlanLike", "PlanStore", "credential_hash", "new_plan_id"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "DeferredPlan",
+    "PlanLike",
+    "PlanStore",
+    "credential_hash",
+    "defer",
+    "new_plan_id",
+    "serialize",
+    "serialize_list",
+]
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-tokenflex-key")
 """Request headers whose values own a plan."""
@@ -58,6 +74,97 @@ def serialize(data: Mapping[str, Any]) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def defer(
+    plan: Any,
+    meta: Mapping[str, Any],
+    given: Sequence[Any],
+    system: Any,
+    raw: bytes,
+    parse: Callable[[bytes], tuple[Sequence[Any], Any]],
+) -> DeferredPlan:
+    """``plan`` (made for the request ``raw`` whose messages are ``given``, its system
+    prompt ``system``) as a :class:`DeferredPlan`; ``meta`` is its dict without the
+    conversation. Costs a walk of the plan's messages by identity and a serialization
+    of the messages the plan made, not of the conversation."""
+    from ..formats.objects import plain
+
+    order: list[int] = []
+    copies: list[Any] = []
+    where: dict[int, int] | None = None
+    expect = 0
+    for m in plan.messages:
+        if expect < len(given) and given[expect] is m:
+            i: int | None = expect
+        else:
+            if where is None:
+                where = {id(x): k for k, x in enumerate(given)}
+            i = where.get(id(m))
+        if i is None or given[i] is not m:
+            order.append(-1 - len(copies))
+            copies.append(m)
+            continue
+        order.append(i)
+        expect = i + 1
+    own = plan.system is not None and plan.system is system
+    data = dict(meta)
+    if plan.system is not None and not own:
+        data["system"] = plain(plan.system)
+    return DeferredPlan(
+        raw, serialize(data), tuple(order), serialize_list(plain(copies)), parse, own
+    )
+
+
+def serialize_list(items: Sequence[Any]) -> bytes:
+    """A list's JSON bytes (as :func:`serialize`)."""
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredPlan:
+    """A plan kept for ``GET /tokenflex/plans/{id}`` and serialized when it is asked for.
+
+    >>> import json
+    >>> raw = b'{"messages": [{"role": "user", "content": "hi"}]}'
+    >>> kept = DeferredPlan(raw, b'{"n":1}', (0, -1), b'[{"role":"user","content":"[cut]"}]',
+    ...                     parse=lambda b: (json.loads(b)["messages"], None))
+    >>> kept.render()
+    b'{"n":1,"messages":[{"role":"user","content":"hi"},{"role":"user","content":"[cut]"}]}'
+    """
+
+    raw: bytes
+    """The request body as the client sent it."""
+    meta: bytes
+    """``plan.to_dict(include_messages=False)`` as JSON (warnings redacted), with the
+    plan's ``system`` when it is not the request's own."""
+    order: tuple[int, ...]
+    """The plan's messages: ``i >= 0`` is the request's message ``i``, ``-1 - k`` the
+    ``k``-th of ``copies`` (a message the plan made: a summary, a cleared copy)."""
+    copies: bytes
+    """The JSON list of the messages the plan made."""
+    parse: Callable[[bytes], tuple[Sequence[Any], Any]]
+    """The request's messages and system prompt from ``raw``, as the route parsed them
+    for the fit."""
+    own_system: bool = False
+    """The plan sent the request's own system prompt (else ``meta`` has the plan's)."""
+
+    @property
+    def nbytes(self) -> int:
+        """What keeping it costs, about (the store's byte bound counts this)."""
+        return len(self.raw) + len(self.meta) + len(self.copies) + 8 * len(self.order)
+
+    def render(self) -> bytes:
+        """The plan's JSON, as ``plan.to_dict()`` would write it."""
+        from ..formats.objects import plain
+
+        data = json.loads(self.meta)
+        given, system = self.parse(self.raw)
+        copies = json.loads(self.copies)
+        data["messages"] = [plain(given[i]) if i >= 0 else copies[-1 - i] for i in self.order]
+        if self.own_system and system is not None:
+            data["system"] = plain(system)
+        return serialize(data)
+
+
 class PlanStore:
     """The last ``max_plans`` plans, at most ``max_bytes`` of their JSON in all.
 
@@ -71,7 +178,7 @@ class PlanStore:
     def __init__(self, *, max_plans: int = 1000, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_plans = max_plans
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[str, bytes | DeferredPlan]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -83,24 +190,24 @@ class PlanStore:
         """The bytes of JSON held now (never more than ``max_bytes``)."""
         return self._bytes
 
-    def put(self, plan_id: str, plan: PlanLike | bytes, *, owner: str = "") -> bool:
-        """Keep ``plan`` (a plan, or its JSON bytes) under ``plan_id`` for ``owner``
-        (a :func:`credential_hash`). False when it was not kept: the store is off, or the
-        plan alone is over ``max_bytes``."""
-        data = plan if isinstance(plan, bytes) else serialize(plan.to_dict())
-        if self.max_plans <= 0 or len(data) > self.max_bytes:
+    def put(self, plan_id: str, plan: PlanLike | bytes | DeferredPlan, *, owner: str = "") -> bool:
+        """Keep ``plan`` (a plan, its JSON bytes, or a :class:`DeferredPlan`) under
+        ``plan_id`` for ``owner`` (a :func:`credential_hash`). False when it was not kept:
+        the store is off, or the plan alone is over ``max_bytes``."""
+        data = plan if isinstance(plan, bytes | DeferredPlan) else serialize(plan.to_dict())
+        if self.max_plans <= 0 or _size(data) > self.max_bytes:
             return False
         with self._lock:
             old = self._items.pop(plan_id, None)
             if old is not None:
-                self._bytes -= len(old[1])
+                self._bytes -= _size(old[1])
             self._items[plan_id] = (owner, data)
-            self._bytes += len(data)
+            self._bytes += _size(data)
             while self._items and (
                 len(self._items) > self.max_plans or self._bytes > self.max_bytes
             ):
                 _, (_, dropped) = self._items.popitem(last=False)
-                self._bytes -= len(dropped)
+                self._bytes -= _size(dropped)
         return True
 
     def recent(self, *, owner: str, limit: int = 20) -> list[tuple[str, bytes]]:
@@ -112,14 +219,14 @@ class PlanStore:
         >>> [plan_id for plan_id, _ in store.recent(owner="me")]
         ['plan_2', 'plan_0']
         """
-        out: list[tuple[str, bytes]] = []
+        out: list[tuple[str, bytes | DeferredPlan]] = []
         with self._lock:
             for plan_id, (who, data) in reversed(self._items.items()):
                 if len(out) >= limit:
                     break
                 if hmac.compare_digest(who, owner):
                     out.append((plan_id, data))
-        return out
+        return [(i, d.render() if isinstance(d, DeferredPlan) else d) for i, d in out]
 
     def get(self, plan_id: str, *, owner: str = "") -> bytes | None:
         """The JSON of the plan kept under ``plan_id``; None when unknown, evicted or
@@ -128,4 +235,9 @@ class PlanStore:
             item = self._items.get(plan_id)
         if item is None or not hmac.compare_digest(item[0], owner):
             return None
-        return item[1]
+        data = item[1]
+        return data.render() if isinstance(data, DeferredPlan) else data
+
+
+def _size(data: bytes | DeferredPlan) -> int:
+    return data.nbytes if isinstance(data, DeferredPlan) else len(data)

@@ -127,6 +127,12 @@ class Wire:
     stream_error: Callable[[ProxyError], bytes] = openai_error_event
     """The last event of a stream the upstream broke off, in this format's shape."""
 
+    def reparse(self, raw: bytes) -> tuple[list[Any], Any]:
+        """The messages and system prompt of a body parsed before (a kept plan's
+        conversation is read back from its request when the plan is asked for)."""
+        req = self.parse(raw)
+        return req.messages, req.system
+
 
 CHAT = Wire("chat", "/v1/chat/completions", None, parse_chat, openai_error)
 ANTHROPIC = Wire(

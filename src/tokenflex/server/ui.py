@@ -22,6 +22,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -105,7 +106,8 @@ def ui_routes(proxy: Any, endpoint: Callable[..., Any]) -> list[Route]:
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
     async def plans(request: Request, route: str | None) -> Response:
-        return recent_plans(proxy, request)
+        # stored plans are serialized when read: off the event loop
+        return await anyio.to_thread.run_sync(recent_plans, proxy, request)
 
     async def ui(request: Request, route: str | None) -> Response:
         return await ui_page(request)

@@ -1,0 +1,283 @@
+"""The proxy against a minimal pass-through: throughput, added latency, and whether
+throughput stays flat over a run.
+
+Starts, on loopback only, the fast fake upstream of ``scripts/load_proxy.py``, ``tokenflex
+serve`` in front of it (default config: cache-stable, memory state store, plans kept),
+and a minimal Starlette + httpx proxy that forwards the body as it came (the reference:
+what any proxy costs). Both run under uvicorn with the same HTTP parser and event loop.
+For 10, 200 and 2,000 messages (the request of ``load_proxy.conversation``; 2,000 is
+over gpt-4o's window, so it is cut) it measures, the two proxies interleaved:
+
+- **throughput**: completed requests per second with ``CONCURRENCY`` clients in a closed
+  loop (the ratio tokenflex / reference; goal >= 0.9 / 0.9 / 0.75);
+- **added p50**: the median latency of one client at a time, minus the reference's;
+- **throughput over time** (10 messages): windows alternating between the two proxies over
+  the run, so a machine that slows down slows both; the lowest tokenflex / reference
+  ratio over the first (goal: flat, >= 0.9).
+
+Bounded: every phase stops by time and by request count; the processes are stopped at
+the end. The machine's load (``os.getloadavg``) is printed beside the table: on a shared
+2-core machine the ratios move with it.
+
+    .venv/bin/python scripts/bench_proxy.py            # a few minutes
+    .venv/bin/python scripts/bench_proxy.py --quick    # about a minute
+    .venv/bin/python scripts/bench_proxy.py --soak 600 # throughput over 10 minutes
+
+``rows(quick=...)`` returns the table for ``scripts/bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import load_proxy  # a sibling script: the fake upstream and the request
+
+HOST = load_proxy.HOST  # loopback only, by design
+CONCURRENCY = 8
+MAX_REQUESTS = 200_000
+SIZES = (10, 200, 2000)
+GOALS = {10: 0.9, 200: 0.9, 2000: 0.75}
+FLAT_GOAL = 0.9
+
+Row = tuple[str, str, str, str, str, str]
+
+# The reference: forwards the body as it came and returns the upstream's answer.
+_REFERENCE = """
+import sys, httpx, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+client = httpx.AsyncClient(base_url=sys.argv[1], timeout=30, trust_env=False)
+async def forward(request):
+    r = await client.post(request.url.path, content=await request.body(),
+                          headers={"content-type": "application/json"})
+    return Response(r.content, status_code=r.status_code, media_type="application/json")
+async def health(request):
+    return Response(b'{"status":"ok"}', media_type="application/json")
+app = Starlette(routes=[Route("/v1/chat/completions", forward, methods=["POST"]),
+                        Route("/tokenflex/health", health)])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning",
+            access_log=False, server_header=False, ws="none")
+"""
+
+
+@dataclass
+class Window:
+    """Completed requests and their latencies over one stretch of time."""
+
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.latencies) * 1000 if self.latencies else float("nan")
+
+
+async def closed_loop(url: str, body: bytes, *, seconds: float, clients: int) -> Window:
+    """``clients`` clients, each sending the next request when its answer is in."""
+    window = Window()
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=30, trust_env=False) as client:
+
+        async def one_client() -> None:
+            while time.perf_counter() < deadline and len(window.latencies) < MAX_REQUESTS:
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post(url, content=body, headers=headers)
+                except httpx.HTTPError:
+                    window.errors += 1
+                    continue
+                if r.status_code != 200:
+                    window.errors += 1
+                    continue
+                window.latencies.append(time.perf_counter() - t0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        window.seconds = time.perf_counter() - start
+    return window
+
+
+@contextlib.contextmanager
+def servers() -> Iterator[tuple[str, str]]:
+    """The fake upstream, tokenflex serve and the reference proxy; their base URLs
+    (tokenflex, reference). Stopped on exit."""
+    up, tf, ref = (load_proxy._free_port() for _ in range(3))
+    up_url = f"http://{HOST}:{up}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
+    log_fd, log_path = tempfile.mkstemp(prefix="tokenflex-bench-proxy-", suffix=".log")
+    log = os.fdopen(log_fd, "wb")
+    py = sys.executable
+    procs = [
+        subprocess.Popen(
+            [py, load_proxy.__file__, "--serve-upstream", str(up)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [
+                py,
+                "-m",
+                "tokenflex",
+                "serve",
+                "--upstream",
+                up_url,
+                "--port",
+                str(tf),
+                "--host",
+                HOST,
+            ],
+            env=env,
+            stdout=log,
+            stderr=log,
+        ),
+        subprocess.Popen([py, "-c", _REFERENCE, up_url, str(ref)], env=env, stderr=log),
+    ]
+    try:
+        load_proxy._wait_up(f"{up_url}/v1/models", procs[0], "fake upstream")
+        tf_url, ref_url = f"http://{HOST}:{tf}", f"http://{HOST}:{ref}"
+        load_proxy._wait_up(f"{tf_url}/tokenflex/health", procs[1], "tokenflex proxy")
+        load_proxy._wait_up(f"{ref_url}/tokenflex/health", procs[2], "reference proxy")
+        yield tf_url, ref_url
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+        os.unlink(log_path)
+
+
+def request_body(messages: int) -> bytes:
+    return json.dumps(
+        {"model": "gpt-4o", "messages": load_proxy.conversation(messages), "max_tokens": 256}
+    ).encode()
+
+
+def compare(tf: str, ref: str, messages: int, *, seconds: float, rounds: int) -> list[Row]:
+    """Throughput and added p50 at one request size, the two proxies interleaved."""
+    body = request_body(messages)
+    path = "/v1/chat/completions"
+    for url in (tf, ref):  # warm up: model lookup, tokenizer, connections
+        asyncio.run(closed_loop(url + path, body, seconds=min(1.0, seconds), clients=2))
+    rps: dict[str, list[float]] = {tf: [], ref: []}
+    p50: dict[str, list[float]] = {tf: [], ref: []}
+    for _ in range(rounds):
+        for url in (ref, tf):
+            w = asyncio.run(closed_loop(url + path, body, seconds=seconds, clients=CONCURRENCY))
+            if w.errors:
+                raise SystemExit(f"{w.errors} failed requests through {url}")
+            rps[url].append(w.rps)
+            one = asyncio.run(closed_loop(url + path, body, seconds=seconds / 2, clients=1))
+            p50[url].append(one.p50_ms)
+    t, r = statistics.median(rps[tf]), statistics.median(rps[ref])
+    goal = GOALS[messages]
+    pt, pr = statistics.median(p50[tf]), statistics.median(p50[ref])
+    return [
+        (
+            f"proxy throughput, {messages:,} messages",
+            f"{t:,.0f} req/s",
+            f"{r:,.0f} req/s",
+            f"{t / r:.2f}",
+            f">= {goal}",
+            "yes" if t / r >= goal else "no",
+        ),
+        (
+            f"proxy added p50, {messages:,} messages",
+            f"{pt:.2f} ms",
+            f"{pr:.2f} ms",
+            f"{pt - pr:+.2f} ms",
+            "-",
+            "-",
+        ),
+    ]
+
+
+def over_time(tf: str, ref: str, *, seconds: float, window: float) -> Row:
+    """Throughput of the 10-message request over the run, in windows alternating between
+    the two proxies (so a machine that slows down slows both): the lowest tokenflex /
+    reference ratio over the first. A proxy that decays shows as a falling ratio."""
+    body = request_body(10)
+    path = "/v1/chat/completions"
+    ratios, rates = [], []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = asyncio.run(closed_loop(tf + path, body, seconds=window / 2, clients=CONCURRENCY))
+        r = asyncio.run(closed_loop(ref + path, body, seconds=window / 2, clients=CONCURRENCY))
+        rates.append(t.rps)
+        ratios.append(t.rps / r.rps if r.rps else 0.0)
+    low = min(ratios[1:] or ratios)
+    flat = low / ratios[0] if ratios[0] else 0.0
+    return (
+        f"proxy throughput over {seconds:.0f} s ({window:.0f} s windows), 10 messages",
+        f"{min(rates):,.0f}-{max(rates):,.0f} req/s",
+        f"ratio {min(ratios):.2f}-{max(ratios):.2f}",
+        f"{flat:.2f}",
+        f"flat (>= {FLAT_GOAL})",
+        "yes" if flat >= FLAT_GOAL else "no",
+    )
+
+
+def rows(*, quick: bool, soak: float | None = None) -> list[Row]:
+    """The proxy rows of the benchmark: (case, tokenflex, reference, ratio, goal, met).
+
+    ``quick``: short phases (about a minute in all); else a few minutes. ``soak``: the
+    seconds of the throughput-over-time check (default 15 quick, 120 else)."""
+    seconds, rounds = (2.0, 2) if quick else (5.0, 3)
+    if soak is None:
+        soak = 15.0 if quick else 120.0
+    out: list[Row] = []
+    with servers() as (tf, ref):
+        for n in SIZES:
+            out += compare(tf, ref, n, seconds=seconds, rounds=rounds)
+        out.append(over_time(tf, ref, seconds=soak, window=5.0 if quick else 10.0))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short phases (about a minute)")
+    ap.add_argument("--soak", type=float, help="seconds of the throughput-over-time check")
+    args = ap.parse_args()
+    started = time.monotonic()
+    load = os.getloadavg()
+    table = rows(quick=args.quick, soak=args.soak)
+    header = ("case", "tokenflex", "reference", "ratio", "goal", "met")
+    widths = [max(len(r[i]) for r in (header, *table)) for i in range(len(header))]
+    for r in (header, tuple("-" * w for w in widths), *table):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(
+        f"reference: minimal Starlette + httpx pass-through; load average "
+        f"{load[0]:.1f} before, {os.getloadavg()[0]:.1f} after; "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
