@@ -446,14 +446,14 @@ def test_a_store_that_fails_to_write_is_logged_and_the_key_freed(
 ) -> None:
     from tokenflex.state.sqlite import SQLiteStore
 
-    broken = SQLiteStore(str(tmp_path / "state.db"))
-    broken.close()  # every set() now raises sqlite3.ProgrammingError
+    (tmp_path / "state.db").mkdir()  # a folder where the file should be
+    broken = SQLiteStore(str(tmp_path / "state.db"))  # opened on first use: set() raises
     runner = runner_for(runners)
     with caplog.at_level(logging.WARNING, logger="tokenflex"):
         assert runner.submit("k", lambda: "summary", broken, ttl_s=TTL_S)
         assert runner.wait(WAIT_S)
     (warning,) = warnings_of(caplog)
-    assert "ProgrammingError" in warning
+    assert "OperationalError" in warning
     assert runner.in_flight == 0
     working = open_store("memory://")
     assert runner.submit("k", lambda: "summary", working, ttl_s=TTL_S)
