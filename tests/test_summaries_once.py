@@ -45,7 +45,6 @@ class Summarizer:
             body = json.loads(await request.body())
             given = json.dumps(body["messages"], sort_keys=True)
             self.calls.append(given)
-            digest = hashlib.sha256(given.encode()).hexdigest()[:16]
             reply = {
                 "id": "s",
                 "object": "chat.completion",
@@ -53,7 +52,7 @@ class Summarizer:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": f"summary {digest}"},
+                        "message": {"role": "assistant", "content": digest(given)},
                         "finish_reason": "stop",
                     }
                 ],
@@ -178,8 +177,13 @@ class GatedSummarizer(Summarizer):
         assert quiet >= 5, "the background summary did not finish"
 
 
+LETTERS = str.maketrans("0123456789abcdef", "ghijklmnopqrstuv")
+
+
 def digest(call: str) -> str:
-    return "summary " + hashlib.sha256(call.encode()).hexdigest()[:16]
+    """The loopback summarizer's answer to ``call``: a digest in letters (hex digits would
+    read as an identifier, a fact every later summary must carry forward)."""
+    return "summary " + hashlib.sha256(call.encode()).hexdigest()[:16].translate(LETTERS)
 
 
 def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
@@ -212,7 +216,7 @@ def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
         routes["s"]["summarizer"]["base_url"] = f"{summ.url}/v1"  # type: ignore[index]
         config = ServerConfig.load(upstream=up.url, read_timeout=8.0, routes=routes)
         with (
-            ServerThread(create_app(config, discover=fake_discover)) as proxy,
+            ServerThread(app := create_app(config, discover=fake_discover)) as proxy,
             httpx.Client(timeout=30, trust_env=False) as client,
         ):
             warm = client.post(  # tokenizers loaded, the model discovered
@@ -245,6 +249,8 @@ def test_no_request_waits_for_more_than_one_summarizer_call() -> None:
                 assert dropped > 0  # the conversation never fits whole: something is cut
                 before = len(summarizer.calls)
                 summarizer.settle()
+                # the job checks the summary's facts and stores it after its last call
+                assert app.state.proxy.fitter.background.wait(30)
                 background.append(len(summarizer.calls) - before)
                 if background[-1]:  # the summary the next request must send, byte for byte
                     made = PREFIX + digest(summarizer.calls[-1])

@@ -211,8 +211,13 @@ def _words(text: str) -> set[str]:
     return {w for w in (m.group().casefold() for m in _WORD.finditer(text)) if w not in _STOP}
 
 
+_RECALL_ID = re.compile(r"\[?recall id: [0-9a-f]+\]?")
+"""A recall id a cut note or summary names (:mod:`tokenflex.recall`): a pointer, not a fact."""
+
+
 @functools.lru_cache(maxsize=8192)
 def _facts_of(role: str, text: str) -> tuple[Fact, ...]:
+    text = _RECALL_ID.sub("", text)
     found: list[tuple[int, Fact]] = []
     taken: list[tuple[int, int]] = []
     for kind, pattern in _PATTERNS:
