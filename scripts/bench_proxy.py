@@ -162,13 +162,7 @@ def servers() -> Iterator[tuple[str, str]]:
         load_proxy._wait_up(f"{ref_url}/tokenflex/health", procs[2], "reference proxy")
         yield tf_url, ref_url
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        load_proxy.stop(procs)
         log.close()
         os.unlink(log_path)
 

@@ -297,6 +297,17 @@ def report(console: Console, phases: list[Phase], rate: float) -> None:
         console.print(f"[yellow]note:[/yellow] {late} requests were sent >10 ms late.")
 
 
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate the processes, then kill the ones still running after 10 s."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=float, default=200.0, help="requests per second (200)")
@@ -423,13 +434,7 @@ def main() -> int:
         errors = sum(sum(p.errors.values()) for p in phases)
         return 1 if errors else 0
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(procs)
         log.close()
         if args.keep_log:
             console.print(f"proxy log: {log_path}")
