@@ -56,12 +56,9 @@ def tool_output(k: int) -> str:
 
 @pytest.fixture(scope="module")
 def agent_proxy(llama_cpp_server: LlamaCppServer) -> Iterator[ServerThread]:
-    # recall off: a turn whose answer calls tokenflex_recall is re-sent by the proxy, and
-    # the plan kept would be the last round's, not the client's turn these tests check
-    # (recall through the proxy and the real server: test_server_recall.py)
-    config = ServerConfig.load(
-        upstream=llama_cpp_server.base_url, discovery_timeout=60, recall=False
-    )
+    # the default config (recall on: a turn the proxy re-sends for a tokenflex_recall call
+    # keeps the plan of the client's own turn, which these tests check)
+    config = ServerConfig.load(upstream=llama_cpp_server.base_url, discovery_timeout=60)
     with ServerThread(create_app(config)) as proxy:
         yield proxy
 
