@@ -48,3 +48,13 @@ def test_a_command_loads_only_its_own_module() -> None:
     assert loaded == "['tokenflex.cli._app', 'tokenflex.cli._count', 'tokenflex.cli._input', " + (
         "'tokenflex.cli._render']"
     )
+
+
+def test_the_top_level_names_user_nouns_and_the_solver_stays_in_budget() -> None:
+    """The solver's records are reached as ``tokenflex.budget.*`` (issue 23 item 8): the
+    package's surface is what a user fits, counts and reads back."""
+    import tokenflex.budget as budget
+
+    for name in ("Allocation", "BudgetSpec", "SectionSpec", "DropRecord", "solve"):
+        assert name not in tokenflex.__all__, name
+        assert getattr(budget, name) is not None, name

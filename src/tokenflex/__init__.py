@@ -15,7 +15,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from typing import Any
 
-    from .budget import Allocation, BudgetSpec, SectionSpec, solve
     from .conversation import Conversation
     from .cost import Cost, Savings, estimate_cost, savings
     from .counting import MessageCounter, count_messages, count_tokens, get_counter
@@ -59,10 +58,6 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Allocation": "budget",
-    "BudgetSpec": "budget",
-    "SectionSpec": "budget",
-    "solve": "budget",
     "Conversation": "conversation",
     "Cost": "cost",
     "Savings": "cost",
@@ -155,8 +150,6 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "SUMMARY_PREFIX",
-    "Allocation",
-    "BudgetSpec",
     "ChatSummarizer",
     "Chunk",
     "ConfigError",
@@ -177,7 +170,6 @@ __all__ = [
     "Prompt",
     "SQLiteMessageStore",
     "Savings",
-    "SectionSpec",
     "Settings",
     "Summarizer",
     "SummarizerError",
@@ -213,7 +205,6 @@ __all__ = [
     "register_model",
     "register_tokenizer",
     "savings",
-    "solve",
     "summarize_span",
     "summary_message",
     "validate_budget",
