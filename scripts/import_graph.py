@@ -56,7 +56,43 @@ def main() -> None:
                         private.append(f"{mod} <- {target}.{name}")
             elif isinstance(node, ast.ImportFrom) and node.module in mods and node.module != mod:
                 edges[mod].add(node.module)
-    # cycles: strongly connected components with more than one module (Tarjan)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in mods and alias.name != mod:
+                        edges[mod].add(alias.name)
+    sccs = components(edges)
+    pairs = sorted({(a, b) for a in mods for b in edges[a] if a in edges[b] and a < b})
+    # package level: a module stands for its top-level unit (tokenflex.formats.chat ->
+    # tokenflex.formats); a package's own __init__ importing its submodules is not an edge
+    unit = {m: ".".join(m.split(".")[:2]) for m in mods}
+    pkg_edges: dict[str, set[str]] = {u: set() for u in unit.values()}
+    for a, outs in edges.items():
+        for b in outs:
+            if unit[a] != unit[b]:
+                pkg_edges[unit[a]].add(unit[b])
+    pkg_sccs = components(pkg_edges)
+    top = [m for m in mods if m.count(".") == 1]
+    print(
+        f"modules: {len(mods)} ({len(top)} top-level, "
+        f"{sum(1 for m in top if m.split('.')[-1].startswith('_'))} of them _private)"
+    )
+    print(f"lines: {lines}")
+    print(f"module-level cycles (strongly connected groups): {len(sccs)}")
+    for comp in sccs:
+        print("  " + " -> ".join(comp))
+    print(f"two-module import cycles: {len(pairs)}")
+    for a, b in pairs:
+        print(f"  {a} <-> {b}")
+    print(f"package-level cycles (strongly connected groups): {len(pkg_sccs)}")
+    for comp in pkg_sccs:
+        print("  " + " -> ".join(comp))
+    print(f"private names imported across modules: {len(private)}")
+    for p in private:
+        print(f"  {p}")
+
+
+def components(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -87,23 +123,10 @@ def main() -> None:
                 sccs.append(sorted(comp))
 
     sys.setrecursionlimit(10_000)
-    for v in mods:
+    for v in edges:
         if v not in index:
             strong(v)
-    pairs = sorted({(a, b) for a in mods for b in edges[a] if a in edges[b] and a < b})
-    top = [m for m in mods if m.count(".") == 1]
-    print(
-        f"modules: {len(mods)} ({len(top)} top-level, "
-        f"{sum(1 for m in top if m.split('.')[-1].startswith('_'))} of them _private)"
-    )
-    print(f"lines: {lines}")
-    print(f"strongly connected groups: {len(sccs)}")
-    print(f"two-module import cycles: {len(pairs)}")
-    for a, b in pairs:
-        print(f"  {a} <-> {b}")
-    print(f"private names imported across modules: {len(private)}")
-    for p in private:
-        print(f"  {p}")
+    return sccs
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import pytest
 from llama_server import smollm2_path
 from test_discovery import LLAMA_CPP, Routes, fake, ollama, serve_here
 
-from tokenflex.counting import template as templates
+from tokenflex import chat_template as templates
 from tokenflex.errors import UpstreamError
 from tokenflex.models import discovery
 from tokenflex.models.discovery import adiscover_model, discover_model

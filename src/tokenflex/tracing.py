@@ -61,10 +61,9 @@ def active_tracer() -> Any | None:
     cached = _cache
     if cached is not None and cached[0] is provider:
         return cached[1]
-    from . import __version__
-
+    version = getattr(sys.modules.get(__package__ or ""), "__version__", None)
     with _lock:
-        tracer = provider.get_tracer(SCOPE, __version__)
+        tracer = provider.get_tracer(SCOPE, version)
         _cache = (provider, tracer)
     return tracer
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from .._types import Messages, Tool
 from ..errors import ConfigError
+from ..message.checks import BadMessage
+from ..message.objects import plain_message
 from ..models import Model, get_model, registry_generation
 from ..tokenizers import get_tokenizer
-from .checks import BadMessage
 from .messages import (
     GENERIC_BASE,
     GENERIC_BASE_BY_FAMILY,
@@ -103,14 +104,12 @@ def count_messages(
     9
 
     SDK, pydantic and LangChain message objects count as the chat dicts they stand for
-    (read as :mod:`tokenflex.formats.objects` reads them).
+    (read as :mod:`tokenflex.message.objects` reads them).
 
     Raises:
         InvalidMessagesError: ``messages`` is not a list of OpenAI-style messages.
     """
     if isinstance(messages, list | tuple) and not all(type(m) is dict for m in messages):
-        from ..formats.objects import plain_message  # formats reads counting: import late
-
         views: list[Any] = []
         for i, m in enumerate(messages):
             try:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from . import litellm as litellm  # registers the ".json" models-file reader
 from .registry import (
     CHAT_FORMATS,
     DEFAULT_CONTEXT_WINDOW,

@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from ..chat_template import compile_template, render
 from ..errors import ConfigError, TokenizerUnavailableError, UnknownModelError, UpstreamError
 from ..tokenizers import get_tokenizer
 from ..tokenizers.server import server_root
@@ -244,7 +245,7 @@ def _model(
     """Registry knowledge (prices, output limit, tokenizer) with the server's window; a
     ``local_tokenizer`` (the server's own model file here) counts instead of its endpoint.
     A chat template that cannot render a one-message conversation within the render
-    bounds (:mod:`tokenflex.counting.template`) is not used."""
+    bounds (:mod:`tokenflex.chat_template`) is not used."""
     if chat_template is not None and not template_renders(chat_template, bos_token, eos_token):
         log.warning(
             "tokenflex: %s sent a chat template for %s that does not render within bounds; "
@@ -291,7 +292,6 @@ def _model(
 def template_renders(template: str, bos_token: str = "", eos_token: str = "") -> bool:
     """Whether ``template`` compiles and renders a one-message conversation within the
     render bounds (a template from a server is code from the network)."""
-    from ..counting.template import compile_template, render
     from ..errors import TokenflexError
 
     try:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from .registry import Model, find_model
+from .registry import FILE_READERS, Model, find_model
 
 __all__ = ["LITELLM_MODES", "models_from_litellm", "read_litellm_file"]
 
@@ -132,3 +132,6 @@ def read_litellm_file(path: str | os.PathLike[str]) -> list[Model]:
             f"model name -> fields), got a {type(data).__name__}."
         )
     return models_from_litellm(data, source=where)
+
+
+FILE_READERS[".json"] = read_litellm_file

@@ -36,7 +36,7 @@ import os
 import re
 import threading
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -388,6 +388,11 @@ def _ensure_loaded() -> None:
             raise
 
 
+FILE_READERS: dict[str, Callable[[str | os.PathLike[str]], list[Model]]] = {}
+"""Models-file readers by file suffix (``".json"``: LiteLLM's price file, registered by
+:mod:`tokenflex.models.litellm`); any other suffix is read as TOML."""
+
+
 def load_models_file(path: str | os.PathLike[str]) -> list[Model]:
     """Add or override models from a TOML file of ``[[model]]`` (and ``[[family]]``)
     tables, or from a LiteLLM ``model_prices_and_context_window.json`` file (a name
@@ -395,12 +400,11 @@ def load_models_file(path: str | os.PathLike[str]) -> list[Model]:
 
     Entries in the file override registry entries of the same name.
     """
-    if os.fspath(path).lower().endswith(".json"):
-        from .litellm import read_litellm_file
-
+    reader = FILE_READERS.get(os.path.splitext(os.fspath(path))[1].lower())
+    if reader is not None:
         with _lock:
             _ensure_embedded()
-            models = read_litellm_file(path)
+            models = reader(path)
             for m in models:
                 _add(m, source=m.source, replace=True)
             return models

@@ -1,0 +1,178 @@
+"""Which plain dict a message object stands for: SDK, pydantic and LangChain messages.
+
+Callers hold objects, not dicts: ``messages.append(resp.choices[0].message)`` (the openai
+SDK's ``ChatCompletionMessage``), ``{"role": "assistant", "content": resp.content}`` (the
+anthropic SDK's content blocks), ``resp.output`` items of the Responses API, LangChain
+``HumanMessage`` / ``AIMessage`` / ``ToolMessage`` lists. None of those libraries is
+imported here: objects are recognised by what they have.
+
+- a pydantic model (``model_dump``): ``model_dump(exclude_none=True, mode="json")``, also
+  inside dicts and lists (content blocks in a dict message); an anthropic SDK ``Message``
+  (a whole response appended to the history) keeps only its ``role`` and ``content``;
+- a LangChain message (``type``, ``content`` and ``additional_kwargs``): the OpenAI chat
+  message LangChain's own OpenAI adapter would send (roles from ``type``, ``tool_calls``
+  with JSON ``arguments``, ``tool_call_id``, ``name``).
+
+Back out, fit() returns each kept message as the object the caller gave (a LangChain
+list stays a LangChain list); ``plan.request()`` always builds plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .checks import BadMessage
+
+__all__ = ["is_json", "is_langchain", "plain", "plain_message"]
+
+_LANGCHAIN_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "function",
+    "developer": "developer",
+}
+
+
+def is_langchain(obj: Any) -> bool:
+    """Whether ``obj`` looks like a LangChain ``BaseMessage``."""
+    return (
+        not isinstance(obj, Mapping)
+        and isinstance(getattr(obj, "type", None), str)
+        and hasattr(obj, "content")
+        and isinstance(getattr(obj, "additional_kwargs", None), dict)
+    )
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def is_json(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is plain JSON data as it stands: dicts with str keys, lists and
+    JSON scalars, exact types only (a quick walk; False: ask :func:`json.dumps`)."""
+    t = type(value)
+    if t in _ATOMS:
+        return True
+    if depth > 64:
+        return False
+    if t is dict:
+        return all(type(k) is str for k in value) and all(
+            type(v) in _ATOMS or is_json(v, depth + 1) for v in value.values()
+        )
+    if t is list:
+        return all(type(v) in _ATOMS or is_json(v, depth + 1) for v in value)
+    return False
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every pydantic model inside it dumped to JSON-ready data (plain
+    data comes back as the same object)."""
+    t = type(value)
+    if t in _ATOMS:
+        return value
+    if t is dict:  # the common case, without the ABC checks below
+        out: dict[Any, Any] | None = None
+        for k, v in value.items():
+            if type(v) in _ATOMS:
+                continue
+            p = plain(v)
+            if p is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = p
+        return value if out is None else out
+    if t is list:
+        seq: list[Any] | None = None
+        for i, v in enumerate(value):
+            if type(v) in _ATOMS:
+                continue
+            p = plain(v)
+            if p is not v:
+                if seq is None:
+                    seq = list(value)
+                seq[i] = p
+        return value if seq is None else seq
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        items = {k: plain(v) for k, v in value.items()}
+        if type(value) is dict and all(items[k] is v for k, v in value.items()):
+            return value
+        return items
+    if isinstance(value, list | tuple):
+        seq = [plain(v) for v in value]
+        if type(value) is list and all(a is b for a, b in zip(seq, value, strict=True)):
+            return value
+        return seq
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(exclude_none=True, mode="json")
+    return value
+
+
+def _langchain(obj: Any) -> dict[str, Any]:
+    kind = obj.type
+    role = getattr(obj, "role", None) if kind == "chat" else _LANGCHAIN_ROLES.get(kind)
+    if not isinstance(role, str):
+        raise BadMessage(
+            f"is a LangChain message of type {kind!r}",
+            "Use HumanMessage, AIMessage, SystemMessage or ToolMessage",
+        )
+    out: dict[str, Any] = {"role": role, "content": plain(obj.content)}
+    calls = getattr(obj, "tool_calls", None)
+    if role == "assistant" and calls:
+        out["tool_calls"] = [
+            {
+                "id": c.get("id") or "",
+                "type": "function",
+                "function": {
+                    "name": c.get("name", ""),
+                    "arguments": json.dumps(c.get("args") or {}, ensure_ascii=False),
+                },
+            }
+            for c in calls
+        ]
+        if not out["content"]:
+            out["content"] = None
+    if role == "tool":
+        out["tool_call_id"] = getattr(obj, "tool_call_id", "")
+    name = getattr(obj, "name", None)
+    if isinstance(name, str) and name:
+        out["name"] = name
+    reasoning = obj.additional_kwargs.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        out["reasoning_content"] = reasoning
+    return out
+
+
+def plain_message(obj: Any) -> Any:
+    """The plain dict for one message object (dicts come back as they are when they hold
+    nothing but plain data).
+
+    Raises:
+        BadMessage: a LangChain message of a type with no chat role.
+    """
+    if type(obj) is dict:
+        content = obj.get("content")
+        if content is None or type(content) is str:
+            return obj
+        return plain(obj)
+    if isinstance(obj, Mapping):
+        return plain(obj)
+    if is_langchain(obj):
+        return _langchain(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        data = dump(exclude_none=True, mode="json")
+        if (
+            type(obj).__module__.startswith("anthropic")
+            and isinstance(data, dict)
+            and data.get("type") == "message"
+        ):
+            # A whole anthropic Message (the response): the request takes role + content.
+            return {"role": data.get("role"), "content": data.get("content")}
+        return data
+    return obj  # not a message: the format's checks name it
