@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents bench-retention load dist clean
+.PHONY: chromium vocab demo test fuzz lint typecheck pytest bench bench-pack bench-estimator bench-counting bench-cache bench-cache-server bench-agents bench-retention data load dist clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,11 @@ bench-agents: $(VENV)/.dev
 # offline, a few minutes: planted facts kept, recoverable or lost at 8K-128K windows, vs peers
 bench-retention: $(VENV)/.dev
 	$(PY) scripts/bench_retention.py
+
+# every generated file (estimator tables, family bounds, the counts snapshot, the options
+# table), rebuilt in order; scripts/build_data.py --list names each and its command
+data: $(VENV)/.dev
+	$(PY) scripts/build_data.py
 
 # loopback only, bounded in time: proxy vs direct against a fast local upstream
 load: $(VENV)/.dev

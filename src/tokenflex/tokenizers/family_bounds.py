@@ -1,21 +1,12 @@
-"""Fitted weights of the estimator's family bounds (written by
-``scripts/bench_families.py --fit``; see :mod:`tokenflex.tokenizers.estimate`).
+"""Fitted weights of the estimator's family bounds (generated: ``scripts/build_data.py
+--only family-bounds``, which runs ``scripts/bench_families.py --fit``; see
+:mod:`tokenflex.tokenizers.estimate`).
 
 Each family's count is ``ceil(sum(weights[i] * feature_i) + slack * sqrt(variance) +
 constant)`` over the pieces of a text (features in ``estimate.FEATURES`` order; a piece
 seen n times adds n * n times its variance). Registry models name a family as
-``tokenizer = "estimate:FAMILY"``.
-
-The weights are data, kept as measured: each family's were fitted when its features
-last changed (``phi3``, ``gpt2``, ``tekken``, ``deepseek`` and ``all`` with
-``--fit --only phi3,gpt2,tekken,deepseek,all`` when ``table-tokens`` was added; the
-others have that weight 0, their bounds as before; ``qwen3.5`` and ``all`` last, with
-``--fit --only qwen3.5,all``, when Qwen 3.5's real vocabulary became its reference and
-``all`` took every llama.cpp vocabulary), and the held-out
-tables in ``docs/estimator.md`` were measured on exactly these numbers. A refit of every
-family on today's features gives other weights (moving cells by a point or two, and
-leaving a held-out text under that these leave above): re-run the held-out tables
-(``--pivot``, other ``--seed`` draws, ``--scripts``) before committing one.
+``tokenizer = "estimate:FAMILY"``. Which refit made which family's numbers, and the held-out
+tables measured on them: docs/estimator.md, "Refits".
 """
 
 from __future__ import annotations
