@@ -620,9 +620,8 @@ def test_entries_with_family_numbers_say_so() -> None:
 def test_claude_newer_than_4_7_counts_with_the_4_7_rule(name: str) -> None:
     # ctok: Opus 4.8 uses the Opus 4.7 tokenizer, which spends more than 3 to 4.6; a Claude
     # newer than the registry is not assumed to spend fewer (issue 26)
-    assert get_model(name).tokenizer == get_model("claude-opus-4-7").tokenizer == (
-        "estimate:all:1.6"
-    )
+    rule = get_model("claude-opus-4-7").tokenizer
+    assert get_model(name).tokenizer == rule == "estimate:all:1.6"
 
 
 @pytest.mark.parametrize(
