@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,6 +81,10 @@ class FakeProvider:
                 elif self.path == "/v1/responses/input_tokens":
                     count = openai_count(body)
                     self.answer(200, {"object": "response.input_tokens", "input_tokens": count})
+                elif self.path == "/v1/chat/completions":  # the proxied request itself
+                    message = {"role": "assistant", "content": "ok"}
+                    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+                    self.answer(200, {"id": "c1", "object": "chat.completion", "choices": [choice]})
                 else:
                     self.answer(404, {"error": {"message": "no such path"}})
 
@@ -271,3 +276,33 @@ def test_fit_keeps_more_with_provider_counts_and_the_plan_says_so(fake: FakeProv
     assert plan.input_tokens <= 1500
     assert any("counted by the provider's count endpoint" in w for w in plan.warnings)
     assert not any("provider's count endpoint" in w for w in plain.warnings)
+
+
+def test_the_proxy_counts_through_the_upstream_with_count_provider(fake: FakeProvider) -> None:
+    from test_server import ServerThread
+
+    from tokenflex.server import ServerConfig, create_app
+
+    config = ServerConfig.load(
+        upstream=fake.url, discover=False, cut_note=False, calibrate=False, count="provider"
+    )
+    msgs = chat(6)
+    with ServerThread(create_app(config)) as proxy, httpx.Client(trust_env=False) as client:
+
+        def send(messages: list[dict[str, Any]]) -> httpx.Response:
+            return client.post(
+                f"{proxy.url}/v1/chat/completions",
+                json={"model": CLAUDE, "messages": messages, "max_tokens": 100},
+                headers={"Authorization": "Bearer sk-client"},
+                timeout=20,
+            )
+
+        assert send(msgs).status_code == 200
+        counted = [c for c in fake.calls if c[0] == "/v1/messages/count_tokens"]
+        assert counted and all(c[2]["x-api-key"] == "sk-client" for c in counted)
+        asked = len(counted)
+        assert send([*msgs, {"role": "user", "content": "and one more"}]).status_code == 200
+    counted = [c for c in fake.calls if c[0] == "/v1/messages/count_tokens"]
+    assert len(counted) == asked + 1  # the new message only
+    sent = [c for c in fake.calls if c[0] == "/v1/chat/completions"]
+    assert len(sent) == 2 and sent[0][1]["messages"] == msgs  # it fits: sent unchanged
