@@ -304,7 +304,7 @@ def test_strict_models_refuses_a_family_guess(upstream: ServerThread, client: ht
             json={"model": "claude-haiku-5", "messages": conversation(2)},
         )
     assert r.status_code == 404, r.text
-    assert "claude (claude-haiku-4-5)" in r.json()["error"]["message"]
+    assert "claude (claude-opus-5)" in r.json()["error"]["message"]
 
 
 # -- a refusal teaches the window: refit and retry once -------------------------------------

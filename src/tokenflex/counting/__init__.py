@@ -42,6 +42,9 @@ Where each part lives:
 - :mod:`~tokenflex.counting.template`: rendering a chat template, and counting through
   it (``template``);
 - :mod:`~tokenflex.counting.mistral`: counting through mistral-common (``mistral``);
+- :mod:`~tokenflex.counting.provider`: counts from a provider's count endpoint
+  (Anthropic ``count_tokens``, OpenAI ``input_tokens``), on when the operator asks
+  (:func:`provider_counts`);
 - :mod:`~tokenflex.counting.tools`: what tool schemas add;
 - :mod:`~tokenflex.counting.images`: what an image costs (size read from a data URL's
   header, never fetched; remote URLs cost the model's worst case);
@@ -53,12 +56,15 @@ from __future__ import annotations
 
 from .checks import ROLES
 from .messages import MessageCounter
+from .provider import ProviderCounts, provider_counts
 from .registry import count_messages, count_tokens, get_counter
 
 __all__ = [
     "ROLES",
     "MessageCounter",
+    "ProviderCounts",
     "count_messages",
     "count_tokens",
     "get_counter",
+    "provider_counts",
 ]

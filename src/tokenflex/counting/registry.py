@@ -21,6 +21,7 @@ from .messages import (
     EnvelopeCounter,
     MessageCounter,
 )
+from .provider import wrap
 from .template import TemplateCounter
 
 __all__ = ["count_messages", "count_tokens", "get_counter"]
@@ -81,9 +82,9 @@ def get_counter(model: str | Model) -> MessageCounter:
     try:
         hit = _counters.get(model)
     except TypeError:  # a Model built with a list field is unhashable: no caching
-        return _build(get_model(model))
+        return wrap(_build(get_model(model)))
     if hit is not None and hit[0] == registry_generation():
-        return hit[1]
+        return wrap(hit[1])  # through the provider's count endpoint where one is active
     with _counters_lock:
         resolved = get_model(model)  # loads the registry first: read the generation after
         generation = registry_generation()
@@ -91,7 +92,7 @@ def get_counter(model: str | Model) -> MessageCounter:
         if len(_counters) >= 1024:
             _counters.clear()
         _counters[model] = (generation, counter)
-    return counter
+    return wrap(counter)
 
 
 def count_messages(

@@ -120,7 +120,7 @@ class Model:
     family's numbers (see ``inherited_from``)."""
     inherited_from: str = ""
     """For a name the registry does not list that matches a family pattern: the family
-    and the member whose numbers it took (``"claude (claude-haiku-4-5)"``); empty
+    and the member whose numbers it took (``"claude (claude-opus-5)"``); empty
     otherwise."""
 
     def __post_init__(self) -> None:
@@ -193,7 +193,7 @@ class Family:
     """The data file that declared the family."""
 
     def describe(self) -> str:
-        """``claude (claude-haiku-4-5)``: the family and the member it lends numbers of."""
+        """``claude (claude-opus-5)``: the family and the member it lends numbers of."""
         return f"{self.name} ({self.like})"
 
 
@@ -547,7 +547,7 @@ def find_model(name: str) -> Model | None:
     logging; None where it would give the conservative default.
 
     >>> find_model("claude-sonnet-4-5").name, find_model("claude-haiku-9").inherited_from
-    ('claude-sonnet-4-5', 'claude (claude-haiku-4-5)')
+    ('claude-sonnet-4-5', 'claude (claude-opus-5)')
     >>> find_model("my-private-llm") is None
     True
     """

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from ..calibration import Calibration
+from ..counting.provider import ProviderCounts, with_provider_counts
 from ..errors import (
     ConfigError,
     ContextOverflowError,
@@ -423,10 +424,18 @@ class Fitter:
         if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
-        if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES or self.store_blocks:
-            # Counting that waits on a tokenize endpoint, a lot of text, or a state
-            # store that does I/O: keep the event loop free for the other requests.
-            plan = await off_loop(self.limiter, functools.partial(fit, req.messages, **kwargs))
+        job: Callable[[], Any] = functools.partial(fit, req.messages, **kwargs)
+        if self.config.count == "provider":  # counts asked of the upstream, per client
+            job = with_provider_counts(self.count_config(api_key, owner), job)
+        if (
+            model.tokenizer.startswith("server:")
+            or size > _OFFLOAD_BYTES
+            or self.store_blocks
+            or self.config.count == "provider"
+        ):
+            # Counting that waits on a tokenize or count endpoint, a lot of text, or a
+            # state store that does I/O: keep the event loop free for the other requests.
+            plan = await off_loop(self.limiter, job)
             return stateless(plan) if guard.failed else plan
         try:
             plan = await afit(req.messages, **kwargs)
@@ -438,6 +447,14 @@ class Fitter:
                 raise
             raise panic from None
         return stateless(plan) if guard.failed else plan
+
+    def count_config(self, api_key: str | None, owner: str) -> ProviderCounts:
+        """Where the counts of ``owner``'s requests come from with ``count = "provider"``:
+        the upstream's count endpoint, asked with the client's key (else the config's)."""
+        key = api_key
+        if key is None and self.config.upstream_api_key is not None:
+            key = self.config.upstream_api_key.get_secret_value()
+        return ProviderCounts(self.config.upstream, api_key=key, tenant=owner)
 
     def tenant(self, owner: str, route: str | None) -> TenantStore:
         """The state of one client (its credentials) on one route."""

@@ -108,6 +108,11 @@ class ServerConfig(BaseSettings):
     """Raise a model's count factor when the upstream's ``usage.prompt_tokens`` exceeds the
     plan's prediction (:mod:`tokenflex.calibration`); off for upstreams whose usage counts
     more than the request (injected system prompts)."""
+    count: Literal["estimate", "provider"] = "estimate"
+    """``provider``: count Anthropic and OpenAI models that have no exact tokenizer here
+    through the upstream's count endpoint (``/v1/messages/count_tokens``,
+    ``/v1/responses/input_tokens``), cached per client and message, with the estimate
+    where the endpoint fails (:mod:`tokenflex.counting.provider`)."""
     strict_models: bool = False
     """Answer 404 ``model_not_found`` for models neither the upstream nor the registry knows
     (a name that only matches a family pattern included)."""
