@@ -347,3 +347,159 @@ def test_with_recall_every_plan_keeps_the_promise_and_every_id_reads_back(
                 assert tokenflex.recall(rid, state=store) in cut
         for rid in plan.extras.get("recall", {}).get("ids", ()):
             assert tokenflex.recall(rid, state=store)
+
+
+# -- Prompt and Conversation take recall as fit() does ----------------------------------
+
+
+def prompt(history: list[dict[str, Any]], **options: Any) -> tokenflex.Prompt:
+    """A prompt laid out as fit() lays out a chat: system, history, the current turn."""
+    p = tokenflex.Prompt(SMALL["model"], max_tokens=SMALL["max_tokens"], **options)
+    p.add("system", SYSTEM["content"], required=True)
+    p.add("history", history[:-1])
+    return p.add("current", history[-1:], required=True)
+
+
+def test_a_prompt_names_counts_and_recalls_its_cut() -> None:
+    store = MemoryStore()
+    hist = chat(30)[1:]
+    search = {"type": "function", "function": {"name": "search", "parameters": {}}}
+    plan = prompt(hist, tools=[search]).fit(recall=True, state=store)
+    (a, b), *_ = spans(plan, *CUT)
+    [rid] = named_ids(plan)
+    assert plan.extras["recall"]["ids"] == [rid]
+    assert [t["function"]["name"] for t in plan.tools] == ["search", RECALL_TOOL]
+    assert plan.input_tokens == tokenflex.count_messages(
+        plan.messages, model=SMALL["model"], tools=list(plan.tools)
+    )
+    assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= plan.context_window
+    assert tokenflex.recall(rid, state=store) == hist[a:b]
+    aplan = asyncio.run(prompt(hist, tools=[search]).afit(recall=True, state=store))
+    assert aplan.messages == plan.messages and aplan.tools == plan.tools
+    assert aplan.extras["recall"] == plan.extras["recall"]
+
+
+def test_a_prompt_that_fits_goes_out_unchanged() -> None:
+    store = MemoryStore()
+    hist = chat(4, words=5)[1:]
+    plan = prompt(hist).fit(recall=True, state=store)
+    assert plan.messages == [SYSTEM, *hist] and plan.tools == () and "recall" not in plan.extras
+    assert store.size_bytes == 0
+
+
+def test_a_prompt_summary_names_the_span_it_stands_for() -> None:
+    store = MemoryStore()
+    hist = chat(30)[1:]
+    p = tokenflex.Prompt(SMALL["model"], max_tokens=SMALL["max_tokens"])
+    p.add("system", SYSTEM["content"], required=True).add("history", hist, shrink="summarize")
+    plan = p.fit(recall=True, state=store, summarizer=ExtractiveSummarizer())
+    assert plan.summary is not None
+    a, b = plan.summary.covers
+    summary = next(m for m in plan.messages if tokenflex.is_summary_message(m))
+    [rid] = ID.findall(summary["content"])
+    assert tokenflex.recall(rid, state=store) == hist[a:b]
+
+
+def test_a_conversation_keeps_its_cut_id_and_stores_only_what_is_new() -> None:
+    """The cost model: while the cut is held, a fit stores no record and names the same
+    id; a cut that moves stores only the messages it newly left out."""
+    store = MemoryStore()
+    tenant = TenantStore(store, "")
+    msgs = chat(30)
+    conv = tokenflex.Conversation(msgs, model=SMALL["model"], recall=True, state=store)
+    ids: list[str] = []
+    records: list[int] = []
+    for k in range(16):
+        plan = conv.fit(max_tokens=SMALL["max_tokens"])
+        [rid] = named_ids(plan)
+        (a, b), *_ = spans(plan, *CUT)
+        assert tokenflex.recall(rid, state=store) == conv.messages[a:b]
+        assert plan.input_tokens == tokenflex.count_messages(
+            plan.messages, model=SMALL["model"], tools=list(plan.tools)
+        )
+        if ids and rid != ids[-1]:  # moved: a record of the new messages, chained
+            record = json.loads(tenant.get(f"recall:{rid}") or b"")
+            assert record["prev"] == ids[-1] and len(record["items"]) < b - a
+        elif ids:
+            assert sum(1 for key in store._data if "recall:" in key) == records[-1]
+        ids.append(rid)
+        records.append(sum(1 for key in store._data if "recall:" in key))
+        conv.extend(
+            [
+                {"role": "assistant", "content": f"answer {k} " + "lorem " * 80},
+                {"role": "user", "content": f"question {k} " + "ipsum " * 80},
+            ]
+        )
+    assert 1 < len(set(ids)) < 16  # held cuts keep their id; the cut moved a few times
+
+
+def test_a_conversation_that_fits_goes_out_unchanged() -> None:
+    store = MemoryStore()
+    msgs = chat(4, words=5)
+    plan = tokenflex.Conversation(msgs, model=SMALL["model"], recall=True, state=store).fit(
+        max_tokens=500
+    )
+    assert plan.messages == msgs and plan.tools == () and "recall" not in plan.extras
+    assert store.size_bytes == 0
+    with pytest.raises(tokenflex.InvalidInputError, match="recall='yes'"):
+        tokenflex.Conversation(msgs, model=SMALL["model"], recall="yes")  # type: ignore[arg-type]
+
+
+def without_reasoning(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in msgs]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=sessions(), data=st.data())
+def test_prompt_and_conversation_with_recall_keep_the_promise_and_read_back(
+    turns: list[list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    """As fit()'s property, for a Conversation grown turn by turn and a Prompt of the
+    same messages: the window promise with the tool counted (recounted independently),
+    the tool exactly when something was left out (a request that fits goes out as it
+    is), and every id named reads back the caller's messages of a span the plan cut."""
+    window = data.draw(st.sampled_from([1500, 2500, 4000]), label="window")
+    m = model(window)
+    max_tokens = data.draw(st.sampled_from([100, 300]), label="max_tokens")
+    options: dict[str, Any] = {
+        "cache_stable": data.draw(st.booleans(), label="cache_stable"),
+        "clear_tool_results": data.draw(st.booleans(), label="clear"),
+    }
+    store = TenantStore(MemoryStore(), "t")
+    conv = tokenflex.Conversation([SYSTEM], model=m, recall=True, state=store, **options)
+
+    def check(plan: tokenflex.Plan, given: list[dict[str, Any]], sent_as: Any) -> None:
+        tools = list(plan.tools) or None
+        assert plan.input_tokens == tokenflex.count_messages(plan.messages, model=m, tools=tools)
+        assert plan.input_tokens + plan.max_tokens + plan.safety_margin <= window
+        left_out = any(d.section != "reasoning" for d in plan.dropped)
+        assert bool(plan.tools) == left_out == ("recall" in plan.extras)
+        if not left_out:
+            assert plan.messages == [SYSTEM, *sent_as(given)]
+        cut = [given[a:b] for a, b in spans(plan, *CUT)]
+        assert bool(named_ids(plan)) >= bool(cut)  # what is cut is named
+        for note in plan.messages:
+            if str(note.get("content")).startswith("[") and "earlier" in str(note["content"]):
+                [rid] = ID.findall(note["content"])
+                assert tokenflex.recall(rid, state=store) in cut
+        for rid in plan.extras.get("recall", {}).get("ids", ()):
+            assert tokenflex.recall(rid, state=store)
+
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    for turn in turns:
+        msgs += turn
+        conv.extend(turn)
+        try:
+            plan = conv.fit(max_tokens=max_tokens)
+        except tokenflex.ContextOverflowError:
+            continue
+        check(plan, msgs, lambda given: without_reasoning(given[1:]))
+    p = tokenflex.Prompt(m, max_tokens=max_tokens, **options).add(
+        "system", SYSTEM["content"], required=True
+    )
+    p.add("history", msgs[1:])
+    try:
+        plan = p.fit(recall=True, state=store)
+    except tokenflex.ContextOverflowError:
+        return
+    check(plan, without_reasoning(msgs[1:]), lambda given: given)

@@ -17,6 +17,7 @@ documents, summaries, fallback models — works here too.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -26,6 +27,7 @@ from .counting import get_counter
 from .counting.checks import BadMessage
 from .counting.shape import check_one, shape_checker
 from .engine import GroupIndex, afit_layout, fit_layout
+from .errors import InvalidInputError
 from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
 from .formats.fitting import Prepared, finish
@@ -34,6 +36,7 @@ from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
+from .recall import Recaller, RecallFit, afit_recalling, fit_recalling
 from .session import ObjectMemory
 from .state import MemoryStore
 from .summarize import is_summary_message
@@ -58,6 +61,13 @@ class Conversation:
     Chat messages' ``reasoning_content`` is handled as :func:`tokenflex.fit` handles it:
     taken out (listed in ``plan.dropped``, section ``reasoning``) unless
     ``keep_reasoning=True``.
+
+    With ``recall=True`` every fit keeps what it leaves out in ``state`` (default: the
+    process's in-memory store) as ``fit(..., recall=True, state=...)`` does: the cut
+    note, summary and cleared placeholders name recall ids, the plan gains the counted
+    ``tokenflex_recall`` tool when something is left out, and :func:`tokenflex.recall`
+    reads an id back. A held cut keeps its id; a cut that moves stores only the messages
+    it newly left out.
     """
 
     def __init__(
@@ -67,10 +77,13 @@ class Conversation:
         model: str | Model,
         tools: Sequence[Tool] | None = None,
         keep_reasoning: bool = False,
+        recall: bool = False,
+        state: Any = None,
         **options: Any,
     ) -> None:
         options = {"cache_stable": True, **options}
         self.keep_reasoning = keep_reasoning
+        self.recall, self.state = _recall_options(recall, state)
         self._reasoning: list[tuple[int, str]] = []  # taken out of messages (fit()'s rule)
         self._converted = False  # a message was converted: plans go back through finish()
         self._given: dict[int, Message] = {}  # the caller's message where it was converted
@@ -187,6 +200,20 @@ class Conversation:
         """
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
+        if self.recall:
+            rf = self._recall_fit(layout, summarizer)
+            plan = fit_recalling(
+                rf,
+                lambda lay, mem, summ: fit_layout(
+                    lay,
+                    opts,
+                    summarizer=summ,
+                    started=started,
+                    memory=mem,
+                    summaries=self._summaries,
+                ),
+            )
+            return self._finish(plan, rf.tools)
         plan = fit_layout(
             layout,
             opts,
@@ -197,7 +224,17 @@ class Conversation:
         )
         return self._finish(plan)
 
-    def _finish(self, plan: Plan) -> Plan:
+    def _recall_fit(self, layout: FitLayout, summarizer: Any) -> RecallFit:
+        """A fit's steps with recall: O(1) to set up (the recaller reads only what a cut
+        newly leaves out)."""
+        from .state import default_store
+
+        store = self.state if self.state is not None else default_store()
+        given = self._given if self._converted else None
+        recaller = Recaller(store, self._msgs, "chat", given)
+        return RecallFit(layout, recaller, self._memory, summarizer, self.tools)
+
+    def _finish(self, plan: Plan, tools: Sequence[Tool] | None = None) -> Plan:
         """The plan as fit() gives it back (reasoning taken out listed, tools attached)."""
         conv = (
             Converted(
@@ -210,7 +247,8 @@ class Conversation:
             else None
         )
         notes: list[str] | None = None if self._parts else []  # string content: no estimate
-        return finish(plan, Prepared(self._msgs, self.tools, self.tools, conv), notes)
+        given_tools = tools if tools is not None else self.tools
+        return finish(plan, Prepared(self._msgs, self.tools, given_tools, conv), notes)
 
     async def afit(
         self,
@@ -224,6 +262,21 @@ class Conversation:
         summarizer is awaited."""
         started = time.perf_counter()
         layout, opts = self._layout(max_tokens, documents, overrides)
+        if self.recall:
+            # the counter may call a tokenizer server: never on the event loop
+            rf = await asyncio.to_thread(self._recall_fit, layout, summarizer)
+            plan = await afit_recalling(
+                rf,
+                lambda lay, mem, summ: afit_layout(
+                    lay,
+                    opts,
+                    summarizer=summ,
+                    started=started,
+                    memory=mem,
+                    summaries=self._summaries,
+                ),
+            )
+            return self._finish(plan, rf.tools)
         plan = await afit_layout(
             layout,
             opts,
@@ -233,3 +286,20 @@ class Conversation:
             summaries=self._summaries,
         )
         return self._finish(plan)
+
+
+def _recall_options(recall: Any, state: Any) -> tuple[bool, Any]:
+    """``recall`` and ``state`` checked (each error names its argument)."""
+    from .state import StateStore
+
+    if not isinstance(recall, bool):
+        raise InvalidInputError(
+            f"Conversation(): recall={recall!r} is not valid; use True or False."
+        )
+    if state is not None and not isinstance(state, StateStore):
+        raise InvalidInputError(
+            f"Conversation(): state must be a tokenflex StateStore (get, set, delete), got "
+            f"{type(state).__name__} {state!r:.80}. Pass tokenflex.state.open_store(url) "
+            "or leave it out for the in-memory store."
+        )
+    return recall, state

@@ -25,12 +25,11 @@ history could possibly fit.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ._types import Message, Tool
 from .budget import SectionSpec
@@ -46,7 +45,7 @@ from .engine import (
     afit_layout,
     fit_layout,
 )
-from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
+from .errors import InvalidInputError, InvalidMessagesError
 from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
 from .formats.objects import plain_message
 from .history import (
@@ -61,6 +60,9 @@ from .options import FitOptions
 from .plan import DropRun, Plan
 from .summarize import is_summary_message
 from .tracing import trace_fit
+
+if TYPE_CHECKING:
+    from .recall import RecallFit
 
 __all__ = ["PINNED_ROLES", "FitLayout", "afit", "fit"]
 
@@ -522,11 +524,12 @@ def fit(
     )
     memory, summaries = _session(state, opts, primary, req.messages)
     if recall:
-        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
-        lay, mem, summ = rf.first()
-        tried: Plan | None = None
-        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-            tried = fit_layout(
+        from .recall import fit_recalling
+
+        rf = _recall_fit(layout, req, messages, state, memory, summarizer)
+        plan = fit_recalling(
+            rf,
+            lambda lay, mem, summ: fit_layout(
                 lay,
                 opts,
                 summarizer=summ,
@@ -534,21 +537,10 @@ def fit(
                 memory=mem,
                 summaries=summaries,
                 background=background_summaries,
-            )
-        again = rf.second(tried)
-        alt = None
-        if again is not None:
-            lay, mem, summ = again
-            alt = fit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-            )
-        plan, req = rf.chosen(tried, alt)
+            ),
+        )
+        if rf.tools is not None:
+            req = replace(req, given_tools=rf.tools)
     else:
         plan = fit_layout(
             layout,
@@ -657,12 +649,13 @@ async def afit(
     )
     memory, summaries = _session(state, opts, primary, req.messages)
     if recall:
+        from .recall import afit_recalling
+
         # the counter may call a tokenizer server: never on the event loop
-        rf = await asyncio.to_thread(_RecallFit, layout, req, messages, state, memory, summarizer)
-        lay, mem, summ = rf.first()
-        tried: Plan | None = None
-        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-            tried = await afit_layout(
+        rf = await asyncio.to_thread(_recall_fit, layout, req, messages, state, memory, summarizer)
+        plan = await afit_recalling(
+            rf,
+            lambda lay, mem, summ: afit_layout(
                 lay,
                 opts,
                 summarizer=summ,
@@ -670,21 +663,10 @@ async def afit(
                 memory=mem,
                 summaries=summaries,
                 background=background_summaries,
-            )
-        again = rf.second(tried)
-        alt = None
-        if again is not None:
-            lay, mem, summ = again
-            alt = await afit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-            )
-        plan, req = await asyncio.to_thread(rf.chosen, tried, alt)
+            ),
+        )
+        if rf.tools is not None:
+            req = replace(req, given_tools=rf.tools)
     else:
         plan = await afit_layout(
             layout,
@@ -715,100 +697,16 @@ async def afit(
     return trace_fit(finish(plan, req))
 
 
-class _Deferred:
-    """A session memory whose ``remember`` waits until the plan sent is chosen (a fit
-    with recall may make two, see :class:`_RecallFit`)."""
+def _recall_fit(
+    layout: FitLayout, req: Prepared, given: Sequence[Any], state: Any, memory: Any, summ: Any
+) -> RecallFit:
+    """fit()'s steps with recall (see :class:`~tokenflex.recall.RecallFit`): what is left
+    out goes to ``state`` in the caller's format."""
+    from .recall import Recaller, RecallFit
+    from .state import default_store
 
-    def __init__(self, memory: Any) -> None:
-        self.memory = memory
-        self.args: tuple[Any, ...] | None = None
-
-    def previous_cut(self, source: Sequence[Message]) -> Any:
-        return self.memory.previous_cut(source)
-
-    def remember(self, source: Any, cut: Any, messages: Any, counter: Any) -> int | None:
-        self.args = (source, cut, messages, counter)
-        return None
-
-    def settle(self, plan: Plan) -> Plan:
-        """``plan`` with the prefix it shares with the previous one; recorded."""
-        if self.args is None:
-            return plan
-        from .cost import cached_tokens
-
-        prefix = self.memory.remember(*self.args)
-        if prefix is None:
-            return plan
-        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
-
-
-class _RecallFit:
-    """The steps of ``fit(..., recall=True)``, driven by fit() and afit().
-
-    1. Fit with the ``tokenflex_recall`` tool counted and the ids named.
-    2. When that plan leaves nothing out, or leaves out little more than the tool costs,
-       or cannot be made (the required input does not fit with the tool), fit as without
-       recall: a request that fits goes out unchanged, and the tool is never what makes
-       a request drop a message or be refused.
-    3. The plan chosen: with the tool, its left-out messages are stored and the tool
-       added in the caller's format; its conversation's memory records it.
-    """
-
-    def __init__(
-        self,
-        layout: FitLayout,
-        req: Prepared,
-        given: Sequence[Any],
-        state: Any,
-        memory: Any,
-        summ: Any,
-    ) -> None:
-        from .recall import Recaller, recall_tool
-        from .state import default_store
-
-        self.layout, self.req, self.memory, self.summarizer = layout, req, memory, summ
-        self.format = req.converted.format if req.converted is not None else "chat"
-        store = state if state is not None else default_store()
-        chat = self.format == "chat" and req.converted is not None
-        self.recaller = Recaller(store, req.messages, self.format, given if chat else None)
-        counted = recall_tool("chat")
-        counter = get_counter(layout.model)
-        self.tool_tokens = counter.base([counted]) - counter.base(None)
-        self.with_tool = replace(
-            layout, tools=[*(layout.tools or ()), counted], recall=self.recaller
-        )
-        self.mem1 = _Deferred(memory) if memory is not None else None
-        self.mem2 = _Deferred(memory) if memory is not None else None
-
-    def first(self) -> tuple[FitLayout, Any, Any]:
-        return self.with_tool, self.mem1, self.summarizer
-
-    def second(self, plan: Plan | None) -> tuple[FitLayout, Any, Any] | None:
-        from .recall import left_out
-
-        if plan is None:  # the required input does not fit with the tool: no recall
-            return self.layout, self.mem2, self.summarizer
-        if not left_out(plan.dropped.runs()):
-            return self.layout, self.mem2, self.summarizer
-        total = 0
-        for d in plan.dropped:  # counted lazily: stops as soon as it is over
-            total += d.tokens
-            if total > 2 * self.tool_tokens:
-                return None
-        return self.layout, self.mem2, None  # nothing summarized for a plan maybe not sent
-
-    def chosen(self, plan: Plan | None, alt: Plan | None) -> tuple[Plan, Prepared]:
-        from .recall import RECALL_TOOL, left_out, recall_tool
-
-        if alt is not None and (
-            plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
-        ):
-            return (alt if self.mem2 is None else self.mem2.settle(alt)), self.req
-        assert plan is not None
-        ids = self.recaller.commit(plan.dropped.runs())
-        extras = {**plan.extras, "recall": {"ids": ids, "tool": RECALL_TOOL}}
-        plan = replace(plan, extras=extras)
-        if self.mem1 is not None:
-            plan = self.mem1.settle(plan)
-        tools = [*(self.req.given_tools or ()), recall_tool(self.format)]
-        return plan, replace(self.req, given_tools=tools)
+    fmt = req.converted.format if req.converted is not None else "chat"
+    store = state if state is not None else default_store()
+    chat = fmt == "chat" and req.converted is not None
+    recaller = Recaller(store, req.messages, fmt, given if chat else None)
+    return RecallFit(layout, recaller, memory, summ, req.given_tools)

@@ -51,14 +51,23 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter, get_counter
 from .counting.checks import BadMessage
 from .counting.shape import check_shapes
-from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
+from .engine import (
+    Layout,
+    MessageSection,
+    Section,
+    SummaryTarget,
+    afit_layout,
+    fit_layout,
+    history_section,
+    stable_target,
+)
 from .errors import InvalidInputError, InvalidMessagesError
 from .formats.chat import REASONING_FIELD, chat_to_internal
 from .formats.native import NativeMessage
@@ -67,6 +76,9 @@ from .models import Model, get_model
 from .options import FitOptions
 from .plan import DroppedItems, DropRun, Plan, log_dropped
 from .summarize import is_summary_message
+
+if TYPE_CHECKING:
+    from .recall import RecallFit
 
 __all__ = ["PROMPT_OPTIONS", "Boundary", "Prompt", "Shrink", "segments"]
 
@@ -239,6 +251,8 @@ class _PromptLayout:
     parts: list[_Section]
     summary: Message | None = None
     recent_start: int = 0
+    recall: Any = None
+    """A :class:`~tokenflex.recall.Recaller` of the history section (``fit(recall=True)``)."""
 
     def sections(self, model: Model) -> list[Section]:
         out: list[Section] = []
@@ -273,6 +287,10 @@ class _PromptLayout:
                     label=f"Section {s.name!r}: ",
                 )
             )
+        if self.recall is not None:  # the cut note and placeholders name recall ids
+            hist = history_section(self, out)
+            if hist is not None:
+                hist.recall = self.recall
         return out
 
     def summary_target(self) -> SummaryTarget | None:
@@ -507,8 +525,11 @@ class Prompt:
         ]
         return out, conv.reasoning
 
-    def _finish(self, plan: Plan) -> Plan:
-        """``plan`` with the reasoning taken out listed in ``dropped`` and the log."""
+    def _finish(self, plan: Plan, tools: Sequence[Tool] | None = None) -> Plan:
+        """``plan`` with the reasoning taken out listed in ``dropped`` and the log (and
+        with recall, the tools to send: the prompt's, then ``tokenflex_recall``)."""
+        if tools is not None:
+            plan = replace(plan, tools=tuple(tools))
         if not self._reasoning:
             return plan
         texts = dict(self._reasoning)
@@ -538,7 +559,6 @@ class Prompt:
         """Where a cache-stable prompt keeps its cut and summaries (nothing: off)."""
         if not self.options.cache_stable:
             return {}
-        from .engine import stable_target
         from .session import StoreMemory
         from .state import default_store
         from .state.tenant import tenant_view
@@ -550,7 +570,23 @@ class Prompt:
             return {"summaries": store}
         return {"memory": StoreMemory(store, self.model.name, target.source), "summaries": store}
 
-    def fit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
+    def _recall_fit(
+        self, layout: _PromptLayout, state: Any, session: dict[str, Any], summ: Any
+    ) -> RecallFit | None:
+        """The steps of a fit with recall for the prompt's history section (the
+        ``summarize`` one, else the first ``drop_oldest`` message section); None when
+        there is none."""
+        from .recall import Recaller, RecallFit
+        from .state import default_store
+
+        target = stable_target(layout, self.model)
+        if target is None:
+            return None
+        store = state if state is not None else default_store()
+        recaller = Recaller(store, target.source, "chat", sections=(target.section,))
+        return RecallFit(layout, recaller, session.get("memory"), summ, self.tools)
+
+    def fit(self, *, summarizer: Any = None, state: Any = None, recall: bool = False) -> Plan:
         """Fit the sections into the model's window.
 
         Args:
@@ -558,34 +594,74 @@ class Prompt:
                 messages are summarized (the last ``keep_recent`` stay verbatim).
             state: With ``cache_stable=True``: the state store that remembers where the
                 history section was last cut (default: the process's in-memory store);
-                a :class:`~tokenflex.state.TenantStore` keeps one user's apart.
+                a :class:`~tokenflex.state.TenantStore` keeps one user's apart. With
+                ``recall=True``: where what the plan left out is kept.
+            recall: As :func:`tokenflex.fit`'s: the history section's messages the plan
+                drops, summarizes or clears are kept in ``state`` under ids that the cut
+                note, summary and placeholders name, and the plan gains the counted
+                ``tokenflex_recall`` tool (in ``plan.tools``, after the prompt's own)
+                when something is left out. Other sections' items are not kept.
 
         Raises:
             ContextOverflowError: the required sections plus the output floor do not fit
                 (and no fallback model can take them).
         """
-        started = time.perf_counter()
-        plan = fit_layout(
-            self._layout(),
-            self.options,
-            summarizer=summarizer,
-            started=started,
-            **self._session(state),
-        )
-        return self._finish(plan)
+        from .recall import fit_recalling
 
-    async def afit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
+        started = time.perf_counter()
+        layout = self._layout()
+        session = self._session(state)
+        rf = self._recall_fit(layout, state, session, summarizer) if _flag(recall) else None
+        if rf is None:
+            plan = fit_layout(
+                layout, self.options, summarizer=summarizer, started=started, **session
+            )
+            return self._finish(plan)
+        plan = fit_recalling(
+            rf,
+            lambda lay, mem, summ: fit_layout(
+                lay,
+                self.options,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=session.get("summaries"),
+            ),
+        )
+        return self._finish(plan, rf.tools)
+
+    async def afit(
+        self, *, summarizer: Any = None, state: Any = None, recall: bool = False
+    ) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
+        import asyncio
+
+        from .recall import afit_recalling
+
         started = time.perf_counter()
-        plan = await afit_layout(
-            self._layout(),
-            self.options,
-            summarizer=summarizer,
-            started=started,
-            **self._session(state),
+        layout = self._layout()
+        session = self._session(state)
+        rf = None
+        if _flag(recall):  # the counter may call a tokenizer server: never on the event loop
+            rf = await asyncio.to_thread(self._recall_fit, layout, state, session, summarizer)
+        if rf is None:
+            plan = await afit_layout(
+                layout, self.options, summarizer=summarizer, started=started, **session
+            )
+            return self._finish(plan)
+        plan = await afit_recalling(
+            rf,
+            lambda lay, mem, summ: afit_layout(
+                lay,
+                self.options,
+                summarizer=summ,
+                started=started,
+                memory=mem,
+                summaries=session.get("summaries"),
+            ),
         )
-        return self._finish(plan)
+        return self._finish(plan, rf.tools)
 
     @property
     def sections(self) -> list[str]:
@@ -597,6 +673,12 @@ class Prompt:
 
 
 _SHRINKS = ("drop_oldest", "drop_lowest", "truncate", "summarize")
+
+
+def _flag(recall: Any) -> bool:
+    if not isinstance(recall, bool):
+        raise InvalidInputError(f"Prompt.fit(): recall={recall!r} is not valid; use True or False.")
+    return recall
 
 
 def _finite(x: Any) -> bool:

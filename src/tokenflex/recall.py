@@ -22,18 +22,26 @@ one message stores and fingerprints only what its cut newly dropped.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from ._types import Message
+from .counting import get_counter
+from .errors import ContextOverflowError
 from .formats.native import NativeMessage
 from .formats.objects import plain
 from .history import with_tool_text
 from .session import fingerprint
 from .state.tenant import TenantStore, tenant_view
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 __all__ = [
     "ITEM_REASONS",
@@ -41,7 +49,10 @@ __all__ = [
     "RECALLED_SECTIONS",
     "RECALL_TOOL",
     "RECALL_TTL_S",
+    "RecallFit",
     "Recaller",
+    "afit_recalling",
+    "fit_recalling",
     "left_out",
     "recall",
     "recall_calls",
@@ -117,8 +128,12 @@ class Recaller:
         store: The tenant's view of the state store (a plain store is the tenant ``""``).
         source: The engine's messages (the caller's originals, in the engine's order).
         format: The caller's format (``chat``, ``anthropic``, ``responses``).
-        given: The caller's chat list, when ``source`` holds converted copies of it (the
-            chat messages' reasoning, which is never sent, is recalled with them).
+        given: The caller's chat messages by their index (a list, or a mapping of the
+            converted ones), when ``source`` holds converted copies of them (the chat
+            messages' reasoning, which is never sent, is recalled with them).
+        sections: The plan's sections whose left-out messages index ``source`` and are
+            kept (fit()'s :data:`RECALLED_SECTIONS`; a :class:`~tokenflex.Prompt`'s
+            history section).
     """
 
     def __init__(
@@ -126,12 +141,14 @@ class Recaller:
         store: Any,
         source: Sequence[Message],
         format: str,
-        given: Sequence[Any] | None = None,
+        given: Sequence[Any] | Mapping[int, Any] | None = None,
+        sections: Sequence[str] = RECALLED_SECTIONS,
     ) -> None:
         self.store: TenantStore = tenant_view(store)
         self.source = source
         self.format = format
         self.given = given
+        self.sections = tuple(sections)
         self._fp: dict[int, str] = {}
         self._spans: dict[tuple[int, int], tuple[str, str | None, int, float]] = {}
         """(lo, stop) -> (id, the chain's previous id, where the new part starts, when the
@@ -216,7 +233,7 @@ class Recaller:
         spans: list[tuple[int, int]] = []
         last: tuple[str, int, int, str] | None = None
         for section, a, b, reason in runs:
-            if section not in RECALLED_SECTIONS or b <= a:
+            if section not in self.sections or b <= a:
                 continue
             if reason in ITEM_REASONS:
                 for i in range(a, b):
@@ -258,6 +275,10 @@ class Recaller:
         mark = {"stop": stop, "id": rid, "last": self._fingerprint(stop - 1), "born": born}
         self.store.set(self._mark_key(lo), json.dumps(mark).encode(), ttl_s=RECALL_TTL_S)
         return rid
+
+    def left_out(self, runs: Sequence[tuple[str, int, int, str]]) -> bool:
+        """Whether a plan's dropped runs leave out anything this recaller keeps."""
+        return any(s in self.sections and b > a for s, a, b, _ in runs)
 
 
 def left_out(runs: Sequence[tuple[str, int, int, str]]) -> bool:
@@ -400,3 +421,127 @@ def with_recall_tool(body: dict[str, Any], plan: Any) -> dict[str, Any]:
     if plan.extras.get("recall"):
         body["tools"] = list(plan.tools)
     return body
+
+
+# -- fitting with recall: one sequence for fit(), Prompt and Conversation --------------
+
+
+class _Deferred:
+    """A session memory whose ``remember`` waits until the plan sent is chosen (a fit
+    with recall may make two, see :class:`RecallFit`)."""
+
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+        self.args: tuple[Any, ...] | None = None
+
+    def previous_cut(self, source: Sequence[Message]) -> Any:
+        return self.memory.previous_cut(source)
+
+    def remember(self, source: Any, cut: Any, messages: Any, counter: Any) -> int | None:
+        self.args = (source, cut, messages, counter)
+        return None
+
+    def settle(self, plan: Plan) -> Plan:
+        """``plan`` with the prefix it shares with the previous one; recorded."""
+        if self.args is None:
+            return plan
+        from .cost import cached_tokens
+
+        prefix = self.memory.remember(*self.args)
+        if prefix is None:
+            return plan
+        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
+
+
+class RecallFit:
+    """The steps of a fit with recall (``fit(..., recall=True)``, :class:`~tokenflex.Prompt`,
+    :class:`~tokenflex.Conversation`), driven by :func:`fit_recalling` and
+    :func:`afit_recalling`.
+
+    1. Fit with the ``tokenflex_recall`` tool counted and the ids named.
+    2. When that plan leaves nothing out, or leaves out little more than the tool costs,
+       or cannot be made (the required input does not fit with the tool), fit as without
+       recall: a request that fits goes out unchanged, and the tool is never what makes
+       a request drop a message or be refused.
+    3. The plan chosen: with the tool, its left-out messages are stored and
+       :attr:`tools` says what to send (the caller's tools, then ``tokenflex_recall`` in
+       the caller's format); its conversation's memory records it.
+
+    Args:
+        layout: The caller's layout (a dataclass with ``tools`` and ``recall`` fields).
+        recaller: Where what is left out goes, and in which format.
+        memory: The conversation's session memory (cache-stable cuts), or None.
+        summarizer: The fit's summarizer, or None.
+        given_tools: The caller's tools, as given (sent before ``tokenflex_recall``).
+    """
+
+    def __init__(
+        self,
+        layout: Any,
+        recaller: Recaller,
+        memory: Any,
+        summarizer: Any,
+        given_tools: Sequence[Any] | None,
+    ) -> None:
+        self.layout, self.recaller, self.memory = layout, recaller, memory
+        self.summarizer, self.given_tools = summarizer, given_tools
+        counted = recall_tool("chat")
+        counter = get_counter(layout.model)
+        self.tool_tokens = counter.base([counted]) - counter.base(None)
+        self.with_tool = replace(layout, tools=[*(layout.tools or ()), counted], recall=recaller)
+        self.mem1 = _Deferred(memory) if memory is not None else None
+        self.mem2 = _Deferred(memory) if memory is not None else None
+        self.tools: list[Any] | None = None
+        """After :meth:`chosen`: the tools to send when the plan has recall, else None."""
+
+    def first(self) -> tuple[Any, Any, Any]:
+        return self.with_tool, self.mem1, self.summarizer
+
+    def second(self, plan: Plan | None) -> tuple[Any, Any, Any] | None:
+        if plan is None:  # the required input does not fit with the tool: no recall
+            return self.layout, self.mem2, self.summarizer
+        if not self.recaller.left_out(plan.dropped.runs()):
+            return self.layout, self.mem2, self.summarizer
+        total = 0
+        for d in plan.dropped:  # counted lazily: stops as soon as it is over
+            total += d.tokens
+            if total > 2 * self.tool_tokens:
+                return None
+        return self.layout, self.mem2, None  # nothing summarized for a plan maybe not sent
+
+    def chosen(self, plan: Plan | None, alt: Plan | None) -> Plan:
+        left_out = self.recaller.left_out
+        if alt is not None and (
+            plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
+        ):
+            return alt if self.mem2 is None else self.mem2.settle(alt)
+        assert plan is not None
+        ids = self.recaller.commit(plan.dropped.runs())
+        extras = {**plan.extras, "recall": {"ids": ids, "tool": RECALL_TOOL}}
+        plan = replace(plan, extras=extras)
+        if self.mem1 is not None:
+            plan = self.mem1.settle(plan)
+        self.tools = [*(self.given_tools or ()), recall_tool(self.recaller.format)]
+        return plan
+
+
+def fit_recalling(rf: RecallFit, solve: Callable[[Any, Any, Any], Plan]) -> Plan:
+    """Drive ``rf``: ``solve(layout, memory, summarizer)`` makes one plan."""
+    layout, memory, summarizer = rf.first()
+    tried: Plan | None = None
+    with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+        tried = solve(layout, memory, summarizer)
+    again = rf.second(tried)
+    alt = solve(*again) if again is not None else None
+    return rf.chosen(tried, alt)
+
+
+async def afit_recalling(rf: RecallFit, solve: Callable[[Any, Any, Any], Awaitable[Plan]]) -> Plan:
+    """Async twin of :func:`fit_recalling` (what is left out is stored in a worker thread)."""
+    layout, memory, summarizer = rf.first()
+    tried: Plan | None = None
+    with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+        tried = await solve(layout, memory, summarizer)
+    again = rf.second(tried)
+    alt = await solve(*again) if again is not None else None
+    return await asyncio.to_thread(rf.chosen, tried, alt)
