@@ -46,7 +46,7 @@ from .history import (
 )
 from .models import Model, get_model, unknown_model_warning
 from .options import AUTO_MARK_MAX, LOW_WATER, FitOptions
-from .plan import DroppedItems, DropRun, Plan, SummaryInfo, log_dropped
+from .plan import DroppedItems, DropRun, ItemSource, Plan, SummaryInfo, log_dropped
 from .session import HistoryCut, SessionMemory
 from .summarize import summary_message
 from .summarize.facts import fact_report
@@ -59,6 +59,7 @@ __all__ = [
     "Pass",
     "Section",
     "SummaryTarget",
+    "TakenOut",
     "afit_layout",
     "build_plan",
     "cut_note",
@@ -1182,6 +1183,29 @@ def dropped_messages_warnings(p: Pass, runs: Sequence[DropRun], opts: FitOptions
     return out
 
 
+@dataclass(frozen=True)
+class TakenOut:
+    """What the reasoning step took out of the caller's messages before the engine saw
+    them (a chat message's ``reasoning_content``: the rule is
+    :func:`tokenflex.formats.chat.chat_to_internal`'s), one step for fit(), Prompt and
+    Conversation alike: never sent, and listed in ``plan.dropped`` by :func:`build_plan`
+    (section and reason ``reasoning``, the caller's index, its tokens)."""
+
+    texts: Mapping[int, str]
+    """Caller's message index -> the reasoning text taken out of it, in order."""
+
+    section = "reasoning"
+
+    def runs(self) -> list[DropRun]:
+        return [DropRun(self.section, i, i + 1, "reasoning") for i in self.texts]
+
+    def item(self, index: int) -> Any:
+        return self.texts[index]
+
+    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
+        return counter.text(item)
+
+
 def build_plan(
     p: Pass,
     *,
@@ -1190,11 +1214,13 @@ def build_plan(
     runs: Sequence[DropRun] = (),
     summary: SummaryInfo | None = None,
     fallback_from: str | None = None,
+    taken_out: TakenOut | None = None,
 ) -> Plan:
     """The :class:`~tokenflex.Plan` of a pass; ``runs`` adds items dropped before it
-    (a summarized span)."""
+    (a summarized span), ``taken_out`` the reasoning the caller's messages lost before
+    the engine. ``plan.dropped`` reads each item from its section by name (a dict)."""
     order = {s.name: i for i, s in enumerate(p.sections)}
-    by_name = {s.name: s for s in p.sections}
+    sources: dict[str, ItemSource] = {s.name: s for s in p.sections}
     all_runs = list(runs)
     messages: list[Any] = []
     warnings = list(p.warnings)
@@ -1216,14 +1242,12 @@ def build_plan(
     warnings += dropped_messages_warnings(p, all_runs, opts)
     counter = p.counter
     warnings += counter.notes()  # what the model's chat template will not show it
-
-    def item(section: str, i: int) -> Any:
-        return by_name[section].item(i)
-
-    def item_cost(section: str, i: int, it: Any) -> int:
-        return by_name[section].item_tokens(i, it, counter)
-
     log_dropped(all_runs, p.model.name)
+    if taken_out is not None and taken_out.texts:
+        taken = taken_out.runs()
+        log_dropped(taken, p.model.name)  # the solver never saw them
+        all_runs += taken
+        sources[taken_out.section] = taken_out
     alloc = p.alloc
     spec = alloc.spec
     assert spec is not None
@@ -1237,7 +1261,7 @@ def build_plan(
         min_output_tokens=spec.floor,
         model=p.model,
         sections={k: v for k, v in p.section_tokens.items() if v} | {"tools_and_priming": p.base},
-        dropped=DroppedItems(all_runs, item, item_cost),
+        dropped=DroppedItems(all_runs, sources, counter),
         summary=summary,
         warnings=tuple(dict.fromkeys(warnings)),
         exact=counter.exact_for(messages, p.tools),
@@ -1317,12 +1341,18 @@ class _Outcome:
     memory: SessionMemory | None = None
     previous: HistoryCut | None = None
     """Where the conversation's previous plan cut it."""
+    taken_out: TakenOut | None = None
+    """The reasoning taken out before the engine (listed in every plan made here)."""
     request: _SummaryRequest | None = field(default=None, init=False)
 
     def plan(self) -> Plan:
         return self.remembered(
             build_plan(
-                self.first, opts=self.opts, started=self.started, fallback_from=self.fallback_from
+                self.first,
+                opts=self.opts,
+                started=self.started,
+                fallback_from=self.fallback_from,
+                taken_out=self.taken_out,
             ),
             self.cut,
         )
@@ -1489,6 +1519,7 @@ class _Outcome:
             started=self.started,
             runs=[DropRun(target.section, r.span_start, r.recent_start, "summarized")],
             fallback_from=self.fallback_from,
+            taken_out=self.taken_out,
             summary=SummaryInfo(
                 text=text.strip(),
                 covers=(r.span_start, r.recent_start),
@@ -1611,6 +1642,7 @@ def fit_layout(
     memory: SessionMemory | None = None,
     summaries: Any = None,
     background: Any = None,
+    taken_out: TakenOut | None = None,
 ) -> Plan:
     """Fit a layout: the first pass (with fallback), then a summary if one is needed.
 
@@ -1621,11 +1653,14 @@ def fit_layout(
         background: A :class:`~tokenflex.summarize.background.BackgroundSummaries`: a
             summary that needs more than one summarizer call is made there (stored in
             ``summaries``) and this fit does not wait for it (:meth:`_Outcome.deferred`).
+        taken_out: The reasoning taken out of the caller's messages (see
+            :class:`TakenOut`), listed in the plan's ``dropped``.
     """
     from .summarize import summarize_span
 
     begun = time.perf_counter() if started is None else started
     outcome = _first(layout, opts, begun, memory)
+    outcome.taken_out = taken_out
     r = outcome.summary_request(summarizer, summaries)
     if r is None:
         return outcome.plan()
@@ -1665,6 +1700,7 @@ async def afit_layout(
     memory: SessionMemory | None = None,
     summaries: Any = None,
     background: Any = None,
+    taken_out: TakenOut | None = None,
 ) -> Plan:
     """Async twin of :func:`fit_layout`: counting and solving run in a worker thread (a
     tokenizer may call a server), the summarizer is awaited (a background summary is
@@ -1673,6 +1709,7 @@ async def afit_layout(
 
     begun = time.perf_counter() if started is None else started
     outcome = await asyncio.to_thread(_first, layout, opts, begun, memory)
+    outcome.taken_out = taken_out
     r = outcome.summary_request(summarizer, summaries)
     if r is None:
         return await asyncio.to_thread(outcome.plan)

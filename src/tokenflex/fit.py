@@ -43,6 +43,7 @@ from .engine import (
     MessageSection,
     Section,
     SummaryTarget,
+    TakenOut,
     afit_layout,
     fit_layout,
 )
@@ -521,6 +522,7 @@ def fit(
         req.messages, primary, req.tools, opts, documents, user_first=_user_first(req)
     )
     memory, summaries = _session(state, opts, primary, req.messages)
+    taken = _taken_out(req)
     if recall:
         rf = _RecallFit(layout, req, messages, state, memory, summarizer)
         lay, mem, summ = rf.first()
@@ -534,6 +536,7 @@ def fit(
                 memory=mem,
                 summaries=summaries,
                 background=background_summaries,
+                taken_out=taken,
             )
         again = rf.second(tried)
         alt = None
@@ -547,6 +550,7 @@ def fit(
                 memory=mem,
                 summaries=summaries,
                 background=background_summaries,
+                taken_out=taken,
             )
         plan, req = rf.chosen(tried, alt)
     else:
@@ -558,6 +562,7 @@ def fit(
             memory=memory,
             summaries=summaries,
             background=background_summaries,
+            taken_out=taken,
         )
     if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
         forget(messages)
@@ -577,6 +582,13 @@ def fit(
             **options,
         )
     return trace_fit(finish(plan, req))
+
+
+def _taken_out(req: Prepared) -> TakenOut | None:
+    """The reasoning :func:`~tokenflex.formats.fitting.prepare` took out of the chat
+    messages, for the engine's plan to list."""
+    conv = req.converted
+    return TakenOut(dict(conv.reasoning)) if conv is not None and conv.reasoning else None
 
 
 def _user_first(req: Prepared) -> bool:
@@ -656,6 +668,7 @@ async def afit(
         documents,
     )
     memory, summaries = _session(state, opts, primary, req.messages)
+    taken = _taken_out(req)
     if recall:
         # the counter may call a tokenizer server: never on the event loop
         rf = await asyncio.to_thread(_RecallFit, layout, req, messages, state, memory, summarizer)
@@ -670,6 +683,7 @@ async def afit(
                 memory=mem,
                 summaries=summaries,
                 background=background_summaries,
+                taken_out=taken,
             )
         again = rf.second(tried)
         alt = None
@@ -683,6 +697,7 @@ async def afit(
                 memory=mem,
                 summaries=summaries,
                 background=background_summaries,
+                taken_out=taken,
             )
         plan, req = await asyncio.to_thread(rf.chosen, tried, alt)
     else:
@@ -694,6 +709,7 @@ async def afit(
             memory=memory,
             summaries=summaries,
             background=background_summaries,
+            taken_out=taken,
         )
     if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
         forget(messages)
@@ -792,6 +808,8 @@ class _RecallFit:
             return self.layout, self.mem2, self.summarizer
         total = 0
         for d in plan.dropped:  # counted lazily: stops as soon as it is over
+            if d.section == TakenOut.section:
+                continue  # never sent, with or without the tool
             total += d.tokens
             if total > 2 * self.tool_tokens:
                 return None

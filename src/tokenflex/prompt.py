@@ -55,17 +55,25 @@ from typing import Any, Literal
 
 from ._types import Message, Tool
 from .budget import SectionSpec
-from .counting import MessageCounter, get_counter
+from .counting import MessageCounter
 from .counting.checks import BadMessage
 from .counting.shape import check_shapes
-from .engine import Layout, MessageSection, Section, SummaryTarget, afit_layout, fit_layout
+from .engine import (
+    Layout,
+    MessageSection,
+    Section,
+    SummaryTarget,
+    TakenOut,
+    afit_layout,
+    fit_layout,
+)
 from .errors import InvalidInputError, InvalidMessagesError
 from .formats.chat import REASONING_FIELD, chat_to_internal
 from .formats.native import NativeMessage
 from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
-from .plan import DroppedItems, DropRun, Plan, log_dropped
+from .plan import DropRun, Plan
 from .summarize import is_summary_message
 
 __all__ = ["PROMPT_OPTIONS", "Boundary", "Prompt", "Shrink", "segments"]
@@ -507,32 +515,13 @@ class Prompt:
         ]
         return out, conv.reasoning
 
-    def _finish(self, plan: Plan) -> Plan:
-        """``plan`` with the reasoning taken out listed in ``dropped`` and the log."""
-        if not self._reasoning:
-            return plan
-        texts = dict(self._reasoning)
-        runs = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in self._reasoning]
-        log_dropped(runs, plan.model.name)
-        old = plan.dropped
-        counter = get_counter(plan.model)
-
-        def item(section: str, i: int) -> Any:
-            if section == "reasoning":
-                return texts[i]
-            return next(d.item for d in old if d.section == section and d.index == i)
-
-        def cost(section: str, i: int, it: Any) -> int:
-            if section == "reasoning":
-                return counter.text(texts[i])
-            return old.cost_of(section, i)
-
-        all_runs = [DropRun(*r) for r in old.runs()] + runs
-        return replace(plan, dropped=DroppedItems(all_runs, item, cost))
-
     # -- fitting -----------------------------------------------------------------------
     def _layout(self) -> _PromptLayout:
         return _PromptLayout(self.model, self.tools, list(self._sections))
+
+    def _taken_out(self) -> TakenOut | None:
+        """The reasoning taken out of the message sections, for the plan to list."""
+        return TakenOut(dict(self._reasoning)) if self._reasoning else None
 
     def _session(self, state: Any) -> dict[str, Any]:
         """Where a cache-stable prompt keeps its cut and summaries (nothing: off)."""
@@ -565,27 +554,27 @@ class Prompt:
                 (and no fallback model can take them).
         """
         started = time.perf_counter()
-        plan = fit_layout(
+        return fit_layout(
             self._layout(),
             self.options,
             summarizer=summarizer,
             started=started,
+            taken_out=self._taken_out(),
             **self._session(state),
         )
-        return self._finish(plan)
 
     async def afit(self, *, summarizer: Any = None, state: Any = None) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
         started = time.perf_counter()
-        plan = await afit_layout(
+        return await afit_layout(
             self._layout(),
             self.options,
             summarizer=summarizer,
             started=started,
+            taken_out=self._taken_out(),
             **self._session(state),
         )
-        return self._finish(plan)
 
     @property
     def sections(self) -> list[str]:
