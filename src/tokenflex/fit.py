@@ -33,11 +33,11 @@ from dataclasses import dataclass, replace
 from typing import Any, ParamSpec, TypeVar, cast
 
 from ._types import Message, Tool
-from .budget import SectionSpec
-from .counting import MessageCounter, get_counter
+from .counting import get_counter
 from .counting.checks import BadMessage
 from .counting.shape import check_one, check_shapes, shape_checker
 from .engine import (
+    DocumentsSection,
     GroupIndex,
     Layout,
     MessageSection,
@@ -59,7 +59,7 @@ from .history import (
 )
 from .models import Model, get_model
 from .options import FitOptions
-from .plan import DropRun, Plan
+from .plan import Plan
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
@@ -77,86 +77,6 @@ def check_messages(messages: Any) -> Sequence[Message]:
             'Pass [{"role": "user", "content": "..."}].'
         )
     return messages
-
-
-class DocumentsSection(Section):
-    """Retrieved chunks packed with their citations into the room the required input
-    leaves, as one system message; dropped chunks are this section's dropped items."""
-
-    name = "documents"
-    needs_room = True
-
-    def __init__(self, documents: Sequence[Any], model: Model, opts: FitOptions) -> None:
-        self.documents = documents
-        self.model = model
-        self.opts = opts
-        self.packed: Any = None
-        self.message: dict[str, Any] | None = None
-        self._dropped: dict[int, int | None] | None = None
-
-    def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
-        from .documents import pack_chunks
-
-        o = self.opts
-        # Without a cap, documents take half of what is left so history keeps the rest.
-        budget = min(o.documents_cap, room) if o.documents_cap is not None else room // 2
-        budget -= counter.message({"role": "system", "content": ""})
-        if budget <= o.documents_safety_buffer:
-            budget = o.documents_safety_buffer + 1  # admits nothing; every chunk is listed
-        self.packed = pack_chunks(
-            self.documents,
-            budget=budget,
-            tokenizer=self.model,
-            policy=o.documents_policy,  # type: ignore[arg-type]
-            safety_buffer=o.documents_safety_buffer,
-            format=o.documents_format,  # type: ignore[arg-type]
-        )
-        if not self.packed.rendered:
-            self.message = None
-            return SectionSpec(self.name, [], required=-1, priority=70)
-        self.message = {"role": "system", "content": self.packed.rendered}
-        return SectionSpec(self.name, [counter.message(self.message)], required=-1, priority=70)
-
-    def render(self, kept: tuple[int, ...]) -> list[Message]:
-        return [self.message] if self.message is not None else []
-
-    def runs(self, alloc: Any) -> list[DropRun]:
-        return [DropRun(self.name, d.index, d.index + 1, d.reason) for d in self.packed.dropped]
-
-    def item(self, index: int) -> Any:
-        return self.documents[index]
-
-    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
-        if self._dropped is None:
-            self._dropped = {d.index: d.tokens for d in self.packed.dropped}
-        tokens = self._dropped[index]
-        if tokens is None:  # policy "stop" never had to count it: count it now, once
-            from .documents.render import chunk_parts
-
-            wide = "9" * len(str(max(len(self.documents), 1)))
-            parts = chunk_parts(self.opts.documents_format, wide, item)
-            tokens = sum(counter.text(p) for p in parts)
-        return tokens
-
-    def warnings(self) -> list[str]:
-        if not self.packed.partial:
-            return []
-        return [
-            f"documents: {self.packed.dropped_count} of {len(self.documents)} chunks omitted "
-            "to fit the budget (the context tells the model)."
-        ]
-
-    def extras(self) -> dict[str, Any]:
-        p = self.packed
-        return {
-            "documents": {
-                "admitted": len(p.admitted),
-                "dropped": p.dropped_count,
-                "tokens": p.tokens,
-                "budget": p.budget,
-                "policy": p.policy,
-            }
-        }
 
 
 @dataclass
@@ -211,14 +131,16 @@ class FitLayout:
 
     def sections(self, model: Model) -> list[Section]:
         msgs, o = self.messages, self.opts
-        out: list[Section] = [MessageSection("system", msgs, 0, self.sys_end, priority=100)]
+        out: list[Section] = [
+            MessageSection("system", msgs, 0, self.sys_end, priority=100, role="system")
+        ]
         if self.documents:
             out.append(DocumentsSection(self.documents, model, o))
         if self.summary is not None:
-            out.append(MessageSection("summary", [self.summary], 0, 1, priority=80))
+            out.append(MessageSection("summary", [self.summary], 0, 1, priority=80, role="summary"))
         elif self.summary_idx is not None:
             i = self.summary_idx
-            out.append(MessageSection("summary", msgs, i, i + 1, priority=80))
+            out.append(MessageSection("summary", msgs, i, i + 1, priority=80, role="summary"))
         if self.pin_end > self.hist_start:
             out.append(MessageSection("pinned", msgs, self.hist_start, self.pin_end, priority=85))
         out.append(
@@ -241,7 +163,9 @@ class FitLayout:
         assert isinstance(history, MessageSection)
         history.recall = self.recall
         history.user_opens = self.user_first and self.pin_end == self.hist_start
-        current = MessageSection("current", msgs, self.cur_start, len(msgs), priority=90)
+        current = MessageSection(
+            "current", msgs, self.cur_start, len(msgs), priority=90, role="current"
+        )
         current.truncatable = o.truncate_tool_results
         out.append(current)
         return out

@@ -143,6 +143,7 @@ class TextSection(Section):
     """
 
     exact_render = False
+    role = "text"
 
     def __init__(self, s: _Section) -> None:
         self.s = s
@@ -259,10 +260,14 @@ class _PromptLayout:
             lo = 0
             if s.shrink == "summarize":
                 if self.summary is not None:
-                    out.append(MessageSection("summary", [self.summary], 0, 1, priority=80))
+                    out.append(
+                        MessageSection("summary", [self.summary], 0, 1, priority=80, role="summary")
+                    )
                     lo = self.recent_start
                 elif is_summary_message(s.messages[0]):
-                    out.append(MessageSection("summary", s.messages, 0, 1, priority=80))
+                    out.append(
+                        MessageSection("summary", s.messages, 0, 1, priority=80, role="summary")
+                    )
                     lo = 1
             out.append(
                 MessageSection(
