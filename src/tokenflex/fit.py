@@ -25,10 +25,12 @@ history could possibly fit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -44,6 +46,7 @@ from .engine import (
     Section,
     SummaryTarget,
     TakenOut,
+    Work,
     afit_layout,
     fit_layout,
 )
@@ -417,95 +420,39 @@ def fit(
     >>> plan.input_tokens, plan.max_tokens
     (9, 1000)
     """
-    import time
-
-    started = time.perf_counter()
-    opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
-    messages = check_messages(messages)
-    primary = get_model(model, strict=opts.strict)
-    if history is not None:
-        views = chat_views(messages, primary)
-        read, _ = read_newest_first(
-            history,
-            enough=_history_bound(views, primary, opts, history),
-            page_size=opts.page_size,
-        )
-        messages = _with_history(messages, views, read)
-    req = prepare(
+    flow = _fit_flow(
         messages,
+        model=model,
+        max_tokens=max_tokens,
+        tools=tools,
+        history=history,
+        summarizer=summarizer,
+        documents=documents,
+        state=state,
         format=format,
         system=system,
-        tools=tools,
         keep_reasoning=keep_reasoning,
-        lazy_history=history is not None,
-        reuse=True,
+        background_summaries=background_summaries,
+        recall=recall,
+        options=options,
     )
-    if history is None:
-        check_prepared(req, primary)
-    layout = FitLayout(
-        req.messages, primary, req.tools, opts, documents, user_first=_user_first(req)
-    )
-    memory, summaries = _session(state, opts, primary, req.messages)
-    taken = _taken_out(req)
-    if recall:
-        rf = _RecallFit(layout, req, messages, state, memory, summarizer)
-        lay, mem, summ = rf.first()
-        tried: Plan | None = None
-        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-            tried = fit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-                taken_out=taken,
-            )
-        again = rf.second(tried)
-        alt = None
-        if again is not None:
-            lay, mem, summ = again
-            alt = fit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-                taken_out=taken,
-            )
-        plan, req = rf.chosen(tried, alt)
-    else:
-        plan = fit_layout(
-            layout,
-            opts,
-            summarizer=summarizer,
-            started=started,
-            memory=memory,
-            summaries=summaries,
-            background=background_summaries,
-            taken_out=taken,
-        )
-    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
-        forget(messages)
-        return fit(
-            messages,
-            model=model,
-            max_tokens=max_tokens,
-            tools=tools,
-            summarizer=summarizer,
-            documents=documents,
-            state=state,
-            format=format,
-            system=system,
-            keep_reasoning=keep_reasoning,
-            background_summaries=background_summaries,
-            recall=recall,
-            **options,
-        )
-    return trace_fit(finish(plan, req))
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = flow.send(answer) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        answer, error = None, None
+        try:
+            if isinstance(step, Work):
+                answer = step.run()
+            elif isinstance(step, _FitStep):
+                answer = fit_layout(step.layout, step.opts, **step.kwargs)
+            else:
+                answer = read_newest_first(step.source, enough=step.enough, page_size=step.page)
+        except Exception as exc:  # the flow's own to handle (or raise)
+            error = exc
 
 
 def _taken_out(req: Prepared) -> TakenOut | None:
@@ -560,99 +507,145 @@ async def afit(
     """Async twin of :func:`fit`: also reads async history sources and awaits async
     summarizers; counting and solving run in a worker thread, so a tokenizer that asks
     a server never blocks the event loop."""
-    import asyncio
-    import time
-
-    started = time.perf_counter()
-    opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
-    messages = check_messages(messages)
-    primary = get_model(model, strict=opts.strict)
-    if history is not None:
-        views = await asyncio.to_thread(chat_views, messages, primary)
-        bound = await asyncio.to_thread(_history_bound, views, primary, opts, history)
-        read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
-        messages = _with_history(messages, views, read)
-    req = prepare(
+    flow = _fit_flow(
         messages,
+        model=model,
+        max_tokens=max_tokens,
+        tools=tools,
+        history=history,
+        summarizer=summarizer,
+        documents=documents,
+        state=state,
         format=format,
         system=system,
-        tools=tools,
         keep_reasoning=keep_reasoning,
-        lazy_history=history is not None,
-        reuse=True,
+        background_summaries=background_summaries,
+        recall=recall,
+        options=options,
     )
-    if history is None:
-        await asyncio.to_thread(check_prepared, req, primary)
-    layout = await asyncio.to_thread(
-        functools.partial(FitLayout, user_first=_user_first(req)),
-        req.messages,
-        primary,
-        req.tools,
-        opts,
-        documents,
-    )
-    memory, summaries = _session(state, opts, primary, req.messages)
-    taken = _taken_out(req)
-    if recall:
-        # the counter may call a tokenizer server: never on the event loop
-        rf = await asyncio.to_thread(_RecallFit, layout, req, messages, state, memory, summarizer)
-        lay, mem, summ = rf.first()
-        tried: Plan | None = None
-        with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-            tried = await afit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-                taken_out=taken,
-            )
-        again = rf.second(tried)
-        alt = None
-        if again is not None:
-            lay, mem, summ = again
-            alt = await afit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-                taken_out=taken,
-            )
-        plan, req = await asyncio.to_thread(rf.chosen, tried, alt)
-    else:
-        plan = await afit_layout(
-            layout,
-            opts,
-            summarizer=summarizer,
-            started=started,
-            memory=memory,
-            summaries=summaries,
-            background=background_summaries,
-            taken_out=taken,
-        )
-    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
-        forget(messages)
-        return await afit(
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = flow.send(answer) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        answer, error = None, None
+        try:
+            if isinstance(step, Work):
+                answer = await asyncio.to_thread(step.run)
+            elif isinstance(step, _FitStep):
+                answer = await afit_layout(step.layout, step.opts, **step.kwargs)
+            else:
+                answer = await aread_newest_first(
+                    step.source, enough=step.enough, page_size=step.page
+                )
+        except Exception as exc:  # the flow's own to handle (or raise)
+            error = exc
+
+
+@dataclass(frozen=True)
+class _FitStep:
+    """The flow needs a layout fitted (:func:`~tokenflex.engine.fit_layout`, or awaited
+    :func:`~tokenflex.engine.afit_layout`)."""
+
+    layout: FitLayout
+    opts: FitOptions
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _ReadHistory:
+    """The flow needs a lazy history source read, newest first, until ``enough``."""
+
+    source: Any
+    enough: Callable[[Message], bool]
+    page: int
+
+
+def _fit_flow(
+    messages: Sequence[Message],
+    *,
+    model: str | Model,
+    max_tokens: int | None,
+    tools: Sequence[Tool] | None,
+    history: Any,
+    summarizer: Any,
+    documents: Sequence[Any] | None,
+    state: Any,
+    format: str | None,
+    system: Any,
+    keep_reasoning: bool,
+    background_summaries: Any,
+    recall: bool,
+    options: dict[str, Any],
+) -> Generator[Work | _FitStep | _ReadHistory, Any, Plan]:
+    """fit() and afit(), written once (sans I/O, as :func:`tokenflex.engine.layout_flow`):
+    it yields the work that may call a tokenizer server (:class:`Work`), the history
+    reads and the layout fits, and receives their answers (an exception is thrown in)."""
+    while True:
+        started = time.perf_counter()
+        opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
+        messages = check_messages(messages)
+        primary = get_model(model, strict=opts.strict)
+        if history is not None:
+            views = yield Work(functools.partial(chat_views, messages, primary))
+            bound = yield Work(functools.partial(_history_bound, views, primary, opts, history))
+            read, _ = yield _ReadHistory(history, bound, opts.page_size)
+            messages = _with_history(messages, views, read)
+        req = prepare(
             messages,
-            model=model,
-            max_tokens=max_tokens,
-            tools=tools,
-            summarizer=summarizer,
-            documents=documents,
-            state=state,
             format=format,
             system=system,
+            tools=tools,
             keep_reasoning=keep_reasoning,
-            background_summaries=background_summaries,
-            recall=recall,
-            **options,
+            lazy_history=history is not None,
+            reuse=True,
         )
-    return trace_fit(finish(plan, req))
+        if history is None:
+            yield Work(functools.partial(check_prepared, req, primary))
+        layout = yield Work(
+            functools.partial(
+                FitLayout,
+                req.messages,
+                primary,
+                req.tools,
+                opts,
+                documents,
+                user_first=_user_first(req),
+            )
+        )
+        memory, summaries = _session(state, opts, primary, req.messages)
+        common = {
+            "started": started,
+            "summaries": summaries,
+            "background": background_summaries,
+            "taken_out": _taken_out(req),
+        }
+        plan: Plan
+        if recall:
+            # the counter may call a tokenizer server: never on the event loop
+            rf = yield Work(
+                functools.partial(_RecallFit, layout, req, messages, state, memory, summarizer)
+            )
+            lay, mem, summ = rf.first()
+            tried: Plan | None = None
+            with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+                tried = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
+            again = rf.second(tried)
+            alt = None
+            if again is not None:
+                lay, mem, summ = again
+                alt = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
+            plan, req = yield Work(functools.partial(rf.chosen, tried, alt))
+        else:
+            plan = yield _FitStep(
+                layout, opts, {**common, "summarizer": summarizer, "memory": memory}
+            )
+        if fresh(plan, req):
+            return trace_fit(finish(plan, req))
+        forget(messages)  # a kept message was edited in place: read the list afresh
+        history = None  # (what it gave is in messages now)
 
 
 class _Deferred:
