@@ -26,7 +26,7 @@ from ._types import Message, Tool
 from .counting import get_counter
 from .counting.checks import BadMessage
 from .counting.shape import check_one, shape_checker
-from .engine import GroupIndex, afit_layout, fit_layout
+from .engine import GroupIndex, TakenOut, afit_layout, fit_layout
 from .errors import InvalidInputError
 from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
@@ -84,7 +84,7 @@ class Conversation:
         options = {"cache_stable": True, **options}
         self.keep_reasoning = keep_reasoning
         self.recall, self.state = _recall_options(recall, state)
-        self._reasoning: list[tuple[int, str]] = []  # taken out of messages (fit()'s rule)
+        self._reasoning: dict[int, str] = {}  # taken out of messages (fit()'s rule)
         self._converted = False  # a message was converted: plans go back through finish()
         self._given: dict[int, Message] = {}  # the caller's message where it was converted
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
@@ -123,7 +123,7 @@ class Conversation:
             message = conv.messages[0]
             if isinstance(message, NativeMessage):
                 message.start = i  # converted alone: its place in the whole conversation
-            self._reasoning += [(i, text) for _, text in conv.reasoning]
+            self._reasoning.update((i, text) for _, text in conv.reasoning)
             self._converted = True
         tokens = self._counter.message(message)
         role = message.get("role")
@@ -211,6 +211,7 @@ class Conversation:
                     started=started,
                     memory=mem,
                     summaries=self._summaries,
+                    taken_out=TakenOut(self._reasoning) if self._reasoning else None,
                 ),
             )
             return self._finish(plan, rf.tools)
@@ -221,6 +222,7 @@ class Conversation:
             started=started,
             memory=self._memory,
             summaries=self._summaries,
+            taken_out=TakenOut(self._reasoning) if self._reasoning else None,
         )
         return self._finish(plan)
 
@@ -235,13 +237,12 @@ class Conversation:
         return RecallFit(layout, recaller, self._memory, summarizer, self.tools)
 
     def _finish(self, plan: Plan, tools: Sequence[Tool] | None = None) -> Plan:
-        """The plan as fit() gives it back (reasoning taken out listed, tools attached)."""
+        """The plan as fit() gives it back (the caller's own messages, tools attached)."""
         conv = (
             Converted(
                 "chat",
                 cast("list[dict[str, Any]]", self._msgs),
                 count=len(self._msgs),
-                reasoning=self._reasoning,
             )
             if self._converted
             else None
@@ -274,6 +275,7 @@ class Conversation:
                     started=started,
                     memory=mem,
                     summaries=self._summaries,
+                    taken_out=TakenOut(self._reasoning) if self._reasoning else None,
                 ),
             )
             return self._finish(plan, rf.tools)
@@ -284,6 +286,7 @@ class Conversation:
             started=started,
             memory=self._memory,
             summaries=self._summaries,
+            taken_out=TakenOut(self._reasoning) if self._reasoning else None,
         )
         return self._finish(plan)
 

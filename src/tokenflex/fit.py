@@ -25,27 +25,32 @@ history could possibly fit.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ._types import Message, Tool
-from .budget import SectionSpec
-from .counting import MessageCounter, get_counter
+from .counting import get_counter
 from .counting.checks import BadMessage
 from .counting.shape import check_one, check_shapes, shape_checker
 from .engine import (
+    DocumentsSection,
     GroupIndex,
     Layout,
     MessageSection,
     Section,
     SummaryTarget,
+    TakenOut,
+    Work,
     afit_layout,
     fit_layout,
 )
-from .errors import InvalidInputError, InvalidMessagesError
+from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
 from .formats.objects import plain_message
 from .history import (
@@ -57,7 +62,7 @@ from .history import (
 )
 from .models import Model, get_model
 from .options import FitOptions
-from .plan import DropRun, Plan
+from .plan import Plan
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
@@ -78,86 +83,6 @@ def check_messages(messages: Any) -> Sequence[Message]:
             'Pass [{"role": "user", "content": "..."}].'
         )
     return messages
-
-
-class DocumentsSection(Section):
-    """Retrieved chunks packed with their citations into the room the required input
-    leaves, as one system message; dropped chunks are this section's dropped items."""
-
-    name = "documents"
-    needs_room = True
-
-    def __init__(self, documents: Sequence[Any], model: Model, opts: FitOptions) -> None:
-        self.documents = documents
-        self.model = model
-        self.opts = opts
-        self.packed: Any = None
-        self.message: dict[str, Any] | None = None
-        self._dropped: dict[int, int | None] | None = None
-
-    def spec(self, counter: MessageCounter, room: int) -> SectionSpec:
-        from .documents import pack_chunks
-
-        o = self.opts
-        # Without a cap, documents take half of what is left so history keeps the rest.
-        budget = min(o.documents_cap, room) if o.documents_cap is not None else room // 2
-        budget -= counter.message({"role": "system", "content": ""})
-        if budget <= o.documents_safety_buffer:
-            budget = o.documents_safety_buffer + 1  # admits nothing; every chunk is listed
-        self.packed = pack_chunks(
-            self.documents,
-            budget=budget,
-            tokenizer=self.model,
-            policy=o.documents_policy,  # type: ignore[arg-type]
-            safety_buffer=o.documents_safety_buffer,
-            format=o.documents_format,  # type: ignore[arg-type]
-        )
-        if not self.packed.rendered:
-            self.message = None
-            return SectionSpec(self.name, [], required=-1, priority=70)
-        self.message = {"role": "system", "content": self.packed.rendered}
-        return SectionSpec(self.name, [counter.message(self.message)], required=-1, priority=70)
-
-    def render(self, kept: tuple[int, ...]) -> list[Message]:
-        return [self.message] if self.message is not None else []
-
-    def runs(self, alloc: Any) -> list[DropRun]:
-        return [DropRun(self.name, d.index, d.index + 1, d.reason) for d in self.packed.dropped]
-
-    def item(self, index: int) -> Any:
-        return self.documents[index]
-
-    def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
-        if self._dropped is None:
-            self._dropped = {d.index: d.tokens for d in self.packed.dropped}
-        tokens = self._dropped[index]
-        if tokens is None:  # policy "stop" never had to count it: count it now, once
-            from .documents.render import chunk_parts
-
-            wide = "9" * len(str(max(len(self.documents), 1)))
-            parts = chunk_parts(self.opts.documents_format, wide, item)
-            tokens = sum(counter.text(p) for p in parts)
-        return tokens
-
-    def warnings(self) -> list[str]:
-        if not self.packed.partial:
-            return []
-        return [
-            f"documents: {self.packed.dropped_count} of {len(self.documents)} chunks omitted "
-            "to fit the budget (the context tells the model)."
-        ]
-
-    def extras(self) -> dict[str, Any]:
-        p = self.packed
-        return {
-            "documents": {
-                "admitted": len(p.admitted),
-                "dropped": p.dropped_count,
-                "tokens": p.tokens,
-                "budget": p.budget,
-                "policy": p.policy,
-            }
-        }
 
 
 @dataclass
@@ -212,14 +137,16 @@ class FitLayout:
 
     def sections(self, model: Model) -> list[Section]:
         msgs, o = self.messages, self.opts
-        out: list[Section] = [MessageSection("system", msgs, 0, self.sys_end, priority=100)]
+        out: list[Section] = [
+            MessageSection("system", msgs, 0, self.sys_end, priority=100, role="system")
+        ]
         if self.documents:
             out.append(DocumentsSection(self.documents, model, o))
         if self.summary is not None:
-            out.append(MessageSection("summary", [self.summary], 0, 1, priority=80))
+            out.append(MessageSection("summary", [self.summary], 0, 1, priority=80, role="summary"))
         elif self.summary_idx is not None:
             i = self.summary_idx
-            out.append(MessageSection("summary", msgs, i, i + 1, priority=80))
+            out.append(MessageSection("summary", msgs, i, i + 1, priority=80, role="summary"))
         if self.pin_end > self.hist_start:
             out.append(MessageSection("pinned", msgs, self.hist_start, self.pin_end, priority=85))
         out.append(
@@ -242,7 +169,9 @@ class FitLayout:
         assert isinstance(history, MessageSection)
         history.recall = self.recall
         history.user_opens = self.user_first and self.pin_end == self.hist_start
-        current = MessageSection("current", msgs, self.cur_start, len(msgs), priority=90)
+        current = MessageSection(
+            "current", msgs, self.cur_start, len(msgs), priority=90, role="current"
+        )
         current.truncatable = o.truncate_tool_results
         out.append(current)
         return out
@@ -494,81 +423,46 @@ def fit(
     >>> plan.input_tokens, plan.max_tokens
     (9, 1000)
     """
-    import time
-
-    started = time.perf_counter()
-    opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
-    messages = check_messages(messages)
-    primary = get_model(model, strict=opts.strict)
-    if history is not None:
-        views = chat_views(messages, primary)
-        read, _ = read_newest_first(
-            history,
-            enough=_history_bound(views, primary, opts, history),
-            page_size=opts.page_size,
-        )
-        messages = _with_history(messages, views, read)
-    req = prepare(
+    flow = _fit_flow(
         messages,
+        model=model,
+        max_tokens=max_tokens,
+        tools=tools,
+        history=history,
+        summarizer=summarizer,
+        documents=documents,
+        state=state,
         format=format,
         system=system,
-        tools=tools,
         keep_reasoning=keep_reasoning,
-        lazy_history=history is not None,
-        reuse=True,
+        background_summaries=background_summaries,
+        recall=recall,
+        options=options,
     )
-    if history is None:
-        check_prepared(req, primary)
-    layout = FitLayout(
-        req.messages, primary, req.tools, opts, documents, user_first=_user_first(req)
-    )
-    memory, summaries = _session(state, opts, primary, req.messages)
-    if recall:
-        from .recall import fit_recalling
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = flow.send(answer) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        answer, error = None, None
+        try:
+            if isinstance(step, Work):
+                answer = step.run()
+            elif isinstance(step, _FitStep):
+                answer = fit_layout(step.layout, step.opts, **step.kwargs)
+            else:
+                answer = read_newest_first(step.source, enough=step.enough, page_size=step.page)
+        except Exception as exc:  # the flow's own to handle (or raise)
+            error = exc
 
-        rf = _recall_fit(layout, req, messages, state, memory, summarizer)
-        plan = fit_recalling(
-            rf,
-            lambda lay, mem, summ: fit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-            ),
-        )
-        if rf.tools is not None:
-            req = replace(req, given_tools=rf.tools)
-    else:
-        plan = fit_layout(
-            layout,
-            opts,
-            summarizer=summarizer,
-            started=started,
-            memory=memory,
-            summaries=summaries,
-            background=background_summaries,
-        )
-    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
-        forget(messages)
-        return fit(
-            messages,
-            model=model,
-            max_tokens=max_tokens,
-            tools=tools,
-            summarizer=summarizer,
-            documents=documents,
-            state=state,
-            format=format,
-            system=system,
-            keep_reasoning=keep_reasoning,
-            background_summaries=background_summaries,
-            recall=recall,
-            **options,
-        )
-    return trace_fit(finish(plan, req))
+
+def _taken_out(req: Prepared) -> TakenOut | None:
+    """The reasoning :func:`~tokenflex.formats.fitting.prepare` took out of the chat
+    messages, for the engine's plan to list."""
+    conv = req.converted
+    return TakenOut(dict(conv.reasoning)) if conv is not None and conv.reasoning else None
 
 
 def _user_first(req: Prepared) -> bool:
@@ -616,85 +510,147 @@ async def afit(
     """Async twin of :func:`fit`: also reads async history sources and awaits async
     summarizers; counting and solving run in a worker thread, so a tokenizer that asks
     a server never blocks the event loop."""
-    import asyncio
-    import time
-
-    started = time.perf_counter()
-    opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
-    messages = check_messages(messages)
-    primary = get_model(model, strict=opts.strict)
-    if history is not None:
-        views = await asyncio.to_thread(chat_views, messages, primary)
-        bound = await asyncio.to_thread(_history_bound, views, primary, opts, history)
-        read, _ = await aread_newest_first(history, enough=bound, page_size=opts.page_size)
-        messages = _with_history(messages, views, read)
-    req = prepare(
+    flow = _fit_flow(
         messages,
+        model=model,
+        max_tokens=max_tokens,
+        tools=tools,
+        history=history,
+        summarizer=summarizer,
+        documents=documents,
+        state=state,
         format=format,
         system=system,
-        tools=tools,
         keep_reasoning=keep_reasoning,
-        lazy_history=history is not None,
-        reuse=True,
+        background_summaries=background_summaries,
+        recall=recall,
+        options=options,
     )
-    if history is None:
-        await asyncio.to_thread(check_prepared, req, primary)
-    layout = await asyncio.to_thread(
-        functools.partial(FitLayout, user_first=_user_first(req)),
-        req.messages,
-        primary,
-        req.tools,
-        opts,
-        documents,
-    )
-    memory, summaries = _session(state, opts, primary, req.messages)
-    if recall:
-        from .recall import afit_recalling
+    answer: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = flow.send(answer) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        answer, error = None, None
+        try:
+            if isinstance(step, Work):
+                answer = await asyncio.to_thread(step.run)
+            elif isinstance(step, _FitStep):
+                answer = await afit_layout(step.layout, step.opts, **step.kwargs)
+            else:
+                answer = await aread_newest_first(
+                    step.source, enough=step.enough, page_size=step.page
+                )
+        except Exception as exc:  # the flow's own to handle (or raise)
+            error = exc
 
-        # the counter may call a tokenizer server: never on the event loop
-        rf = await asyncio.to_thread(_recall_fit, layout, req, messages, state, memory, summarizer)
-        plan = await afit_recalling(
-            rf,
-            lambda lay, mem, summ: afit_layout(
-                lay,
-                opts,
-                summarizer=summ,
-                started=started,
-                memory=mem,
-                summaries=summaries,
-                background=background_summaries,
-            ),
-        )
-        if rf.tools is not None:
-            req = replace(req, given_tools=rf.tools)
-    else:
-        plan = await afit_layout(
-            layout,
-            opts,
-            summarizer=summarizer,
-            started=started,
-            memory=memory,
-            summaries=summaries,
-            background=background_summaries,
-        )
-    if not fresh(plan, req):  # a kept message was edited in place: read the list afresh
-        forget(messages)
-        return await afit(
+
+@dataclass(frozen=True)
+class _FitStep:
+    """The flow needs a layout fitted (:func:`~tokenflex.engine.fit_layout`, or awaited
+    :func:`~tokenflex.engine.afit_layout`)."""
+
+    layout: FitLayout
+    opts: FitOptions
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _ReadHistory:
+    """The flow needs a lazy history source read, newest first, until ``enough``."""
+
+    source: Any
+    enough: Callable[[Message], bool]
+    page: int
+
+
+def _fit_flow(
+    messages: Sequence[Message],
+    *,
+    model: str | Model,
+    max_tokens: int | None,
+    tools: Sequence[Tool] | None,
+    history: Any,
+    summarizer: Any,
+    documents: Sequence[Any] | None,
+    state: Any,
+    format: str | None,
+    system: Any,
+    keep_reasoning: bool,
+    background_summaries: Any,
+    recall: bool,
+    options: dict[str, Any],
+) -> Generator[Work | _FitStep | _ReadHistory, Any, Plan]:
+    """fit() and afit(), written once (sans I/O, as :func:`tokenflex.engine.layout_flow`):
+    it yields the work that may call a tokenizer server (:class:`Work`), the history
+    reads and the layout fits, and receives their answers (an exception is thrown in)."""
+    while True:
+        started = time.perf_counter()
+        opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
+        messages = check_messages(messages)
+        primary = get_model(model, strict=opts.strict)
+        if history is not None:
+            views = yield Work(functools.partial(chat_views, messages, primary))
+            bound = yield Work(functools.partial(_history_bound, views, primary, opts, history))
+            read, _ = yield _ReadHistory(history, bound, opts.page_size)
+            messages = _with_history(messages, views, read)
+        req = prepare(
             messages,
-            model=model,
-            max_tokens=max_tokens,
-            tools=tools,
-            summarizer=summarizer,
-            documents=documents,
-            state=state,
             format=format,
             system=system,
+            tools=tools,
             keep_reasoning=keep_reasoning,
-            background_summaries=background_summaries,
-            recall=recall,
-            **options,
+            lazy_history=history is not None,
+            reuse=True,
         )
-    return trace_fit(finish(plan, req))
+        if history is None:
+            yield Work(functools.partial(check_prepared, req, primary))
+        layout = yield Work(
+            functools.partial(
+                FitLayout,
+                req.messages,
+                primary,
+                req.tools,
+                opts,
+                documents,
+                user_first=_user_first(req),
+            )
+        )
+        memory, summaries = _session(state, opts, primary, req.messages)
+        common = {
+            "started": started,
+            "summaries": summaries,
+            "background": background_summaries,
+            "taken_out": _taken_out(req),
+        }
+        plan: Plan
+        if recall:
+            # the counter may call a tokenizer server: never on the event loop
+            rf = yield Work(
+                functools.partial(_recall_fit, layout, req, messages, state, memory, summarizer)
+            )
+            lay, mem, summ = rf.first()
+            tried: Plan | None = None
+            with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
+                tried = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
+            again = rf.second(tried)
+            alt = None
+            if again is not None:
+                lay, mem, summ = again
+                alt = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
+            plan = yield Work(functools.partial(rf.chosen, tried, alt))
+            if rf.tools is not None:
+                req = replace(req, given_tools=rf.tools)
+        else:
+            plan = yield _FitStep(
+                layout, opts, {**common, "summarizer": summarizer, "memory": memory}
+            )
+        if fresh(plan, req):
+            return trace_fit(finish(plan, req))
+        forget(messages)  # a kept message was edited in place: read the list afresh
+        history = None  # (what it gave is in messages now)
 
 
 def _recall_fit(

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from ._types import JSON
 from .models import Model
 
-__all__ = ["DropRun", "DroppedItem", "DroppedItems", "Plan", "SummaryInfo", "log_dropped"]
+__all__ = [
+    "DropRun",
+    "DroppedItem",
+    "DroppedItems",
+    "ItemSource",
+    "Plan",
+    "SummaryInfo",
+    "log_dropped",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +71,19 @@ def log_dropped(runs: Sequence[DropRun], model: str) -> None:
         )
 
 
+class ItemSource(Protocol):
+    """Where the dropped items of one section are read: a section of the engine, the
+    reasoning taken out before it, or a converted request's own items."""
+
+    def item(self, index: int) -> Any:
+        """The input item at ``index``."""
+        ...
+
+    def item_tokens(self, index: int, item: Any, counter: Any) -> int:
+        """What the input item at ``index`` costs, counted like the kept ones."""
+        ...
+
+
 class DroppedItems(Sequence[DroppedItem]):
     """Every dropped item, materialized on access.
 
@@ -70,20 +91,18 @@ class DroppedItems(Sequence[DroppedItem]):
     records (and counting their tokens) on every fit would make fitting O(history). The
     plan stores contiguous runs and looks up a dropped item's tokens only when you look at
     it: the count the fit already made, or (for history it never had to read) a count made
-    once and kept.
+    once and kept. Each item is read from its section's :class:`ItemSource` (a dict by
+    section name): reading ``k`` items costs O(k).
     """
 
-    __slots__ = ("_cost", "_costs", "_items", "_len", "_runs", "_starts")
+    __slots__ = ("_costs", "_counter", "_len", "_runs", "_sources", "_starts")
 
     def __init__(
-        self,
-        runs: Sequence[DropRun],
-        items: Callable[[str, int], Any],
-        cost: Callable[[str, int, Any], int],
+        self, runs: Sequence[DropRun], sources: Mapping[str, ItemSource], counter: Any
     ) -> None:
         self._runs = tuple(r for r in runs if r.stop > r.start)
-        self._items = items
-        self._cost = cost
+        self._sources = sources
+        self._counter = counter
         self._costs: dict[tuple[str, int], int] = {}
         starts = []
         total = 0
@@ -112,12 +131,17 @@ class DroppedItems(Sequence[DroppedItem]):
         r_idx = bisect.bisect_right(self._starts, i) - 1
         run = self._runs[r_idx]
         index = run.start + (i - self._starts[r_idx])
-        item = self._items(run.section, index)
-        key = (run.section, index)
+        item = self._sources[run.section].item(index)
+        tokens = self._cost(run.section, index, item)
+        return DroppedItem(run.section, index, tokens, run.reason, item)
+
+    def _cost(self, section: str, index: int, item: Any) -> int:
+        key = (section, index)
         tokens = self._costs.get(key)
         if tokens is None:
-            tokens = self._costs[key] = self._cost(run.section, index, item)
-        return DroppedItem(run.section, index, tokens, run.reason, item)
+            source = self._sources[section]
+            tokens = self._costs[key] = source.item_tokens(index, item, self._counter)
+        return tokens
 
     def __iter__(self) -> Iterator[DroppedItem]:
         for j in range(self._len):
@@ -127,14 +151,19 @@ class DroppedItems(Sequence[DroppedItem]):
         """Contiguous runs as ``(section, start, stop, reason)``, cheap at any size."""
         return [(r.section, r.start, r.stop, r.reason) for r in self._runs]
 
+    def source(self, section: str) -> ItemSource:
+        """Where the items of ``section`` are read (a section of this plan's runs)."""
+        return self._sources[section]
+
+    @property
+    def counter(self) -> Any:
+        """The counter the items' tokens are counted with (the plan's model's)."""
+        return self._counter
+
     def cost_of(self, section: str, index: int) -> int:
         """Tokens of item ``index`` of ``section`` (counted once, on first access), for
         an item of this plan's runs."""
-        key = (section, index)
-        tokens = self._costs.get(key)
-        if tokens is None:
-            tokens = self._costs[key] = self._cost(section, index, self._items(section, index))
-        return tokens
+        return self._cost(section, index, self._sources[section].item(index))
 
     def by_reason(self) -> dict[str, int]:
         """How many items were dropped for each reason."""

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._types import Message, Tool
 from .budget import SectionSpec
-from .counting import MessageCounter, get_counter
+from .counting import MessageCounter
 from .counting.checks import BadMessage
 from .counting.shape import check_shapes
 from .engine import (
@@ -63,6 +63,7 @@ from .engine import (
     MessageSection,
     Section,
     SummaryTarget,
+    TakenOut,
     afit_layout,
     fit_layout,
     history_section,
@@ -74,7 +75,7 @@ from .formats.native import NativeMessage
 from .formats.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
-from .plan import DroppedItems, DropRun, Plan, log_dropped
+from .plan import DropRun, Plan
 from .summarize import is_summary_message
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class TextSection(Section):
     """
 
     exact_render = False
+    role = "text"
 
     def __init__(self, s: _Section) -> None:
         self.s = s
@@ -265,10 +267,14 @@ class _PromptLayout:
             lo = 0
             if s.shrink == "summarize":
                 if self.summary is not None:
-                    out.append(MessageSection("summary", [self.summary], 0, 1, priority=80))
+                    out.append(
+                        MessageSection("summary", [self.summary], 0, 1, priority=80, role="summary")
+                    )
                     lo = self.recent_start
                 elif is_summary_message(s.messages[0]):
-                    out.append(MessageSection("summary", s.messages, 0, 1, priority=80))
+                    out.append(
+                        MessageSection("summary", s.messages, 0, 1, priority=80, role="summary")
+                    )
                     lo = 1
             out.append(
                 MessageSection(
@@ -526,34 +532,16 @@ class Prompt:
         return out, conv.reasoning
 
     def _finish(self, plan: Plan, tools: Sequence[Tool] | None = None) -> Plan:
-        """``plan`` with the reasoning taken out listed in ``dropped`` and the log (and
-        with recall, the tools to send: the prompt's, then ``tokenflex_recall``)."""
-        if tools is not None:
-            plan = replace(plan, tools=tuple(tools))
-        if not self._reasoning:
-            return plan
-        texts = dict(self._reasoning)
-        runs = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in self._reasoning]
-        log_dropped(runs, plan.model.name)
-        old = plan.dropped
-        counter = get_counter(plan.model)
-
-        def item(section: str, i: int) -> Any:
-            if section == "reasoning":
-                return texts[i]
-            return next(d.item for d in old if d.section == section and d.index == i)
-
-        def cost(section: str, i: int, it: Any) -> int:
-            if section == "reasoning":
-                return counter.text(texts[i])
-            return old.cost_of(section, i)
-
-        all_runs = [DropRun(*r) for r in old.runs()] + runs
-        return replace(plan, dropped=DroppedItems(all_runs, item, cost))
+        """``plan`` with recall's tools to send (the prompt's, then ``tokenflex_recall``)."""
+        return plan if tools is None else replace(plan, tools=tuple(tools))
 
     # -- fitting -----------------------------------------------------------------------
     def _layout(self) -> _PromptLayout:
         return _PromptLayout(self.model, self.tools, list(self._sections))
+
+    def _taken_out(self) -> TakenOut | None:
+        """The reasoning taken out of the message sections, for the plan to list."""
+        return TakenOut(dict(self._reasoning)) if self._reasoning else None
 
     def _session(self, state: Any) -> dict[str, Any]:
         """Where a cache-stable prompt keeps its cut and summaries (nothing: off)."""
@@ -614,7 +602,12 @@ class Prompt:
         rf = self._recall_fit(layout, state, session, summarizer) if _flag(recall) else None
         if rf is None:
             plan = fit_layout(
-                layout, self.options, summarizer=summarizer, started=started, **session
+                layout,
+                self.options,
+                summarizer=summarizer,
+                started=started,
+                taken_out=self._taken_out(),
+                **session,
             )
             return self._finish(plan)
         plan = fit_recalling(
@@ -626,6 +619,7 @@ class Prompt:
                 started=started,
                 memory=mem,
                 summaries=session.get("summaries"),
+                taken_out=self._taken_out(),
             ),
         )
         return self._finish(plan, rf.tools)
@@ -647,7 +641,12 @@ class Prompt:
             rf = await asyncio.to_thread(self._recall_fit, layout, state, session, summarizer)
         if rf is None:
             plan = await afit_layout(
-                layout, self.options, summarizer=summarizer, started=started, **session
+                layout,
+                self.options,
+                summarizer=summarizer,
+                started=started,
+                taken_out=self._taken_out(),
+                **session,
             )
             return self._finish(plan)
         plan = await afit_recalling(
@@ -659,6 +658,7 @@ class Prompt:
                 started=started,
                 memory=mem,
                 summaries=session.get("summaries"),
+                taken_out=self._taken_out(),
             ),
         )
         return self._finish(plan, rf.tools)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._types import Message
 from .counting import get_counter
+from .engine.passes import TakenOut
 from .errors import ContextOverflowError
 from .formats.native import NativeMessage
 from .formats.objects import plain
@@ -504,6 +505,8 @@ class RecallFit:
             return self.layout, self.mem2, self.summarizer
         total = 0
         for d in plan.dropped:  # counted lazily: stops as soon as it is over
+            if d.section == TakenOut.section:
+                continue  # never sent, with or without the tool
             total += d.tokens
             if total > 2 * self.tool_tokens:
                 return None

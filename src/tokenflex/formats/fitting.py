@@ -5,8 +5,10 @@ it) into internal messages and chat-shaped tools for counting; the plain-chat fa
 converts nothing. :func:`finish` turns the engine's plan back into the caller's format:
 the kept internal messages give back the caller's own items, system text the plan added
 (a summary, packed documents) goes into Anthropic's ``system`` or becomes a Responses
-message, dropped runs are re-indexed to the caller's list, reasoning taken out of chat
-messages is listed as dropped, and the warnings say which counts are estimates.
+message, dropped runs are re-indexed to the caller's list (each item read from its unit by a
+dict look-up), and the warnings say which counts are estimates. The reasoning taken out
+of chat messages (``Converted.reasoning``) is listed by the engine's plan itself
+(:class:`tokenflex.engine.TakenOut`).
 
 Pay for what is read, once: :func:`prepare` remembers the last few lists it read (by
 identity, with a copy of their items), so a list fitted again, or grown by appending,
@@ -26,13 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..counting import get_counter
 from ..counting.checks import BadMessage
 from ..counting.media import estimate_notes
 from ..counting.shape import check_one, shape_checker
 from ..errors import InvalidInputError
 from ..models import Model
-from ..plan import DroppedItems, DropRun, Plan, log_dropped
+from ..plan import DroppedItems, DropRun, ItemSource, Plan
 from .anthropic import anthropic_to_internal, with_system
 from .chat import REASONING_FIELD, chat_to_internal, is_plain_chat
 from .detect import FORMATS, detect_format, format_marks
@@ -43,7 +44,7 @@ from .tools import tools_to_chat
 
 __all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare"]
 
-_MESSAGE_SECTIONS = ("system", "summary", "history", "current")
+_MESSAGE_SECTIONS = ("system", "summary", "pinned", "history", "current")
 
 
 @dataclass
@@ -433,58 +434,20 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
     messages, system = _native_out(plan, conv)
     old = plan.dropped
     runs: list[DropRun] = []
+    sources: dict[str, ItemSource] = {}
+    units = _Units(conv)
     for section, start, stop, reason in old.runs():
+        if section not in sources:
+            source = old.source(section)
+            sources[section] = (
+                _CallerItems(source, units) if section in _MESSAGE_SECTIONS else source
+            )
         if section not in _MESSAGE_SECTIONS:
             runs.append(DropRun(section, start, stop, reason))
             continue
         a, _ = _native_span(conv, start)
         _, b = _native_span(conv, stop - 1)
         runs.append(DropRun(section, a, b, reason))
-    counter = get_counter(plan.model)
-    reasoning = dict(conv.reasoning)
-    taken_out = [DropRun("reasoning", i, i + 1, "reasoning") for i, _ in conv.reasoning]
-    log_dropped(taken_out, plan.model.name)  # the solver never saw them: log them here
-    runs += taken_out
-    built: dict[str, Any] = {}  # O(all units): built when a dropped item is first read
-
-    def given() -> list[Any]:
-        if "given" not in built:
-            built["given"] = [
-                m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native
-            ]
-        return built["given"]  # type: ignore[no-any-return]
-
-    def unit_at() -> dict[int, int]:
-        if "unit_at" not in built:
-            built["unit_at"] = {
-                c.start: k
-                for k, c in enumerate(conv.messages)
-                if isinstance(c, NativeMessage) and c.start >= 0
-            }
-        return built["unit_at"]  # type: ignore[no-any-return]
-
-    def item(section: str, i: int) -> Any:
-        if section == "reasoning":
-            return reasoning[i]
-        if section in _MESSAGE_SECTIONS:
-            return given()[i] if conv.format != "chat" else _chat_item(conv, i)
-        return old_item(section, i)
-
-    def old_item(section: str, i: int) -> Any:
-        return next(d.item for d in old if d.section == section and d.index == i)
-
-    def cost(section: str, i: int, it: Any) -> int:
-        if section == "reasoning":
-            return counter.text(reasoning[i])
-        if section not in _MESSAGE_SECTIONS:
-            return old.cost_of(section, i)
-        if conv.format == "chat":
-            return old.cost_of(section, i)
-        k = unit_at().get(i)
-        if k is None:
-            return 0  # a later item of a unit: the unit's tokens are on its first item
-        return old.cost_of(section, k)
-
     summary = plan.summary
     if summary is not None and conv.format != "chat":
         a, _ = _native_span(conv, summary.covers[0])
@@ -497,11 +460,59 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
         format=conv.format,
         tools=tools,
         summary=summary,
-        dropped=DroppedItems(runs, item, cost),
+        dropped=DroppedItems(runs, sources, old.counter),
         warnings=tuple(dict.fromkeys([*plan.warnings, *notes])),
     )
 
 
-def _chat_item(conv: Converted, i: int) -> Any:
-    m = conv.messages[i]
-    return m.native[0] if isinstance(m, NativeMessage) else m
+class _Units:
+    """The caller's items of a converted request by their index, and the internal
+    message each unit's first item starts (built on the first dropped item read:
+    O(units) once, then a dict or list look-up per item)."""
+
+    def __init__(self, conv: Converted) -> None:
+        self.conv = conv
+        self._given: list[Any] | None = None
+        self._unit_at: dict[int, int] | None = None
+
+    def given(self, i: int) -> Any:
+        conv = self.conv
+        if conv.format == "chat":  # one to one: the caller's own object
+            m = conv.messages[i]
+            return m.native[0] if isinstance(m, NativeMessage) else m
+        if self._given is None:
+            self._given = [
+                m for c in conv.messages if isinstance(c, NativeMessage) for m in c.native
+            ]
+        return self._given[i]
+
+    def unit_at(self, i: int) -> int | None:
+        """The internal message whose first item is the caller's ``i`` (None: a later
+        item of a unit)."""
+        if self.conv.format == "chat":
+            return i
+        if self._unit_at is None:
+            self._unit_at = {
+                c.start: k
+                for k, c in enumerate(self.conv.messages)
+                if isinstance(c, NativeMessage) and c.start >= 0
+            }
+        return self._unit_at.get(i)
+
+
+@dataclass(frozen=True)
+class _CallerItems:
+    """A message section's dropped items as the caller gave them: its items by the
+    caller's index, each unit's tokens on its first item."""
+
+    section: ItemSource
+    units: _Units
+
+    def item(self, index: int) -> Any:
+        return self.units.given(index)
+
+    def item_tokens(self, index: int, item: Any, counter: Any) -> int:
+        k = self.units.unit_at(index)
+        if k is None:
+            return 0  # a later item of a unit: the unit's tokens are on its first item
+        return self.section.item_tokens(k, self.section.item(k), counter)

@@ -1,0 +1,345 @@
+"""Fitting a layout, written once: :func:`layout_flow` is a sans-I/O generator that
+yields what it needs (CPU and tokenizer work, a summary) and receives the answers;
+:func:`fit_layout` and :func:`afit_layout` drive it, sync and async (the async driver
+runs the work in a worker thread, so a server-backed tokenizer never blocks the loop,
+and awaits the summarizer).
+
+The flow: the first pass (the primary model, else the cheapest fallback that fits: one
+pass per model tried), then, when the pass cut a history a summarizer may shorten, a
+stored summary, a background one, or one summarizer call, and one more pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .._types import Message
+from ..counting import MessageCounter, get_counter
+from ..counting.checks import BadMessage
+from ..errors import ContextOverflowError
+from ..fallback import Candidate, fallback_chain, no_model_fits
+from ..models import Model, get_model
+from ..options import FitOptions
+from ..plan import Plan
+from ..session import HistoryCut, SessionMemory
+from ..summarize import asummarize_span, summarize_span
+from .ladder import solve_history
+from .layout import Layout, stable_target
+from .passes import Pass, TakenOut
+from .summary import SUMMARY_TTL_S, Outcome, SummaryRequest, summarizer_name
+
+__all__ = ["Flow", "Summarize", "Work", "afit_layout", "fit_layout", "layout_flow"]
+
+log = logging.getLogger("tokenflex")
+
+
+@dataclass(frozen=True)
+class Work:
+    """A step of the flow that needs the CPU or a tokenizer (which may call a server):
+    the sync driver calls it, the async driver runs it in a worker thread."""
+
+    run: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Summarize:
+    """A step of the flow that needs the summarizer: the driver answers with the
+    summary's text, or with the exception the summarizer raised."""
+
+    summarizer: Any
+    request: SummaryRequest
+    counter: MessageCounter
+    check_facts: bool
+
+    def kwargs(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "previous_summary": r.previous,
+            "max_tokens": r.max_tokens,
+            "counter": self.counter,
+            "check_facts": self.check_facts,
+            "sent": r.sent,
+        }
+
+
+Flow = Generator["Work | Summarize", Any, Plan]
+"""What :func:`layout_flow` is: it yields steps, receives their answers, returns the plan."""
+
+
+def layout_flow(
+    layout: Layout,
+    opts: FitOptions,
+    *,
+    summarizer: Any = None,
+    started: float | None = None,
+    memory: SessionMemory | None = None,
+    summaries: Any = None,
+    background: Any = None,
+    taken_out: TakenOut | None = None,
+) -> Flow:
+    """Fit a layout: the first pass (with fallback), then a summary if one is needed
+    (see :func:`fit_layout` for the arguments). Sans I/O: a :class:`Work` step is
+    answered with what its ``run`` returns, a :class:`Summarize` step with the text."""
+    begun = time.perf_counter() if started is None else started
+    outcome: Outcome = yield Work(functools.partial(_first, layout, opts, begun, memory))
+    outcome.taken_out = taken_out
+    plan: Plan
+    r = outcome.summary_request(summarizer, summaries)
+    if r is None:
+        plan = yield Work(outcome.plan)
+        return plan
+    name = summarizer_name(summarizer)
+    key = r.key
+    stored = summaries.get(key) if summaries is not None else None
+    if stored is not None:
+        text = stored.decode()
+        plan = yield Work(functools.partial(outcome.with_summary, text, name, reused=True))
+        return plan
+    counter = outcome.first.counter
+    if background is not None:
+        calls = yield Work(functools.partial(_calls, summarizer, r, counter))
+        if calls > 1:
+            job = _background_job(summarizer, r, counter, opts.summary_facts)
+            started_now = _defer(background, summaries, key, job)
+            plan = yield Work(functools.partial(outcome.deferred, calls, started_now, name))
+            return plan
+    text = yield Summarize(summarizer, r, counter, opts.summary_facts)
+    if isinstance(text, BaseException):  # any failure: fall back to dropping, and say so
+        plan = yield Work(functools.partial(outcome.failed, text))
+        return plan
+    if summaries is not None:
+        summaries.set(key, text.encode(), ttl_s=SUMMARY_TTL_S)
+    plan = yield Work(functools.partial(outcome.with_summary, text, name))
+    return plan
+
+
+def fit_layout(
+    layout: Layout,
+    opts: FitOptions,
+    *,
+    summarizer: Any = None,
+    started: float | None = None,
+    memory: SessionMemory | None = None,
+    summaries: Any = None,
+    background: Any = None,
+    taken_out: TakenOut | None = None,
+) -> Plan:
+    """Fit a layout: the first pass (with fallback), then a summary if one is needed.
+
+    Args:
+        memory: The conversation's previous plan (cache-stable cuts, ``prefix_tokens``).
+        summaries: A :class:`~tokenflex.state.StateStore` of summaries by what they
+            cover: a span summarized before is not summarized again.
+        background: A :class:`~tokenflex.summarize.background.BackgroundSummaries`: a
+            summary that needs more than one summarizer call is made there (stored in
+            ``summaries``) and this fit does not wait for it (:meth:`Outcome.deferred`).
+        taken_out: The reasoning taken out of the caller's messages (see
+            :class:`~tokenflex.engine.passes.TakenOut`), listed in the plan's ``dropped``.
+    """
+    flow = layout_flow(
+        layout,
+        opts,
+        summarizer=summarizer,
+        started=started,
+        memory=memory,
+        summaries=summaries,
+        background=background,
+        taken_out=taken_out,
+    )
+    answer: Any = None
+    while True:
+        try:
+            step = flow.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(step, Work):
+            answer = step.run()
+            continue
+        try:
+            answer = summarize_span(step.summarizer, step.request.span, **step.kwargs())
+        except Exception as exc:  # the flow falls back to dropping, and says so
+            answer = exc
+
+
+async def afit_layout(
+    layout: Layout,
+    opts: FitOptions,
+    *,
+    summarizer: Any = None,
+    started: float | None = None,
+    memory: SessionMemory | None = None,
+    summaries: Any = None,
+    background: Any = None,
+    taken_out: TakenOut | None = None,
+) -> Plan:
+    """Async driver of :func:`layout_flow`: counting and solving run in a worker thread
+    (a tokenizer may call a server), the summarizer is awaited (a background summary is
+    made with the summarizer's sync method, in the runner's thread)."""
+    flow = layout_flow(
+        layout,
+        opts,
+        summarizer=summarizer,
+        started=started,
+        memory=memory,
+        summaries=summaries,
+        background=background,
+        taken_out=taken_out,
+    )
+    answer: Any = None
+    while True:
+        try:
+            step = flow.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(step, Work):
+            answer = await asyncio.to_thread(step.run)
+            continue
+        try:
+            answer = await asummarize_span(step.summarizer, step.request.span, **step.kwargs())
+        except Exception as exc:  # the flow falls back to dropping, and says so
+            answer = exc
+
+
+def _first(
+    layout: Layout, opts: FitOptions, started: float, memory: SessionMemory | None = None
+) -> Outcome:
+    """The first pass: the primary model, else the cheapest fallback that fits (one pass
+    per model tried)."""
+    primary = layout.model
+    previous = None
+    if memory is not None and opts.cache_stable:
+        target = stable_target(layout, primary)
+        if target is not None:
+            previous = memory.previous_cut(target.source)
+            if previous is not None:
+                previous = _grown(previous, target.source, target.hi, primary)
+    if not opts.fallback_models:
+        p, cut = solve_history(layout, primary, opts, previous)
+        return Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
+    chain = fallback_chain(
+        primary, [get_model(n, strict=opts.strict) for n in opts.fallback_models]
+    )
+    share = opts.fallback_input_share
+    tried: list[Candidate] = []
+    backup: Pass | None = None
+    backup_cut: HistoryCut | None = None
+    for model in [primary, *chain]:
+        try:
+            p, cut = solve_history(layout, model, opts, previous)
+        except ContextOverflowError as exc:
+            tried.append(_candidate(model, exc.required_tokens or 0, fits=False))
+            continue
+        tried.append(_candidate(model, p.required, fits=True))
+        if share is not None and p.required > share * model.context_window:
+            if backup is None:  # over the share: a model under it is preferred
+                backup, backup_cut = p, cut
+            continue
+        return replace(
+            _switched(layout, p, opts, started, tried), cut=cut, memory=memory, previous=previous
+        )
+    if backup is not None:
+        if backup.model is primary:
+            backup.warnings.append(
+                f"Required input is above fallback_input_share={share} of {primary.name}'s "
+                "window but no fallback model stays under it; kept "
+                f"{primary.name}."
+            )
+        return replace(
+            _switched(layout, backup, opts, started, tried),
+            cut=backup_cut,
+            memory=memory,
+            previous=previous,
+        )
+    floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
+    raise no_model_fits(tried, floor, opts.safety_margin, primary=primary.name)
+
+
+def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Model) -> HistoryCut:
+    """``previous`` with the history appended since counted in its growth per request
+    (O(the new messages); an invalid one is left to the pass to report)."""
+    if not previous.end:
+        return replace(previous, end=hi)  # a state without an end: start counting
+    count = get_counter(model).message
+    try:
+        tokens = sum(count(source[i]) for i in range(previous.end, hi))
+    except BadMessage:
+        return previous
+    return previous.appended(hi, tokens)
+
+
+def _candidate(model: Model, required: int, *, fits: bool) -> Candidate:
+    return Candidate(
+        model.name, model.context_window, required, fits, model.input_price, model.max_output_tokens
+    )
+
+
+def _switched(
+    layout: Layout, p: Pass, opts: FitOptions, started: float, tried: list[Candidate]
+) -> Outcome:
+    primary = layout.model
+    if p.model is primary:
+        return Outcome(layout, p, opts, started)
+    first = tried[0]
+    why = (
+        f"its required input is {first.required_input_tokens:,} tokens, "
+        f"{first.required_input_tokens / first.context_window:.0%} of its window, above "
+        f"fallback_input_share={opts.fallback_input_share}"
+        if first.fits
+        else f"{first.required_input_tokens:,} required input tokens do not fit its "
+        f"{first.context_window:,}-token window with the output floor and margin"
+    )
+    p.warnings.insert(
+        0,
+        f"{primary.name} cannot fit this request ({why}); using fallback model "
+        f"{p.model.name} ({p.model.context_window:,}-token window) for this request.",
+    )
+    log.warning("tokenflex: falling back from %s to %s", primary.name, p.model.name)
+    return Outcome(layout, p, opts, started, fallback_from=primary.name)
+
+
+def _calls(summarizer: Any, r: SummaryRequest, counter: Any) -> int:
+    """Summarizer calls the summary of ``r`` needs (1 when that cannot be known: the
+    call itself then fails and says why)."""
+    from ..errors import SummarizerError
+    from ..summarize.spans import summary_calls
+
+    try:
+        return summary_calls(
+            summarizer,
+            r.span,
+            previous_summary=r.previous,
+            max_tokens=r.max_tokens,
+            counter=counter,
+        )
+    except SummarizerError:
+        return 1
+
+
+def _background_job(
+    summarizer: Any, r: SummaryRequest, counter: Any, check_facts: bool
+) -> Callable[[], str]:
+    """The summary ``r`` asks for, made later by a background runner (sync calls)."""
+    return functools.partial(
+        summarize_span,
+        summarizer,
+        r.span,
+        previous_summary=r.previous,
+        max_tokens=r.max_tokens,
+        counter=counter,
+        check_facts=check_facts,
+        sent=r.sent,
+    )
+
+
+def _defer(background: Any, summaries: Any, key: str, job: Any) -> bool:
+    """Hand ``job`` to the background runner (nothing to keep it in without a store of
+    ``summaries``: not started)."""
+    if summaries is None:
+        return False
+    return bool(background.submit(key, job, summaries, ttl_s=SUMMARY_TTL_S))
