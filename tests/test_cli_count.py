@@ -74,6 +74,45 @@ def test_count_text_argument(capsys: pytest.CaptureFixture[str]) -> None:
     assert "6 tokens" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(["count", "tiktoken is great!"], id="text"),
+        pytest.param(["count", "{FILE}"], id="file"),
+        pytest.param(["count", "{FILE}", "-m", "gpt-4"], id="file-m"),
+        pytest.param(["count", "--model=claude-sonnet-4", "héllo wörld ✓"], id="estimate"),
+        pytest.param(["count", "{BOM}"], id="utf8-bom"),
+        pytest.param(["count", "{FILE}", "--model", "no-such-model-x"], id="unknown-model"),
+        pytest.param(["count", '  {"role": "user"}'], id="json-looking-text"),
+        pytest.param(["count", "{JSON}"], id="messages-file"),
+        pytest.param(["count", "{FILE}", "-m", "gpt-4", "-m", "gpt-4o"], id="two-models"),
+    ],
+)
+def test_a_plain_count_line_answers_as_typer_does(
+    line: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A plain ``count`` line is answered without typer (cli._fast, issue 24): the same
+    output and exit code as the typer command (``--debug`` always goes through typer);
+    lines it does not answer fall through to typer."""
+    files = {
+        "{FILE}": tmp_path / "notes.txt",
+        "{BOM}": tmp_path / "bom.md",
+        "{JSON}": tmp_path / "messages.json",
+    }
+    files["{FILE}"].write_text("The quick brown fox jumps over the lazy dog.\n" * 20)
+    files["{BOM}"].write_bytes("\ufeffBonjour, ça va ?".encode())
+    files["{JSON}"].write_text(json.dumps(COOKBOOK))
+    args = [str(files[a]) if a in files else a for a in line]
+    codes, outputs = [], []
+    for argv in (args, ["--debug", *args]):
+        codes.append(main(argv))
+        captured = capsys.readouterr()
+        outputs.append((captured.out, captured.err))
+    assert codes[0] == codes[1]
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0].strip()
+
+
 def test_count_plain_text_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("tiktoken is great!")

@@ -36,17 +36,28 @@ def test_errors_share_one_base() -> None:
             assert issubclass(obj, tokenflex.TokenflexError), name
 
 
+def test_a_plain_count_loads_no_typer() -> None:
+    """``tokenflex count TEXT`` is answered without typer, pydantic or rich (issue 24)."""
+    code = (
+        "import sys; from tokenflex.cli import main; main(['count', 'hello there']); "
+        "print(sorted(m for m in sys.modules if m.startswith('tokenflex.cli') "
+        "or m in ('typer', 'pydantic', 'rich')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "['tokenflex.cli', 'tokenflex.cli._fast']"
+
+
 def test_a_command_loads_only_its_own_module() -> None:
     """``tokenflex count`` does not import the other commands (issue 24 item 6)."""
     code = (
-        "import sys; from tokenflex.cli import main; main(['count', 'hello there']); "
+        "import sys; from tokenflex.cli import main; main(['count', '--json', 'hello there']); "
         "print(sorted(m for m in sys.modules if m.startswith('tokenflex.cli._') "
         "or m.startswith('tokenflex.server')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = out.stdout.strip().splitlines()[-1]
-    assert loaded == "['tokenflex.cli._app', 'tokenflex.cli._count', 'tokenflex.cli._input', " + (
-        "'tokenflex.cli._render']"
+    assert loaded == "['tokenflex.cli._app', 'tokenflex.cli._count', 'tokenflex.cli._fast', " + (
+        "'tokenflex.cli._input', 'tokenflex.cli._render']"
     )
 
 

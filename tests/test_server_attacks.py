@@ -452,6 +452,25 @@ for i, (text, where) in enumerate(SURROGATES):
             headers=JSON,
         )
     )
+# A lone surrogate without an escape: its own UTF-8 bytes (json.loads decodes bytes with
+# "surrogatepass"), or a UTF-16 body (json.loads reads it too).
+_LONE = '{"model": "gpt-4o", "messages": [{"role": "user", "content": "a\ud800b"}]}'
+for name, raw in (
+    ("utf8-bytes", _LONE.encode("utf-8", "surrogatepass")),
+    ("utf16-body", _LONE.encode("utf-16", "surrogatepass")),
+):
+    CORPUS.append(
+        Case(
+            f"surrogate-{name}",
+            "/v1/chat/completions",
+            400,
+            "invalid_json",
+            method="POST",
+            body=raw,
+            headers=JSON,
+            check=param("messages[0].content"),
+        )
+    )
 CORPUS.append(
     Case(
         "surrogate-in-dropped-part",

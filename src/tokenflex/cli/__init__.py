@@ -23,22 +23,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rich.text import Text
-from typer import Abort
-from typer.exceptions import TyperException
-
 from ..errors import SummarizerError, TokenflexError, UpstreamError
-from ._app import (
-    DEBUG_ENV,
-    DEFAULT_MAX_INPUT_MB,
-    GLOBAL_OPTIONS,
-    app,
-    debug_from_env,
-    err_console,
-    options,
-)
+from ._fast import DEBUG_ENV, debug_from_env, plain_count
 
 __all__ = ["COMMANDS", "app", "load_commands", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    # typer and rich are imported when a command needs them: a plain `count` line is
+    # answered without them (cli._fast)
+    if name == "app":
+        from ._app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MAX_MESSAGE_CHARS = 2000
 """An error line echoes the user's values; a 1 MB model name must not become a 1 MB line."""
@@ -63,6 +62,8 @@ misspelled command or none loads them all."""
 
 def load_commands(args: list[str]) -> None:
     """Register the command ``args`` name (every command if it names none we know)."""
+    from ._app import GLOBAL_OPTIONS
+
     i = 0
     while i < len(args) and args[i].startswith("-"):
         i += 2 if args[i] in GLOBAL_OPTIONS and args[i] != "--version" else 1
@@ -75,6 +76,14 @@ def load_commands(args: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code (see the module docstring)."""
     args, debug = _take_debug(list(sys.argv[1:] if argv is None else argv))
+    if not debug:
+        answered = plain_count(args)  # `count TEXT|FILE [--model M]`, without typer
+        if answered is not None:
+            return answered
+    from typer import Abort
+
+    from ._app import DEFAULT_MAX_INPUT_MB, app, options
+
     options.debug = debug or debug_from_env()
     options.max_input_mb = DEFAULT_MAX_INPUT_MB
     with _log_to_stderr(debug=options.debug):
@@ -110,6 +119,8 @@ def is_usage_error(exc: Exception) -> bool:
     """A click usage error. typer 0.29 raises its bundled click's exceptions (subclasses of
     ``typer.exceptions.TyperException``), older typer raises click's own: both carry an
     ``exit_code`` and ``format_message()``, which is all we use."""
+    from typer.exceptions import TyperException
+
     return isinstance(exc, TyperException) or (
         isinstance(getattr(exc, "exit_code", None), int)
         and callable(getattr(exc, "format_message", None))
@@ -137,6 +148,8 @@ def one_line(message: str) -> str:
 
 
 def _fail(exc: BaseException, message: str, code: int) -> int:
+    from ._app import options
+
     if options.debug:
         traceback.print_exception(exc, file=sys.stderr)
     _error_line(message)
@@ -144,6 +157,10 @@ def _fail(exc: BaseException, message: str, code: int) -> int:
 
 
 def _error_line(message: str) -> None:
+    from rich.text import Text
+
+    from ._app import err_console
+
     line = Text("error: ", style="red")
     line.append(one_line(message))  # Text: the message is data, never rich markup
     err_console.print(line, soft_wrap=True, highlight=False)
@@ -159,6 +176,8 @@ def _usage_error(exc: Any, args: list[str]) -> int:
         message = message.replace("Invalid value for", f"Invalid value {value!r} for", 1)
     message = message if message.endswith((".", "?", "!")) else message + "."
     option = getattr(exc, "option_name", None)
+    from ._app import GLOBAL_OPTIONS
+
     if option in GLOBAL_OPTIONS:  # `tokenflex fit big.json --max-input-mb 200`
         _error_line(f"{message} {option} goes before the command: {GLOBAL_OPTIONS[option]}")
         return int(exc.exit_code)
@@ -170,6 +189,8 @@ def _command_path(ctx: Any, args: list[str]) -> str:
     """``tokenflex fit`` for an error in fit's options, even where click gave no context."""
     if ctx is not None:
         return str(ctx.command_path)
+    from ._app import app
+
     commands = {
         c.name or (c.callback.__name__.replace("_", "-") if c.callback else "")
         for c in app.registered_commands
@@ -199,6 +220,10 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            from rich.text import Text
+
+            from ._app import err_console
+
             line = Text(f"{record.levelname.lower()}: ", style="yellow")
             line.append(one_line(record.getMessage()))
             err_console.print(line, soft_wrap=True, highlight=False)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from ._fast import DEBUG_ENV
+
 DEFAULT_MAX_INPUT_MB = 64
 """What the CLI reads from one file or stdin before it stops (``fit /dev/zero`` must end)."""
 MAX_INPUT_ENV = "TOKENFLEX_MAX_INPUT_MB"
-DEBUG_ENV = "TOKENFLEX_DEBUG"
 GLOBAL_OPTIONS = {
     "--version": "tokenflex --version",
     "--max-input-mb": "tokenflex --max-input-mb N <command> ...",
@@ -46,11 +46,6 @@ class GlobalOptions:
 
 
 options = GlobalOptions()
-
-
-def debug_from_env() -> bool:
-    """``TOKENFLEX_DEBUG=1`` (any value but empty, 0, false, no) asks for tracebacks."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def package_version() -> str:

@@ -15,10 +15,10 @@ from rich.text import Text
 from ..errors import InvalidInputError
 from ..models import Model, list_models
 from ._app import app, console
+from ._fast import names_a_file
 from ._input import check_text, naming, parse_json, read_text, resolve_model
 from ._render import content_cell
 
-_FILE_SUFFIXES = (".json", ".txt", ".md", ".jsonl")
 _MESSAGES_HINT = 'Expected [{"role": ..., "content": ...}, ...] or {"messages": [...]}.'
 
 
@@ -32,7 +32,7 @@ def _read(source: str | None) -> tuple[str, str]:
         )
     if source == "-":
         return read_text("-"), "stdin"
-    if _names_a_file(source):
+    if names_a_file(source):
         if not os.path.lexists(source):
             raise InvalidInputError(
                 f"No such file {source!r}. Check the path (to count the literal text, quote it "
@@ -41,21 +41,6 @@ def _read(source: str | None) -> tuple[str, str]:
         return read_text(source), source
     check_text(source, "The TEXT argument")
     return source, "argument"
-
-
-def _names_a_file(source: str) -> bool:
-    """A path that exists (a file, a directory, /dev/zero: each gets its own answer), or
-    one shaped like a path: a file suffix, or / ./ ../ ~/ in front, and no spaces (an
-    absolute path that does not exist is a mistyped file, not text to count)."""
-    if "\n" in source or len(source) >= 4096:
-        return False
-    if os.path.lexists(source):
-        return True
-    if source.lower().endswith(_FILE_SUFFIXES):
-        return True
-    if any(c.isspace() for c in source):
-        return False
-    return len(source) > 1 and source.startswith(("/", "./", "../", "~/"))
 
 
 def _messages_from(

@@ -32,6 +32,11 @@ MAX_DEPTH = 128
 """Deepest nesting of arrays and objects a body may have: the counters and converters
 recurse into content, and a 10 KB body nested 900 deep must be a 400, not a 500."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What in a body's bytes can decode to a lone surrogate: a \uD800-\uDFFF escape (JSON has
+# no \U escape), or the surrogate's own UTF-8 bytes (json.loads decodes bytes with
+# "surrogatepass"): ED A0-BF.
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]").search
+_KNOWN_ROLE_SET = frozenset(KNOWN_ROLES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +112,26 @@ def _surrogate_at(value: Any, where: str = "body") -> str | None:
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays and objects in ``value`` nest more than ``limit`` deep (a walk
-    with an explicit stack: no recursion to overflow)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
-    return False
+    """Whether arrays and objects in ``value`` (parsed JSON: plain dicts and lists) nest
+    more than ``limit`` deep (a walk level by level: no recursion to overflow, one
+    comprehension per level)."""
+    if limit < 1:
+        return True
+    level = [value] if type(value) in (dict, list) else []
+    for _ in range(limit - 1):
+        level = [
+            v
+            for item in level
+            for v in (item.values() if type(item) is dict else item)
+            if type(v) is dict or type(v) is list
+        ]
+        if not level:
+            return False
+    return any(
+        type(v) is dict or type(v) is list
+        for item in level
+        for v in (item.values() if type(item) is dict else item)
+    )
 
 
 def parse_json(raw: bytes) -> Any:
@@ -146,15 +159,18 @@ def parse_json(raw: bytes) -> Any:
             None,
             "invalid_json",
         ) from None
-    # a body with fewer brackets than the bound cannot nest deeper (counting is C-fast)
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+    # (the walk visits the containers only: cheaper than counting the body's brackets)
+    if _deeper_than(value, MAX_DEPTH):
         raise _bad(
             f"The request body nests arrays and objects more than {MAX_DEPTH} deep. "
             "Send a flatter body (chat content is at most a few levels deep).",
             None,
             "invalid_json",
         )
-    if b"\\u" in raw or b"\\U" in raw:  # only an escape can make a lone surrogate
+    # in UTF-8 only a surrogate's escape, or its own bytes, can make a lone surrogate
+    # (json.loads reads UTF-16 and UTF-32 too: such a body is walked)
+    wide = raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw[:4]
+    if wide or ((b"\\u" in raw or b"\xed" in raw) and _SURROGATE_BYTES(raw)):
         at = _surrogate_at(value)
         if at is not None:
             raise _bad(
@@ -194,7 +210,12 @@ def _check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]
         )
     if not value:
         raise _bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
+    roles = _KNOWN_ROLE_SET
     for i, msg in enumerate(value):
+        if type(msg) is dict and len(msg) == 2:
+            role, content = msg.get("role"), msg.get("content")
+            if type(content) is str and type(role) is str and role in roles:
+                continue  # {"role": a chat role, "content": text}: nothing more to check
         param = f"{key}[{i}]"
         if not isinstance(msg, dict):
             raise _bad(

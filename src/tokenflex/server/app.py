@@ -83,6 +83,7 @@ Handler = Callable[[Request, "str | None"], Awaitable[Response]]
 _DRAIN_BYTES = 64 * 1024 * 1024  # read (and discard) this much of an oversized body ...
 _DRAIN_SECONDS = 10.0  # ... for at most this long, so the client can read the 413
 _OFFLOAD_BYTES = 256 * 1024  # keep plans of larger requests from a worker thread
+_INLINE_MESSAGES = 256  # calibrate on plans of at most this many messages on the loop
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _POST = ("POST",)
@@ -492,15 +493,18 @@ class Proxy:
         )
 
     async def _observe_usage(self, plan: Any, owner: str, response: Response) -> None:
-        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``)."""
+        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``); a plan
+        of few messages here (recounting them is cheaper than a worker thread's
+        hand-off), a longer one in a worker thread."""
         if self.config.calibrate and plan is not None:
+            small = len(plan.messages) <= _INLINE_MESSAGES
             await observe_response(
                 self.calibration,
                 plan,
                 response,
                 upstream=self.config.upstream,
                 owner=owner,
-                run=functools.partial(off_loop, self.fitter.limiter),
+                run=_inline if small else functools.partial(off_loop, self.fitter.limiter),
             )
 
     async def _keep(self, plan: Any, owner: str, raw: bytes, req: ChatRequest, wire: Wire) -> str:
@@ -689,6 +693,11 @@ def kept_plan(plan: Any, req: ChatRequest, raw: bytes, wire: Wire) -> DeferredPl
     except TokenflexError as exc:
         log.warning("Cannot keep a plan: %s", exc)
         return None
+
+
+async def _inline(func: Callable[[], Any]) -> Any:
+    """``func()``, on the event loop (a ``run`` for work too small for a worker thread)."""
+    return func()
 
 
 def internal_proxy_error(request_id: str) -> ProxyError:

@@ -9,7 +9,7 @@ already there.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import gzip
 import hashlib
 import importlib.resources
@@ -91,12 +91,12 @@ def ranks_file(name: str) -> bytes:
 
 
 def _ranks(name: str) -> dict[bytes, int]:
-    ranks: dict[bytes, int] = {}
-    for line in ranks_file(name).splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
+    """The token -> rank table of ``name``. The file (checked by its sha256) is lines of
+    ``base64-token rank``: its fields taken pairwise, decoded by C loops (``map``), the
+    same table as tiktoken's line-by-line parse in about half the time (issue 24: this is
+    most of ``tokenflex count``'s start-up)."""
+    fields = ranks_file(name).split()
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
 
 
 # tiktoken 0.14's regex overflows its stack on a whitespace run of a few hundred thousand
