@@ -49,6 +49,7 @@ from .engine import (
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
 from .formats.objects import plain_message
+from .formats.registry import get_format
 from .history import (
     HistorySource,
     aread_newest_first,
@@ -581,7 +582,7 @@ def fit(
 
 def _user_first(req: Prepared) -> bool:
     """Whether the request's API wants the user's turn first (Anthropic Messages)."""
-    return req.converted is not None and req.converted.format == "anthropic"
+    return req.converted is not None and get_format(req.converted.format).user_first
 
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:

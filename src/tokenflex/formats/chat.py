@@ -15,14 +15,24 @@ Two things change on the way in:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..counting.checks import BadMessage
+from ..errors import InvalidInputError
+from .base import RequestFormat, ToolCall
 from .native import Converted, NativeMessage
-from .objects import plain_message
+from .objects import is_langchain, part_types, plain_message, sdk_module, untyped_message
 
-__all__ = ["REASONING_FIELD", "chat_to_internal", "is_plain_chat"]
+__all__ = [
+    "CHAT",
+    "REASONING_FIELD",
+    "Chat",
+    "chat_to_internal",
+    "completion_limit_field",
+    "is_plain_chat",
+]
 
 REASONING_FIELD = "reasoning_content"
 
@@ -74,3 +84,93 @@ def chat_to_internal(messages: Sequence[Any], *, keep_reasoning: bool = False) -
         else:
             out.append(NativeMessage(dict(data), [m], i, _rebuilt))
     return Converted("chat", out, count=len(messages), reasoning=reasoning)
+
+
+_COMPLETION_ONLY = re.compile(r"^(o\d|gpt-5)")
+_CHAT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
+
+
+def completion_limit_field(model: str) -> str:
+    """``max_completion_tokens`` for the chat models that reject ``max_tokens``.
+
+    >>> completion_limit_field("o3-mini"), completion_limit_field("gpt-4o")
+    ('max_completion_tokens', 'max_tokens')
+    """
+    name = model.rsplit("/", 1)[-1]
+    return "max_completion_tokens" if _COMPLETION_ONLY.match(name) else "max_tokens"
+
+
+class Chat(RequestFormat):
+    """OpenAI Chat Completions: ``messages``, the engine's own form."""
+
+    name = "chat"
+    internal = True
+    path = "/v1/chat/completions"
+
+    def marks(self, item: Any) -> bool:
+        if is_langchain(item):
+            return True
+        module = sdk_module(item)
+        if module is not None:
+            return ".chat" in module and ".responses" not in module
+        if not isinstance(item, Mapping) or not untyped_message(item):
+            return False
+        if item.get("role") in ("tool", "function") or item.get("tool_calls"):
+            return True
+        if item.get("function_call"):
+            return True
+        return not _CHAT_PARTS.isdisjoint(part_types(item))
+
+    def to_internal(
+        self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False
+    ) -> Converted:
+        if system is not None:
+            raise InvalidInputError(
+                "system= is for Anthropic's top-level system or the Responses instructions; "
+                "a chat request carries its system prompt as the first message."
+            )
+        return chat_to_internal(items, keep_reasoning=keep_reasoning)
+
+    def added(self, message: Mapping[str, Any]) -> Any:
+        return message
+
+    def to_chat(self, items: Sequence[Any], system: Any = None) -> list[dict[str, Any]]:
+        return [plain_message(m) for m in items]
+
+    def from_chat(self, messages: Sequence[Any]) -> tuple[Any, list[Any]]:
+        return None, [plain_message(m) for m in messages]
+
+    def body(self, model: str, items: list[Any], system: Any, max_tokens: int) -> dict[str, Any]:
+        return {"model": model, "messages": items, completion_limit_field(model): max_tokens}
+
+    def tool(self, function: Mapping[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": dict(function)}
+
+    def tool_functions(self, tool: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        fn = tool.get("function")
+        return [dict(fn)] if isinstance(fn, Mapping) else None
+
+    def tool_calls(self, response: Mapping[str, Any]) -> list[ToolCall]:
+        choices = response.get("choices") or ()
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, Mapping) else None
+        calls: list[ToolCall] = []
+        for call in (message.get("tool_calls") if isinstance(message, Mapping) else None) or ():
+            fn = call.get("function") or {} if isinstance(call, Mapping) else {}
+            calls.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+        return calls
+
+    def tool_round(
+        self, response: Mapping[str, Any], results: Sequence[tuple[str, str]]
+    ) -> list[Any]:
+        said = response["choices"][0]["message"]
+        message = {
+            "role": "assistant",
+            "content": said.get("content"),
+            "tool_calls": said["tool_calls"],
+        }
+        return [message] + [{"role": "tool", "tool_call_id": c, "content": t} for c, t in results]
+
+
+CHAT = Chat()
+"""The OpenAI Chat Completions format."""

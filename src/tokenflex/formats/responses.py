@@ -24,10 +24,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..counting.checks import BadMessage
+from .base import RequestFormat, ToolCall
 from .native import Converted, NativeMessage
-from .objects import plain_message
+from .objects import part_types, plain_message, sdk_module, untyped_message
 
-__all__ = ["chat_to_responses", "responses_to_chat", "responses_to_internal"]
+__all__ = [
+    "RESPONSES",
+    "Responses",
+    "chat_to_responses",
+    "responses_to_chat",
+    "responses_to_internal",
+]
 
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _ASSISTANT_ITEMS = ("reasoning", "function_call")
@@ -335,3 +342,103 @@ def chat_to_responses(messages: Sequence[Any]) -> tuple[str | None, list[dict[st
                 }
             )
     return ("\n\n".join(instructions) if instructions else None), out
+
+
+# -- the format object ------------------------------------------------------------------
+
+_PARTS = frozenset({"input_text", "input_image", "input_file", "output_text"})
+"""Content part types only Responses items have (what detection reads)."""
+
+
+class Responses(RequestFormat):
+    """OpenAI Responses: ``instructions`` + ``input`` items."""
+
+    name = "responses"
+    path = "/v1/responses"
+    count_path = "/v1/responses/input_tokens"
+    items_key = "input"
+    system_key = "instructions"
+    limit_key = "max_output_tokens"
+
+    def marks(self, item: Any) -> bool:
+        module = sdk_module(item)
+        if module is not None:
+            return ".responses" in module and not module.startswith("anthropic")
+        if not isinstance(item, Mapping):
+            return False
+        return not untyped_message(item) or not _PARTS.isdisjoint(part_types(item))
+
+    def to_internal(
+        self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False
+    ) -> Converted:
+        return responses_to_internal(items, system)
+
+    def to_chat(self, items: Sequence[Any], system: Any = None) -> list[dict[str, Any]]:
+        return responses_to_chat(items, system)
+
+    def from_chat(self, messages: Sequence[Any]) -> tuple[Any, list[Any]]:
+        return chat_to_responses(messages)
+
+    def tool(self, function: Mapping[str, Any]) -> dict[str, Any]:
+        # ``strict`` defaults to true on the API, which rejects most schemas written for
+        # chat: a converted tool says false unless it was strict
+        entry = {
+            "type": "function",
+            "name": function["name"],
+            "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+            "strict": function.get("strict") is True,
+        }
+        if function.get("description"):
+            entry["description"] = function["description"]
+        return entry
+
+    def tool_functions(self, tool: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            return None
+        fn: dict[str, Any] = {"name": tool["name"]}
+        if tool.get("description"):
+            fn["description"] = tool["description"]
+        if tool.get("parameters") is not None:
+            fn["parameters"] = tool["parameters"]
+        if tool.get("strict") is True:
+            fn["strict"] = True
+        return [fn]
+
+    def tool_calls(self, response: Mapping[str, Any]) -> list[ToolCall]:
+        return [
+            (item.get("call_id"), item.get("name"), item.get("arguments"))
+            for item in response.get("output") or ()
+            if isinstance(item, Mapping) and item.get("type") == "function_call"
+        ]
+
+    def tool_round(
+        self, response: Mapping[str, Any], results: Sequence[tuple[str, str]]
+    ) -> list[Any]:
+        made = [
+            dict(item)
+            for item in response.get("output") or ()
+            if isinstance(item, Mapping) and item.get("type") in ("function_call", "reasoning")
+        ]
+        return made + [
+            {"type": "function_call_output", "call_id": c, "output": text} for c, text in results
+        ]
+
+    def count_answer(self, tokens: int) -> dict[str, Any]:
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+
+    def stream_error(
+        self, status: int, message: str, *, type: str, code: str | None, param: str | None
+    ) -> bytes:
+        # the Responses API's own ``error`` event, never followed by response.completed
+        body = {
+            "type": "error",
+            "code": code,
+            "message": message,
+            "param": param,
+            "sequence_number": 0,  # the upstream's numbering is not tracked: passed through
+        }
+        return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+RESPONSES = Responses()
+"""The OpenAI Responses format."""
