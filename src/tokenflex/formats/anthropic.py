@@ -30,6 +30,21 @@ from typing import Any
 
 from ..counting.checks import BadMessage
 from .base import EARLIER_LEFT_OUT, RequestFormat, ToolCall
+from .body import (
+    Fields,
+    RequestParts,
+    bad,
+    check_fields,
+    check_items,
+    check_model,
+    check_stream,
+    check_system,
+    check_tools,
+    fields_for,
+    positive_int,
+    type_name,
+    unknown_type,
+)
 from .native import Converted, NativeMessage
 from .objects import part_types, plain_message, sdk_module, untyped_message
 
@@ -397,6 +412,67 @@ _ERROR_TYPES = {
 }
 
 
+_STR, _OBJ = (str,), (dict,)
+
+BLOCKS: dict[str, Fields] = {
+    "text": {"text": _STR},
+    "image": {"source": _OBJ},
+    "document": {"source": _OBJ},
+    "search_result": {"source": _STR, "title": _STR, "content": (list,)},
+    "tool_use": {"id": _STR, "name": _STR, "input": _OBJ},
+    "tool_result": {"tool_use_id": _STR},
+    "thinking": {"thinking": _STR},
+    "redacted_thinking": {"data": _STR},
+    "server_tool_use": {"id": _STR, "name": _STR},
+    "mcp_tool_use": {"id": _STR, "name": _STR},
+    "container_upload": {"file_id": _STR},
+}
+"""Anthropic content block types and their required fields (what a body may hold)."""
+_BLOCK_SUFFIXES: dict[str, Fields] = {"_tool_result": {"tool_use_id": _STR}}
+"""Server tool results (``web_search_tool_result``, ``mcp_tool_result``...)."""
+
+
+def _check_blocks(blocks: list[Any], param: str) -> None:
+    for j, block in enumerate(blocks):
+        at = f"{param}[{j}]"
+        if not isinstance(block, dict):
+            raise bad(f"{at} must be a content block object, got {type_name(block)}.", at)
+        kind = block.get("type")
+        fields = fields_for(kind, BLOCKS, _BLOCK_SUFFIXES)
+        if fields is None:
+            raise unknown_type(kind, at, BLOCKS)
+        check_fields(block, fields, at, f"a {kind} block")
+        inner = block.get("content")
+        if kind == "tool_result" and inner is not None:
+            if not isinstance(inner, str | list):
+                raise bad(
+                    f"{at}.content must be a string or a list of blocks, got {type_name(inner)}.",
+                    f"{at}.content",
+                    "invalid_type",
+                )
+            if isinstance(inner, list):
+                _check_blocks(inner, f"{at}.content")
+
+
+def _check_tools(tools: list[dict[str, Any]] | None) -> None:
+    for i, tool in enumerate(tools or []):
+        custom = tool.get("type") in (None, "custom") or "input_schema" in tool
+        if custom and (not isinstance(tool.get("name"), str) or not tool["name"]):
+            raise bad(
+                f"tools[{i}] needs a 'name' (a non-empty string): Anthropic tools are "
+                "{'name': ..., 'description': ..., 'input_schema': {...}}.",
+                f"tools[{i}].name",
+                "missing_required_parameter",
+            )
+        schema = tool.get("input_schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise bad(
+                f"tools[{i}].input_schema must be a JSON schema object, got {type_name(schema)}.",
+                f"tools[{i}].input_schema",
+                "invalid_type",
+            )
+
+
 class Anthropic(RequestFormat):
     """Anthropic Messages: ``system`` + ``messages`` of content blocks."""
 
@@ -406,6 +482,7 @@ class Anthropic(RequestFormat):
     user_first = True
     count_path = "/v1/messages/count_tokens"
     system_key = "system"
+    limit_required = True
 
     def marks(self, item: Any) -> bool:
         module = sdk_module(item)
@@ -417,6 +494,28 @@ class Anthropic(RequestFormat):
 
     def marks_system(self, system: Any) -> bool:
         return isinstance(system, list)
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        """``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``;
+        every content block is of a known type with its required fields (:data:`BLOCKS`)."""
+        name = check_model(body)
+        messages = check_items(body.get("messages"), "messages", _ROLES)
+        system = check_system(body, "system")
+        if isinstance(system, list):
+            _check_blocks(system, "system")
+        for i, msg in enumerate(messages):
+            if isinstance(msg["content"], list):
+                _check_blocks(msg["content"], f"messages[{i}].content")
+        tools = check_tools(body)
+        _check_tools(tools)
+        return RequestParts(
+            name,
+            messages,
+            system,
+            max_tokens=positive_int(body, "max_tokens"),
+            tools=tools,
+            stream=check_stream(body),
+        )
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False

@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from .body import RequestParts
 from .native import Converted, NativeMessage
 
 __all__ = ["EARLIER_LEFT_OUT", "RequestFormat", "ToolCall"]
@@ -55,12 +56,18 @@ class RequestFormat:
     ``stream`` field in the body says so)."""
     count_path: ClassVar[str | None] = None
     """The proxy's token-count route for this format (None: none)."""
+    via_chat: ClassVar[bool] = False
+    """The proxy sends this format's fitted requests to an OpenAI-compatible upstream as
+    chat (:meth:`from_chat_answer` converts the answer back); False: sent on in this
+    format to :attr:`path`."""
     items_key: ClassVar[str] = "messages"
     """The request body's field that holds the conversation."""
     system_key: ClassVar[str | None] = None
     """The request body's field that holds the top-level system prompt (None: none)."""
     limit_key: ClassVar[str] = "max_tokens"
     """The request body's output-limit field."""
+    limit_required: ClassVar[bool] = False
+    """The API requires the output limit: the proxy always sets it."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -174,6 +181,20 @@ class RequestFormat:
         return fields.get(b"prompt_tokens", fields.get(b"input_tokens"))
 
     # -- the proxy ------------------------------------------------------------------------
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        """Check a client's request body (a JSON object) and read what fitting needs;
+        ``model``: the model named by the route, for APIs that put it in the path.
+
+        Raises:
+            BodyError: a missing or wrong field (names it).
+        """
+        raise NotImplementedError
+
+    def from_chat_answer(self, status: int, answer: Any) -> Any:
+        """A chat completion (or an OpenAI-shaped error, ``status`` >= 400) as this API's
+        answer, for a :attr:`via_chat` format."""
+        raise NotImplementedError
+
     def count_answer(self, tokens: int) -> dict[str, Any]:
         """The JSON answer of this format's count route."""
         return {"input_tokens": tokens}

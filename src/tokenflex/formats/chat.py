@@ -19,17 +19,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..counting.checks import BadMessage
+from ..counting.checks import IMAGE_PARTS, TEXT_PARTS, BadMessage, bad_part, validated_role
 from ..errors import InvalidInputError
 from .base import RequestFormat, ToolCall
+from .body import RequestParts, bad, check_model, check_stream, check_tools, positive_int, type_name
 from .native import Converted, NativeMessage
 from .objects import is_langchain, part_types, plain_message, sdk_module, untyped_message
 
 __all__ = [
     "CHAT",
+    "KNOWN_ROLES",
     "REASONING_FIELD",
     "Chat",
     "chat_to_internal",
+    "check_messages",
     "completion_limit_field",
     "is_plain_chat",
 ]
@@ -100,6 +103,103 @@ def completion_limit_field(model: str) -> str:
     return "max_completion_tokens" if _COMPLETION_ONLY.match(name) else "max_tokens"
 
 
+KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]:
+    """A body's chat messages, checked as the counters read them (a message that fit()
+    drops is never counted, yet it is stored with the plan and must be valid).
+
+    Raises:
+        BodyError: the first bad message, naming its field.
+    """
+    if value is None:
+        raise bad(
+            f"'{key}' is required: a list of chat messages.", key, "missing_required_parameter"
+        )
+    if not isinstance(value, list):
+        raise bad(
+            f"'{key}' must be a list of chat messages, got {type_name(value)}.",
+            key,
+            "invalid_type",
+        )
+    if not value:
+        raise bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
+    for i, msg in enumerate(value):
+        param = f"{key}[{i}]"
+        if not isinstance(msg, dict):
+            raise bad(
+                f"{param} must be an object with 'role' and 'content', got {type_name(msg)}.",
+                param,
+                "invalid_type",
+            )
+        role = msg.get("role")
+        if not isinstance(role, str):
+            raise bad(
+                f"{param}.role must be a string, one of {', '.join(KNOWN_ROLES)}; got "
+                f"{type_name(role)}.",
+                f"{param}.role",
+                "invalid_type" if role is not None else "missing_required_parameter",
+            )
+        if role not in KNOWN_ROLES:
+            raise bad(
+                f"{param}.role {role!r} is not a chat role; use one of {', '.join(KNOWN_ROLES)}.",
+                f"{param}.role",
+            )
+        content = msg.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise bad(
+                f"{param}.content must be a string, a list of content parts or null, got "
+                f"{type_name(content)}.",
+                f"{param}.content",
+                "invalid_type",
+            )
+        try:
+            _check_message(msg)
+        except BadMessage as exc:
+            raise bad(f"{exc.at(i)}", param) from None
+    return value
+
+
+def _check_message(msg: dict[str, Any]) -> None:
+    """What the counters would find wrong with ``msg``, found before fitting."""
+    validated_role(msg)
+    content = msg.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            ptype = part.get("type") if isinstance(part, Mapping) else None
+            if not isinstance(ptype, str):  # a list or object "type" is no type
+                ok = False
+            elif ptype in TEXT_PARTS:
+                ok = isinstance(part.get(TEXT_PARTS[ptype]), str)
+            elif ptype in IMAGE_PARTS:
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                ok = isinstance(url, str)
+            else:
+                ok = False
+            if not ok:
+                raise bad_part(j, part)
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise BadMessage(
+                f"has tool_calls of type {type(calls).__name__}", "tool_calls must be a list"
+            )
+        for call in calls:
+            if not isinstance(call, Mapping):
+                raise BadMessage(
+                    f"has a tool call of type {type(call).__name__}",
+                    "Each tool call is {'id': ..., 'type': 'function', 'function': "
+                    "{'name': ..., 'arguments': '{...}'}}",
+                )
+    for key in ("name", "tool_call_id"):
+        if msg.get(key) is not None and not isinstance(msg[key], str):
+            raise BadMessage(
+                f"has {key} of type {type(msg[key]).__name__}", f"{key} must be a string"
+            )
+
+
 class Chat(RequestFormat):
     """OpenAI Chat Completions: ``messages``, the engine's own form."""
 
@@ -120,6 +220,18 @@ class Chat(RequestFormat):
         if item.get("function_call"):
             return True
         return not _CHAT_PARTS.isdisjoint(part_types(item))
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        name = check_model(body)
+        messages = check_messages(body.get("messages"))
+        return RequestParts(
+            name,
+            messages,
+            max_tokens=positive_int(body, "max_tokens"),
+            max_completion_tokens=positive_int(body, "max_completion_tokens"),
+            tools=check_tools(body),
+            stream=check_stream(body),
+        )
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False

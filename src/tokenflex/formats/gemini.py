@@ -37,6 +37,14 @@ from typing import Any
 
 from ..counting.checks import BadMessage
 from .base import EARLIER_LEFT_OUT, RequestFormat, ToolCall
+from .body import (
+    RequestParts,
+    bad,
+    check_items,
+    check_model,
+    positive_int,
+    type_name,
+)
 from .native import Converted, NativeMessage
 from .objects import plain_message
 
@@ -386,10 +394,142 @@ _STATUS = {
 }
 
 
+def _check_parts(parts: Any, param: str) -> None:
+    for j, part in enumerate(parts):
+        try:
+            part_kind(part, f"{param}[{j}]")
+        except BadMessage as exc:
+            raise bad(
+                f"{param}[{j}]: {exc.problem.removeprefix('has ')}. {exc.fix}.", f"{param}[{j}]"
+            ) from None
+
+
+def _check_tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise bad("'tools' must be a list of tool objects.", "tools", "invalid_type")
+    for i, tool in enumerate(tools):
+        declared = tool.get("functionDeclarations")
+        if declared is None:
+            continue  # googleSearch, codeExecution...: counted as their JSON
+        if not isinstance(declared, list):
+            raise bad(
+                f"tools[{i}].functionDeclarations must be a list, got {type_name(declared)}.",
+                f"tools[{i}].functionDeclarations",
+                "invalid_type",
+            )
+        for k, d in enumerate(declared):
+            at = f"tools[{i}].functionDeclarations[{k}]"
+            if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
+                raise bad(
+                    f"{at} needs a 'name' (a non-empty string): a function declaration is "
+                    "{'name': ..., 'description': ..., 'parameters': {...}}.",
+                    f"{at}.name",
+                    "missing_required_parameter",
+                )
+            if d.get("parameters") is not None and not isinstance(d["parameters"], dict):
+                raise bad(
+                    f"{at}.parameters must be a schema object, got {type_name(d['parameters'])}.",
+                    f"{at}.parameters",
+                    "invalid_type",
+                )
+    return tools or None
+
+
+def parse_body(body: Mapping[str, Any], model: str | None) -> RequestParts:
+    """Check a ``generateContent`` body (or a ``countTokens`` one, whose
+    ``generateContentRequest`` or bare ``contents`` it reads)."""
+    inner = body.get("generateContentRequest")
+    if isinstance(inner, Mapping):
+        body = inner
+    name = model if model is not None else check_model(body)
+    contents = check_items(body.get("contents"), "contents", ROLES, content="parts")
+    for i, content in enumerate(contents):
+        _check_parts(content["parts"], f"contents[{i}].parts")
+    system = body.get("systemInstruction")
+    if system is not None:
+        parts = system.get("parts") if isinstance(system, dict) else None
+        if not isinstance(parts, list):
+            raise bad(
+                "'systemInstruction' must be a content object with a list of parts, like "
+                "{'parts': [{'text': '...'}]}.",
+                "systemInstruction",
+                "invalid_type",
+            )
+        _check_parts(parts, "systemInstruction.parts")
+    config = body.get("generationConfig")
+    if config is not None and not isinstance(config, dict):
+        raise bad(
+            f"'generationConfig' must be an object, got {type_name(config)}.",
+            "generationConfig",
+            "invalid_type",
+        )
+    limit = positive_int(config or {}, "maxOutputTokens", "generationConfig.maxOutputTokens")
+    return RequestParts(
+        name, contents, system, max_tokens=limit, tools=_check_tools(body.get("tools"))
+    )
+
+
+_FINISH = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"}
+
+
+def answer_from_chat(status: int, answer: Any) -> Any:
+    """A chat completion as a ``GenerateContentResponse`` (text and ``functionCall``
+    parts, ``finishReason``, ``usageMetadata``), or an OpenAI-shaped error (``status``
+    >= 400) as Google's ``{"error": {"code", "message", "status"}}``."""
+    if status >= 400 or not isinstance(answer, Mapping) or "choices" not in answer:
+        error = answer.get("error") if isinstance(answer, Mapping) else None
+        message = error.get("message") if isinstance(error, Mapping) else None
+        text = str(message) if message is not None else json.dumps(answer, default=str)[:2000]
+        return GEMINI.error_json(status, text, type="upstream_error", code=None, param=None)
+    choices = answer.get("choices") or [{}]
+    first = choices[0] if isinstance(choices[0], Mapping) else {}
+    message = first.get("message") or {}
+    parts: list[dict[str, Any]] = []
+    if isinstance(message.get("content"), str) and message["content"]:
+        parts.append({"text": message["content"]})
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except ValueError:
+            args = {"arguments": fn.get("arguments")}
+        parts.append(
+            {
+                "functionCall": {
+                    "id": str(call.get("id", "")),
+                    "name": str(fn.get("name", "")),
+                    "args": args if isinstance(args, dict) else {"value": args},
+                }
+            }
+        )
+    out: dict[str, Any] = {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": parts or [{"text": ""}]},
+                "finishReason": _FINISH.get(str(first.get("finish_reason")), "OTHER"),
+                "index": 0,
+            }
+        ]
+    }
+    usage = answer.get("usage")
+    if isinstance(usage, Mapping):
+        out["usageMetadata"] = {
+            "promptTokenCount": usage.get("prompt_tokens", 0),
+            "candidatesTokenCount": usage.get("completion_tokens", 0),
+            "totalTokenCount": usage.get("total_tokens", 0),
+        }
+    if isinstance(answer.get("model"), str):
+        out["modelVersion"] = answer["model"]
+    return out
+
+
 class Gemini(RequestFormat):
     """Google Gemini ``generateContent``: ``systemInstruction`` + ``contents``."""
 
     name = "gemini"
+    via_chat = True  # llama-server and other OpenAI-compatible upstreams speak chat
     path = "/v1beta/models/{model}:generateContent"
     stream_path = "/v1beta/models/{model}:streamGenerateContent"
     user_first = True
@@ -405,6 +545,12 @@ class Gemini(RequestFormat):
 
     def marks_system(self, system: Any) -> bool:
         return isinstance(system, Mapping) and "parts" in system
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        return parse_body(body, model)
+
+    def from_chat_answer(self, status: int, answer: Any) -> Any:
+        return answer_from_chat(status, answer)
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False

@@ -25,6 +25,21 @@ from typing import Any
 
 from ..counting.checks import BadMessage
 from .base import RequestFormat, ToolCall
+from .body import (
+    Fields,
+    RequestParts,
+    bad,
+    check_fields,
+    check_items,
+    check_model,
+    check_stream,
+    check_system,
+    check_tools,
+    fields_for,
+    positive_int,
+    type_name,
+    unknown_type,
+)
 from .native import Converted, NativeMessage
 from .objects import part_types, plain_message, sdk_module, untyped_message
 
@@ -350,6 +365,85 @@ _PARTS = frozenset({"input_text", "input_image", "input_file", "output_text"})
 """Content part types only Responses items have (what detection reads)."""
 
 
+_STR, _TEXT = (str,), (str, list)
+
+ITEMS: dict[str, Fields] = {
+    "message": {"role": _STR, "content": _TEXT},
+    "function_call": {"call_id": _STR, "name": _STR, "arguments": _STR},
+    "function_call_output": {"call_id": _STR, "output": _TEXT},
+    "custom_tool_call": {"call_id": _STR, "name": _STR, "input": _STR},
+    "custom_tool_call_output": {"call_id": _STR, "output": _TEXT},
+    "reasoning": {"summary": (list,)},
+    "mcp_list_tools": {"server_label": _STR},
+    "mcp_approval_request": {"id": _STR},
+    "mcp_approval_response": {"approval_request_id": _STR},
+}
+"""Responses input item types and their required fields (what a body may hold)."""
+_ITEM_SUFFIXES: dict[str, Fields] = {"_call_output": {}, "_call": {}}
+"""Built-in tool calls and their outputs (``web_search_call``, ``computer_call_output``)."""
+
+PARTS = frozenset(
+    {
+        "input_text",
+        "output_text",
+        "text",
+        "refusal",
+        "input_image",
+        "input_file",
+        "input_audio",
+        "summary_text",
+        "reasoning_text",
+    }
+)
+"""Content part types of a Responses message item."""
+
+
+def _check_items(items: list[Any]) -> None:
+    for i, item in enumerate(items):
+        at = f"input[{i}]"
+        kind = item.get("type", "message")
+        if kind == "item_reference":
+            raise bad(
+                f"{at} is an item_reference: its content is stored by the upstream, so this "
+                "proxy cannot count it and could not fit the request honestly. Send the "
+                "item itself, or previous_response_id (not counted, see docs/proxy.md).",
+                f"{at}.type",
+                "unsupported_value",
+            )
+        fields = fields_for(kind, ITEMS, _ITEM_SUFFIXES)
+        if fields is None:
+            raise unknown_type(kind, at, ITEMS)
+        check_fields(item, fields, at, f"a {kind} item")
+        if kind == "message":
+            if item["role"] not in _MESSAGE_ROLES:
+                raise bad(
+                    f"{at}.role must be user, assistant, system or developer; got "
+                    f"{item['role'][:40]!r}.",
+                    f"{at}.role",
+                )
+            _check_parts(item["content"], f"{at}.content")
+        elif kind.endswith("_output") and isinstance(item.get("output"), list):
+            _check_parts(item["output"], f"{at}.output")
+
+
+def _check_parts(parts: Any, param: str) -> None:
+    if not isinstance(parts, list):
+        return
+    for j, part in enumerate(parts):
+        at = f"{param}[{j}]"
+        if not isinstance(part, dict):
+            raise bad(f"{at} must be a content part object, got {type_name(part)}.", at)
+        kind = part.get("type")
+        if not isinstance(kind, str) or kind not in PARTS:
+            shown = repr(kind)[:80] if isinstance(kind, str) else type_name(kind)
+            raise bad(
+                f"{at} has type {shown}, which this proxy cannot count; use one of "
+                f"{', '.join(sorted(PARTS))}.",
+                f"{at}.type",
+                "invalid_type",
+            )
+
+
 class Responses(RequestFormat):
     """OpenAI Responses: ``instructions`` + ``input`` items."""
 
@@ -367,6 +461,26 @@ class Responses(RequestFormat):
         if not isinstance(item, Mapping):
             return False
         return not untyped_message(item) or not _PARTS.isdisjoint(part_types(item))
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        """``model``, ``input`` (a string is one user message), ``instructions``,
+        ``max_output_tokens``, ``tools``, ``stream``; every item is of a known type with
+        its required fields (:data:`ITEMS`). Other fields (``previous_response_id``,
+        ``store``) go through."""
+        name = check_model(body)
+        items = body.get("input")
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        checked = check_items(items, "input", None)
+        _check_items(checked)
+        return RequestParts(
+            name,
+            checked,
+            max_tokens=positive_int(body, "max_output_tokens"),
+            tools=check_tools(body),
+            stream=check_stream(body),
+            system=check_system(body, "instructions"),
+        )
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False

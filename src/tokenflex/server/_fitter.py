@@ -35,6 +35,7 @@ from ..errors import (
     UnknownModelError,
     UpstreamError,
 )
+from ..formats.registry import get_format
 from ..models import Model
 from ..models.discovery import refusal
 from ..recall import resolved_round, with_recall_tool
@@ -420,7 +421,7 @@ class Fitter:
             recall=self.config.recall,  # observe mode: the plan fit mode would send
             background_summaries=background,
         )
-        if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
+        if not get_format(req.format).internal:  # fitted in the request's own format
             kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
         if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES or self.store_blocks:

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..calibration import Calibration
-from ..formats.registry import get_format
+from ..formats.registry import formats, get_format
 from ..models import find_model
 from ..tracing import RequestSpan, request_span
 from .config import ServerConfig
@@ -244,11 +244,9 @@ class ProxyMetrics:
         route = _DEFAULT_ROUTE
         if first in self.config.routes:
             route, path = first, "/" + rest
-        from .protocols import ANTHROPIC, CHAT, RESPONSES
-
-        for wire in (CHAT, ANTHROPIC, RESPONSES):
-            if path == wire.path:
-                return route, wire.name
+        for fmt in formats():
+            if path == fmt.path:
+                return route, fmt.name
         return route, "passthrough"
 
     def counted(self, handler: Handler) -> Handler:

@@ -38,7 +38,7 @@ __all__ = [
     "serialize_list",
 ]
 
-CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-tokenflex-key")
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "x-tokenflex-key")
 """Request headers whose values own a plan."""
 
 
