@@ -57,9 +57,10 @@ class RequestFormat:
     count_path: ClassVar[str | None] = None
     """The proxy's token-count route for this format (None: none)."""
     via_chat: ClassVar[bool] = False
-    """The proxy sends this format's fitted requests to an OpenAI-compatible upstream as
-    chat (:meth:`from_chat_answer` converts the answer back); False: sent on in this
-    format to :attr:`path`."""
+    """The proxy serves this format in front of an OpenAI-compatible upstream: a request
+    is converted to chat (:meth:`to_chat`), fitted and sent as chat, and the answer is
+    converted back (:meth:`from_chat_answer`); False: fitted in this format and sent on
+    in it to :attr:`path`."""
     items_key: ClassVar[str] = "messages"
     """The request body's field that holds the conversation."""
     system_key: ClassVar[str | None] = None

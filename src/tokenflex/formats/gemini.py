@@ -24,8 +24,9 @@ The top-level ``systemInstruction`` is one pinned system message; system text th
 adds (a summary, packed documents) is appended to it as text parts.
 
 The proxy serves ``POST /v1beta/models/{model}:generateContent`` (and
-``:streamGenerateContent``, ``:countTokens``) by converting the fitted request to chat for
-an OpenAI-compatible upstream and the answer back (see docs/formats.md).
+``:streamGenerateContent``, ``:countTokens``) in front of an OpenAI-compatible upstream:
+the request is converted to chat and fitted as chat, so what is counted is what the
+upstream reads, and the answer is converted back (see docs/formats.md).
 """
 
 from __future__ import annotations
@@ -270,14 +271,7 @@ def gemini_to_chat(contents: Sequence[Any], system: Any = None) -> list[dict[str
                 cid = value.get("id") or (pending[0] if pending else value["name"])
                 if cid in pending:
                     pending.remove(cid)
-                response = value.get("response")
-                out.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": str(cid),
-                        "content": response if isinstance(response, str) else _dumps(response),
-                    }
-                )
+                out.append({"role": "tool", "tool_call_id": str(cid), "content": _result(value)})
             elif not part.get("thought"):
                 parts.append(_chat_part(kind, value))
         if content.get("role") == "model":
@@ -292,6 +286,17 @@ def gemini_to_chat(contents: Sequence[Any], system: Any = None) -> list[dict[str
             joined = "".join(p["text"] for p in parts) if simple else ""
             out.append({"role": "user", "content": joined if simple else parts})
     return out
+
+
+def _result(answer: Mapping[str, Any]) -> str:
+    """A function response's text: ``{"result": text}`` (what :func:`chat_to_gemini`
+    writes) is that text, any other response its JSON."""
+    response = answer.get("response")
+    if isinstance(response, Mapping) and list(response) == ["result"]:
+        result = response["result"]
+        if isinstance(result, str):
+            return result
+    return response if isinstance(response, str) else _dumps(response)
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:
@@ -346,7 +351,10 @@ def chat_to_gemini(messages: Sequence[Any]) -> tuple[Any, list[dict[str, Any]]]:
             cid = str(m.get("tool_call_id") or m.get("name") or "")
             content = m.get("content")
             text = content if isinstance(content, str) else _text(_parts(content))
-            answer = {"name": names.get(cid, cid), "response": {"result": text}}
+            answer: dict[str, Any] = {"name": names.get(cid, cid)}
+            if cid in names:
+                answer["id"] = cid
+            answer["response"] = {"result": text}
             turn, parts = "user", [{"functionResponse": answer}]
         else:
             turn = "model" if role == "assistant" else "user"
@@ -360,14 +368,11 @@ def chat_to_gemini(messages: Sequence[Any]) -> tuple[Any, list[dict[str, Any]]]:
                     value = {"arguments": args}
                 name = str(fn.get("name", ""))
                 names[str(call.get("id", ""))] = name
-                parts.append(
-                    {
-                        "functionCall": {
-                            "name": name,
-                            "args": value if isinstance(value, dict) else {"value": value},
-                        }
-                    }
-                )
+                made: dict[str, Any] = {"name": name}
+                if call.get("id"):
+                    made["id"] = str(call["id"])
+                made["args"] = value if isinstance(value, dict) else {"value": value}
+                parts.append({"functionCall": made})
         if out and out[-1]["role"] == turn:
             out[-1]["parts"] += parts
         elif parts:

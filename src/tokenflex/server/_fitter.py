@@ -421,16 +421,19 @@ class Fitter:
             recall=self.config.recall,  # observe mode: the plan fit mode would send
             background_summaries=background,
         )
-        if not get_format(req.format).internal:  # fitted in the request's own format
+        fmt, messages = get_format(req.format), req.messages
+        if fmt.via_chat:  # sent upstream as chat: fitted as chat, counted as it is sent
+            messages = fmt.to_chat(req.messages, req.system)
+        elif not fmt.internal:  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
         if model.tokenizer.startswith("server:") or size > _OFFLOAD_BYTES or self.store_blocks:
             # Counting that waits on a tokenize endpoint, a lot of text, or a state
             # store that does I/O: keep the event loop free for the other requests.
-            plan = await off_loop(self.limiter, functools.partial(fit, req.messages, **kwargs))
+            plan = await off_loop(self.limiter, functools.partial(fit, messages, **kwargs))
             return stateless(plan) if guard.failed else plan
         try:
-            plan = await afit(req.messages, **kwargs)
+            plan = await afit(messages, **kwargs)
         except TokenflexError as exc:
             raise library_error(exc) from None
         except BaseException as exc:

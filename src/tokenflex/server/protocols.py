@@ -15,8 +15,9 @@ fit, keep the plan, forward, stream back) is the one in :mod:`tokenflex.server.a
   ``previous_response_id`` and every other field passed through untouched (the context
   the upstream keeps for it is not seen, so not counted);
 - ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``: Gemini,
-  fitted in its own format, then sent as chat to the OpenAI-compatible upstream
-  (:attr:`~tokenflex.formats.base.RequestFormat.via_chat`) and the answer converted back
+  converted to chat, fitted as chat (so the count is of what the upstream reads) and
+  sent to the OpenAI-compatible upstream
+  (:attr:`~tokenflex.formats.base.RequestFormat.via_chat`); the answer is converted back
   (a stream is the whole answer as one event); errors in Google's shape;
 - the count routes (``/v1/messages/count_tokens`` -> ``{"input_tokens": n}``,
   ``/v1/responses/input_tokens`` -> ``{"object": "response.input_tokens",
@@ -258,6 +259,12 @@ def count_input(req: ChatRequest, model: Model) -> Response:
     from ..counting import get_counter
     from ..formats.fitting import prepare
 
-    prepared = prepare(req.messages, format=req.format, system=req.system, tools=req.tools)
+    fmt = _format(req)
+    if fmt.via_chat:  # counted as it is fitted and sent: as chat
+        prepared = prepare(
+            fmt.to_chat(req.messages, req.system), format=None, system=None, tools=req.tools
+        )
+    else:
+        prepared = prepare(req.messages, format=req.format, system=req.system, tools=req.tools)
     tokens = get_counter(model).count(list(prepared.messages), tools=prepared.tools)
-    return JSONResponse(_format(req).count_answer(tokens))
+    return JSONResponse(fmt.count_answer(tokens))
