@@ -49,7 +49,7 @@ from .engine import (
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
 from .formats.objects import plain_message
-from .formats.registry import get_format
+from .formats.registry import default_format, get_format
 from .history import (
     HistorySource,
     aread_newest_first,
@@ -768,11 +768,12 @@ class _RecallFit:
         from .state import default_store
 
         self.layout, self.req, self.memory, self.summarizer = layout, req, memory, summ
-        self.format = req.converted.format if req.converted is not None else "chat"
+        internal = default_format()  # what the engine counts
+        self.format = req.converted.format if req.converted is not None else internal.name
         store = state if state is not None else default_store()
-        chat = self.format == "chat" and req.converted is not None
+        chat = get_format(self.format).internal and req.converted is not None
         self.recaller = Recaller(store, req.messages, self.format, given if chat else None)
-        counted = recall_tool("chat")
+        counted = recall_tool(internal.name)
         counter = get_counter(layout.model)
         self.tool_tokens = counter.base([counted]) - counter.base(None)
         self.with_tool = replace(
