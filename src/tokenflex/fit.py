@@ -448,10 +448,11 @@ def fit(
         documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
             ``min(documents_cap, what is left)`` (default: half of what is left) and sent
             as a system message after the pinned ones; dropped chunks are in ``dropped``.
-        format: ``chat``, ``anthropic`` or ``responses``; detected from the messages when
+        format: ``chat``, ``anthropic``, ``responses`` or ``gemini`` (any registered
+            format, :mod:`tokenflex.formats.registry`); detected from the messages when
             not given (plain text messages read as chat, or Anthropic with ``system=``).
-        system: Anthropic's top-level ``system`` (string or blocks), or the Responses
-            ``instructions``; always kept.
+        system: Anthropic's top-level ``system`` (string or blocks), the Responses
+            ``instructions`` or Gemini's ``systemInstruction``; always kept.
         keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
             out and listed in ``dropped``; most APIs reject or ignore it on input).
         background_summaries: A
