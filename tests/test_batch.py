@@ -12,8 +12,8 @@ import pytest
 from tokenflex.batch import fit_line, read_body
 from tokenflex.cli import main
 from tokenflex.counting import get_counter
-from tokenflex.formats.fitting import prepare
 from tokenflex.models import get_model
+from tokenflex.roundtrip import prepare
 
 WORDS = "alpha beta gamma delta " * 400  # ~1,600 tokens
 

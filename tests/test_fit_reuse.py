@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import InvalidMessagesError
-from tokenflex.formats.fitting import forget
+from tokenflex.roundtrip import forget
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 MODEL = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-reuse", context_window=1500)

@@ -772,8 +772,8 @@ def test_bad_message_names_its_index(fmt: str, msgs: list[Any], where: str) -> N
 
 
 def test_unknown_format() -> None:
-    with pytest.raises(InvalidInputError, match=r"format=.gemini.*chat, anthropic, responses"):
-        tokenflex.fit([{"role": "user", "content": "q"}], model="gpt-4o", format="gemini")
+    with pytest.raises(InvalidInputError, match=r"format=.bedrock.*chat, anthropic, responses"):
+        tokenflex.fit([{"role": "user", "content": "q"}], model="gpt-4o", format="bedrock")
 
 
 def test_estimates_are_flagged() -> None:

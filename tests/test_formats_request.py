@@ -202,5 +202,5 @@ def test_summary_goes_into_the_system() -> None:
 
 def test_unknown_api() -> None:
     plan = tokenflex.fit([{"role": "user", "content": "hi"}], model="gpt-4o", max_tokens=5)
-    with pytest.raises(InvalidInputError, match=r"api='gemini'.*chat, anthropic, responses"):
-        plan.request(api="gemini")
+    with pytest.raises(InvalidInputError, match=r"api='bedrock'.*chat, anthropic, responses"):
+        plan.request(api="bedrock")

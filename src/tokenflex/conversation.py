@@ -24,19 +24,19 @@ from typing import Any, cast
 
 from ._types import Message, Tool
 from .counting import get_counter
-from .counting.checks import BadMessage
 from .counting.shape import check_one, shape_checker
 from .engine import GroupIndex, TakenOut, afit_layout, fit_layout
 from .errors import InvalidInputError
 from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
-from .formats.fitting import Prepared, finish
 from .formats.native import Converted, NativeMessage
-from .formats.objects import plain_message
+from .message.checks import BadMessage
+from .message.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
 from .recall import Recaller, RecallFit, afit_recalling, fit_recalling
+from .roundtrip import Prepared, finish
 from .session import ObjectMemory
 from .state import MemoryStore
 from .summarize import is_summary_message

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ._types import Message, Tool
 from .counting import get_counter
-from .counting.checks import BadMessage
 from .counting.shape import check_one, check_shapes, shape_checker
 from .engine import (
     DocumentsSection,
@@ -51,8 +50,7 @@ from .engine import (
     fit_layout,
 )
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
-from .formats.fitting import Prepared, check_prepared, finish, forget, fresh, prepare
-from .formats.objects import plain_message
+from .formats.registry import default_format, get_format
 from .history import (
     HistorySource,
     aread_newest_first,
@@ -60,9 +58,12 @@ from .history import (
     iter_groups,
     read_newest_first,
 )
+from .message.checks import BadMessage
+from .message.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import Plan
+from .roundtrip import Prepared, check_prepared, finish, forget, fresh, prepare
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
@@ -378,10 +379,11 @@ def fit(
         documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
             ``min(documents_cap, what is left)`` (default: half of what is left) and sent
             as a system message after the pinned ones; dropped chunks are in ``dropped``.
-        format: ``chat``, ``anthropic`` or ``responses``; detected from the messages when
+        format: ``chat``, ``anthropic``, ``responses`` or ``gemini`` (any registered
+            format, :mod:`tokenflex.formats.registry`); detected from the messages when
             not given (plain text messages read as chat, or Anthropic with ``system=``).
-        system: Anthropic's top-level ``system`` (string or blocks), or the Responses
-            ``instructions``; always kept.
+        system: Anthropic's top-level ``system`` (string or blocks), the Responses
+            ``instructions`` or Gemini's ``systemInstruction``; always kept.
         keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
             out and listed in ``dropped``; most APIs reject or ignore it on input).
         background_summaries: A
@@ -459,7 +461,7 @@ def fit(
 
 
 def _taken_out(req: Prepared) -> TakenOut | None:
-    """The reasoning :func:`~tokenflex.formats.fitting.prepare` took out of the chat
+    """The reasoning :func:`~tokenflex.roundtrip.prepare` took out of the chat
     messages, for the engine's plan to list."""
     conv = req.converted
     return TakenOut(dict(conv.reasoning)) if conv is not None and conv.reasoning else None
@@ -467,7 +469,7 @@ def _taken_out(req: Prepared) -> TakenOut | None:
 
 def _user_first(req: Prepared) -> bool:
     """Whether the request's API wants the user's turn first (Anthropic Messages)."""
-    return req.converted is not None and req.converted.format == "anthropic"
+    return req.converted is not None and get_format(req.converted.format).user_first
 
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
@@ -661,8 +663,8 @@ def _recall_fit(
     from .recall import Recaller, RecallFit
     from .state import default_store
 
-    fmt = req.converted.format if req.converted is not None else "chat"
+    fmt = req.converted.format if req.converted is not None else default_format().name
     store = state if state is not None else default_store()
-    chat = fmt == "chat" and req.converted is not None
+    chat = get_format(fmt).internal and req.converted is not None
     recaller = Recaller(store, req.messages, fmt, given if chat else None)
     return RecallFit(layout, recaller, memory, summ, req.given_tools)

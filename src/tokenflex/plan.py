@@ -398,7 +398,7 @@ class Plan:
         if self.extras:
             out["extras"] = self.extras
         if include_messages:
-            from .formats.objects import plain
+            from .message.objects import plain
 
             out["messages"] = plain(self.messages)
             if self.system is not None:

@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._types import Message, Tool
 from .budget import SectionSpec
 from .counting import MessageCounter
-from .counting.checks import BadMessage
 from .counting.shape import check_shapes
 from .engine import (
     Layout,
@@ -72,7 +71,8 @@ from .engine import (
 from .errors import InvalidInputError, InvalidMessagesError
 from .formats.chat import REASONING_FIELD, chat_to_internal
 from .formats.native import NativeMessage
-from .formats.objects import plain_message
+from .message.checks import BadMessage
+from .message.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
 from .plan import DropRun, Plan

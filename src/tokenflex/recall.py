@@ -36,8 +36,9 @@ from .counting import get_counter
 from .engine.passes import TakenOut
 from .errors import ContextOverflowError
 from .formats.native import NativeMessage
-from .formats.objects import plain
+from .formats.registry import default_format, get_format
 from .history import with_tool_text
+from .message.objects import plain
 from .session import fingerprint
 from .state.tenant import TenantStore, tenant_view
 
@@ -91,19 +92,9 @@ def recall_tool(format: str) -> dict[str, Any]:
     >>> recall_tool("anthropic")["name"], recall_tool("chat")["function"]["name"]
     ('tokenflex_recall', 'tokenflex_recall')
     """
-    if format == "anthropic":
-        return {"name": RECALL_TOOL, "description": _DESCRIPTION, "input_schema": _PARAMETERS}
-    if format == "responses":
-        return {
-            "type": "function",
-            "name": RECALL_TOOL,
-            "description": _DESCRIPTION,
-            "parameters": _PARAMETERS,
-        }
-    return {
-        "type": "function",
-        "function": {"name": RECALL_TOOL, "description": _DESCRIPTION, "parameters": _PARAMETERS},
-    }
+    return get_format(format).tool(
+        {"name": RECALL_TOOL, "description": _DESCRIPTION, "parameters": _PARAMETERS}
+    )
 
 
 def _digest(*parts: Any) -> str:
@@ -128,7 +119,7 @@ class Recaller:
     Args:
         store: The tenant's view of the state store (a plain store is the tenant ``""``).
         source: The engine's messages (the caller's originals, in the engine's order).
-        format: The caller's format (``chat``, ``anthropic``, ``responses``).
+        format: The caller's format (a registered format's name).
         given: The caller's chat messages by their index (a list, or a mapping of the
             converted ones), when ``source`` holds converted copies of them (the chat
             messages' reasoning, which is never sent, is recalled with them).
@@ -344,21 +335,7 @@ def recall_calls(format: str, response: Any) -> list[tuple[str, str]] | None:
     calls ``tokenflex_recall`` and no other tool; None otherwise."""
     if not isinstance(response, Mapping):
         return None
-    calls: list[tuple[Any, Any, Any]] = []  # (call id, name, arguments)
-    if format == "anthropic":
-        for block in response.get("content") or ():
-            if isinstance(block, Mapping) and block.get("type") == "tool_use":
-                calls.append((block.get("id"), block.get("name"), block.get("input")))
-    elif format == "responses":
-        for item in response.get("output") or ():
-            if isinstance(item, Mapping) and item.get("type") == "function_call":
-                calls.append((item.get("call_id"), item.get("name"), item.get("arguments")))
-    else:
-        choices = response.get("choices") or ()
-        message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else {}
-        for call in (message or {}).get("tool_calls") or ():
-            fn = call.get("function") or {} if isinstance(call, Mapping) else {}
-            calls.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+    calls = get_format(format).tool_calls(response)  # (call id, name, arguments)
     if not calls or any(name != RECALL_TOOL or not isinstance(c, str) for c, name, _ in calls):
         return None
     out: list[tuple[str, str]] = []
@@ -387,33 +364,7 @@ def resolved_round(
     if calls is None:
         return None
     answers = [(c, recall_text(r, lookup(r, state=state))) for c, r in calls]
-    if format == "anthropic":
-        return [
-            {"role": "assistant", "content": response["content"]},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": c, "content": text}
-                    for c, text in answers
-                ],
-            },
-        ]
-    if format == "responses":
-        made = [
-            dict(item)
-            for item in response.get("output") or ()
-            if isinstance(item, Mapping) and item.get("type") in ("function_call", "reasoning")
-        ]
-        return made + [
-            {"type": "function_call_output", "call_id": c, "output": text} for c, text in answers
-        ]
-    said = response["choices"][0]["message"]
-    message = {
-        "role": "assistant",
-        "content": said.get("content"),
-        "tool_calls": said["tool_calls"],
-    }
-    return [message] + [{"role": "tool", "tool_call_id": c, "content": t} for c, t in answers]
+    return get_format(format).tool_round(response, answers)
 
 
 def with_recall_tool(body: dict[str, Any], plan: Any) -> dict[str, Any]:
@@ -486,7 +437,7 @@ class RecallFit:
     ) -> None:
         self.layout, self.recaller, self.memory = layout, recaller, memory
         self.summarizer, self.given_tools = summarizer, given_tools
-        counted = recall_tool("chat")
+        counted = recall_tool(default_format().name)
         counter = get_counter(layout.model)
         self.tool_tokens = counter.base([counted]) - counter.base(None)
         self.with_tool = replace(layout, tools=[*(layout.tools or ()), counted], recall=recaller)

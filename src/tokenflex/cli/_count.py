@@ -79,7 +79,7 @@ def as_chat(
 ) -> tuple[list[Any], Any]:
     """The messages as the counter reads them (an Anthropic ``system`` or the Responses
     ``instructions`` become the leading system message) and the tools in chat's shape."""
-    from ..formats.fitting import prepare
+    from ..roundtrip import prepare
 
     fmt, system = how
     prepared = prepare(messages, format=fmt, system=system, tools=tools)

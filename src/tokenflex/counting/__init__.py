@@ -48,13 +48,13 @@ Where each part lives:
 - :mod:`~tokenflex.counting.tools`: what tool schemas add;
 - :mod:`~tokenflex.counting.images`: what an image costs (size read from a data URL's
   header, never fetched; remote URLs cost the model's worst case);
-- :mod:`~tokenflex.counting.checks`: what makes a message well formed, and the errors
-  that say what is wrong with one.
+- what makes a message well formed (and the error that says what is wrong with one) is
+  :mod:`tokenflex.message`'s, below both counting and the formats.
 """
 
 from __future__ import annotations
 
-from .checks import ROLES
+from ..message.checks import ROLES
 from .messages import MessageCounter
 from .provider import ProviderCounts, provider_counts
 from .registry import count_messages, count_tokens, get_counter

@@ -27,9 +27,7 @@ from typing import Any
 
 from .._types import Message, Messages, Tool
 from ..errors import InvalidInputError, InvalidMessagesError
-from ..models import Model
-from ..tokenizers import CountCache
-from .checks import (
+from ..message.checks import (
     AUDIO_PARTS,
     FILE_PARTS,
     IMAGE_PARTS,
@@ -39,6 +37,8 @@ from .checks import (
     bad_part,
     validated_role,
 )
+from ..models import Model
+from ..tokenizers import CountCache
 from .images import image_size, image_tokens
 from .media import audio_tokens, file_tokens
 from .tools import dumps, generic_tools_tokens, openai_tools_tokens, tool_list

@@ -29,10 +29,10 @@ from typing import Any
 
 from .._types import Message, Messages, Tool
 from ..errors import ConfigError, InvalidMessagesError
+from ..message.checks import BadMessage, validated_role
 from ..models import Model
 from ..tokenizers import CountCache
 from ..tokenizers.mistral import MistralTokenizer
-from .checks import BadMessage, validated_role
 from .messages import GENERIC_TOKENS_PER_MESSAGE, MessageCounter
 from .tools import dumps
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..message.checks import BadMessage
 from ..models import Model
 from ..tokenizers import CountCache
-from .checks import BadMessage
 from .messages import EnvelopeCounter
 
 __all__ = ["check_one", "check_shapes", "shape_checker"]
@@ -73,7 +73,7 @@ def check_shapes(messages: Sequence[Any], model: Model) -> None:
     >>> check_shapes([{"role": "user", "content": "hi"}, {"role": "bot"}], get_model("gpt-4o"))
     Traceback (most recent call last):
     ...
-    tokenflex.counting.checks.BadMessage: messages[1] has role 'bot'. Use one of system, developer, user, assistant, tool, function
+    tokenflex.message.checks.BadMessage: messages[1] has role 'bot'. Use one of system, developer, user, assistant, tool, function
     """  # noqa: E501
     checker = shape_checker(model)
     for i, m in enumerate(messages):

@@ -35,9 +35,9 @@ from ..chat_template import (
     render,
 )
 from ..errors import ConfigError, InvalidMessagesError
+from ..message.checks import BadMessage, validated_role
 from ..models import Model
 from ..tokenizers import CountCache
-from .checks import BadMessage, validated_role
 from .messages import GENERIC_TOKENS_PER_MESSAGE, MessageCounter
 from .tools import dumps
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from .._types import Message
 from ..counting import MessageCounter, get_counter
-from ..counting.checks import BadMessage
 from ..errors import ContextOverflowError
 from ..fallback import Candidate, fallback_chain, no_model_fits
+from ..message.checks import BadMessage
 from ..models import Model, get_model
 from ..options import FitOptions
 from ..plan import Plan

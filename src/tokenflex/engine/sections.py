@@ -18,9 +18,9 @@ from typing import Any, Literal
 from .._types import Message
 from ..budget import Allocation, SectionSpec
 from ..counting import MessageCounter
-from ..counting.checks import BadMessage
 from ..errors import InvalidMessagesError
 from ..history import iter_groups
+from ..message.checks import BadMessage
 from ..models import Model
 from ..options import FitOptions
 from ..plan import DropRun

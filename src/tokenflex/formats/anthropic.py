@@ -28,12 +28,30 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..counting.checks import BadMessage
+from ..message.checks import BadMessage
+from ..message.objects import part_types, plain_message, sdk_module, untyped_message
+from .base import EARLIER_LEFT_OUT, RequestFormat, ToolCall
+from .body import (
+    Fields,
+    RequestParts,
+    bad,
+    check_fields,
+    check_items,
+    check_model,
+    check_stream,
+    check_system,
+    check_tools,
+    fields_for,
+    positive_int,
+    type_name,
+    unknown_type,
+)
 from .native import Converted, NativeMessage
-from .objects import plain_message
 
 __all__ = [
+    "ANTHROPIC",
     "EARLIER_LEFT_OUT",
+    "Anthropic",
     "anthropic_to_chat",
     "anthropic_to_internal",
     "chat_to_anthropic",
@@ -42,10 +60,6 @@ __all__ = [
 ]
 
 _ROLES = ("user", "assistant")
-
-EARLIER_LEFT_OUT = "(Earlier turns of this conversation were left out.)"
-"""The user turn a converted request opens with when its messages open with the
-assistant's (:func:`chat_to_anthropic`)."""
 
 
 def _dumps(value: Any) -> str:
@@ -377,3 +391,210 @@ def chat_to_anthropic(messages: Sequence[Any]) -> tuple[Any, list[dict[str, Any]
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": EARLIER_LEFT_OUT}]})
     return ("\n\n".join(system) if system else None), out
+
+
+# -- the format object ------------------------------------------------------------------
+
+_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"}
+    | {"server_tool_use", "web_search_tool_result", "search_result"}
+)
+"""Content block types only Anthropic messages have (what detection reads)."""
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+_STR, _OBJ = (str,), (dict,)
+
+BLOCKS: dict[str, Fields] = {
+    "text": {"text": _STR},
+    "image": {"source": _OBJ},
+    "document": {"source": _OBJ},
+    "search_result": {"source": _STR, "title": _STR, "content": (list,)},
+    "tool_use": {"id": _STR, "name": _STR, "input": _OBJ},
+    "tool_result": {"tool_use_id": _STR},
+    "thinking": {"thinking": _STR},
+    "redacted_thinking": {"data": _STR},
+    "server_tool_use": {"id": _STR, "name": _STR},
+    "mcp_tool_use": {"id": _STR, "name": _STR},
+    "container_upload": {"file_id": _STR},
+}
+"""Anthropic content block types and their required fields (what a body may hold)."""
+_BLOCK_SUFFIXES: dict[str, Fields] = {"_tool_result": {"tool_use_id": _STR}}
+"""Server tool results (``web_search_tool_result``, ``mcp_tool_result``...)."""
+
+
+def _check_blocks(blocks: list[Any], param: str) -> None:
+    for j, block in enumerate(blocks):
+        at = f"{param}[{j}]"
+        if not isinstance(block, dict):
+            raise bad(f"{at} must be a content block object, got {type_name(block)}.", at)
+        kind = block.get("type")
+        fields = fields_for(kind, BLOCKS, _BLOCK_SUFFIXES)
+        if fields is None:
+            raise unknown_type(kind, at, BLOCKS)
+        check_fields(block, fields, at, f"a {kind} block")
+        inner = block.get("content")
+        if kind == "tool_result" and inner is not None:
+            if not isinstance(inner, str | list):
+                raise bad(
+                    f"{at}.content must be a string or a list of blocks, got {type_name(inner)}.",
+                    f"{at}.content",
+                    "invalid_type",
+                )
+            if isinstance(inner, list):
+                _check_blocks(inner, f"{at}.content")
+
+
+def _check_tools(tools: list[dict[str, Any]] | None) -> None:
+    for i, tool in enumerate(tools or []):
+        custom = tool.get("type") in (None, "custom") or "input_schema" in tool
+        if custom and (not isinstance(tool.get("name"), str) or not tool["name"]):
+            raise bad(
+                f"tools[{i}] needs a 'name' (a non-empty string): Anthropic tools are "
+                "{'name': ..., 'description': ..., 'input_schema': {...}}.",
+                f"tools[{i}].name",
+                "missing_required_parameter",
+            )
+        schema = tool.get("input_schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise bad(
+                f"tools[{i}].input_schema must be a JSON schema object, got {type_name(schema)}.",
+                f"tools[{i}].input_schema",
+                "invalid_type",
+            )
+
+
+class Anthropic(RequestFormat):
+    """Anthropic Messages: ``system`` + ``messages`` of content blocks."""
+
+    name = "anthropic"
+    bare_system = True  # fit(system=...) with plain messages: Anthropic's top-level system
+    path = "/v1/messages"
+    user_first = True
+    count_path = "/v1/messages/count_tokens"
+    system_key = "system"
+    limit_required = True
+
+    def marks(self, item: Any) -> bool:
+        module = sdk_module(item)
+        if module is not None:
+            return module.startswith("anthropic")
+        if not isinstance(item, Mapping) or not untyped_message(item):
+            return False
+        return not _BLOCKS.isdisjoint(part_types(item))
+
+    def marks_system(self, system: Any) -> bool:
+        return isinstance(system, list)
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        """``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``;
+        every content block is of a known type with its required fields (:data:`BLOCKS`)."""
+        name = check_model(body)
+        messages = check_items(body.get("messages"), "messages", _ROLES)
+        system = check_system(body, "system")
+        if isinstance(system, list):
+            _check_blocks(system, "system")
+        for i, msg in enumerate(messages):
+            if isinstance(msg["content"], list):
+                _check_blocks(msg["content"], f"messages[{i}].content")
+        tools = check_tools(body)
+        _check_tools(tools)
+        return RequestParts(
+            name,
+            messages,
+            system,
+            max_tokens=positive_int(body, "max_tokens"),
+            tools=tools,
+            stream=check_stream(body),
+        )
+
+    def to_internal(
+        self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False
+    ) -> Converted:
+        return anthropic_to_internal(items, system)
+
+    def added(self, message: Mapping[str, Any]) -> Any:
+        return None  # appended to the top-level system as text blocks
+
+    def with_system(self, system: Any, extra: Sequence[str]) -> Any:
+        return with_system(system, extra)
+
+    def to_chat(self, items: Sequence[Any], system: Any = None) -> list[dict[str, Any]]:
+        return anthropic_to_chat(items, system)
+
+    def from_chat(self, messages: Sequence[Any]) -> tuple[Any, list[Any]]:
+        return chat_to_anthropic(messages)
+
+    def tool(self, function: Mapping[str, Any]) -> dict[str, Any]:
+        entry = {
+            "name": function["name"],
+            "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if function.get("description"):
+            entry["description"] = function["description"]
+        return entry
+
+    def tool_functions(self, tool: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        if "input_schema" not in tool and ("type" in tool or not isinstance(tool.get("name"), str)):
+            return None
+        fn: dict[str, Any] = {"name": tool.get("name")}
+        if tool.get("description"):
+            fn["description"] = tool["description"]
+        if tool.get("input_schema") is not None:
+            fn["parameters"] = tool["input_schema"]
+        return [fn]
+
+    def tool_calls(self, response: Mapping[str, Any]) -> list[ToolCall]:
+        return [
+            (block.get("id"), block.get("name"), block.get("input"))
+            for block in response.get("content") or ()
+            if isinstance(block, Mapping) and block.get("type") == "tool_use"
+        ]
+
+    def tool_round(
+        self, response: Mapping[str, Any], results: Sequence[tuple[str, str]]
+    ) -> list[Any]:
+        return [
+            {"role": "assistant", "content": response["content"]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": c, "content": text}
+                    for c, text in results
+                ],
+            },
+        ]
+
+    def reported_input(self, fields: Mapping[bytes, int]) -> int | None:
+        # Anthropic counts cached input apart (cache_read_/cache_creation_input_tokens)
+        if b"input_tokens" not in fields:
+            return None
+        return sum(fields.values()) - fields.get(b"prompt_tokens", 0)
+
+    def error_json(
+        self, status: int, message: str, *, type: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        kind = _ERROR_TYPES.get(status)
+        if kind is None:
+            kind = "api_error" if status >= 500 else "invalid_request_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def stream_error(
+        self, status: int, message: str, *, type: str, code: str | None, param: str | None
+    ) -> bytes:
+        # the anthropic SDK raises on ``event: error``; an OpenAI-shaped event it skips
+        body = self.error_json(status, message, type=type, code=code, param=param)
+        return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+ANTHROPIC = Anthropic()
+"""The Anthropic Messages format."""

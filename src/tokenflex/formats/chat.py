@@ -4,7 +4,7 @@ Chat messages are what the engine counts, so a list of plain dicts goes through 
 Two things change on the way in:
 
 - **objects** (openai SDK messages, pydantic models, LangChain messages) become plain dicts
-  for counting (:mod:`tokenflex.formats.objects`); a kept one comes back as the object
+  for counting (:mod:`tokenflex.message.objects`); a kept one comes back as the object
   the caller gave;
 - **reasoning_content** (DeepSeek, vLLM and llama.cpp reasoning parsers put the model's
   thinking there) is taken out of the history: the APIs that produce it reject or ignore
@@ -15,14 +15,34 @@ Two things change on the way in:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..counting.checks import BadMessage
+from ..errors import InvalidInputError
+from ..message.checks import (
+    IMAGE_PARTS,
+    ROLES,
+    TEXT_PARTS,
+    BadMessage,
+    bad_part,
+    validated_role,
+)
+from ..message.objects import is_langchain, part_types, plain_message, sdk_module, untyped_message
+from .base import RequestFormat, ToolCall
+from .body import RequestParts, bad, check_model, check_stream, check_tools, positive_int, type_name
 from .native import Converted, NativeMessage
-from .objects import plain_message
 
-__all__ = ["REASONING_FIELD", "chat_to_internal", "is_plain_chat"]
+__all__ = [
+    "CHAT",
+    "KNOWN_ROLES",
+    "REASONING_FIELD",
+    "Chat",
+    "chat_to_internal",
+    "check_messages",
+    "completion_limit_field",
+    "is_plain_chat",
+]
 
 REASONING_FIELD = "reasoning_content"
 
@@ -74,3 +94,208 @@ def chat_to_internal(messages: Sequence[Any], *, keep_reasoning: bool = False) -
         else:
             out.append(NativeMessage(dict(data), [m], i, _rebuilt))
     return Converted("chat", out, count=len(messages), reasoning=reasoning)
+
+
+_COMPLETION_ONLY = re.compile(r"^(o\d|gpt-5)")
+_CHAT_PARTS = frozenset({"image_url", "input_audio", "file", "refusal"})
+
+
+def completion_limit_field(model: str) -> str:
+    """``max_completion_tokens`` for the chat models that reject ``max_tokens``.
+
+    >>> completion_limit_field("o3-mini"), completion_limit_field("gpt-4o")
+    ('max_completion_tokens', 'max_tokens')
+    """
+    name = model.rsplit("/", 1)[-1]
+    return "max_completion_tokens" if _COMPLETION_ONLY.match(name) else "max_tokens"
+
+
+KNOWN_ROLES = ROLES
+_ROLE_SET = frozenset(ROLES)
+
+
+def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]:
+    """A body's chat messages, checked as the counters read them (a message that fit()
+    drops is never counted, yet it is stored with the plan and must be valid).
+
+    Raises:
+        BodyError: the first bad message, naming its field.
+    """
+    if value is None:
+        raise bad(
+            f"'{key}' is required: a list of chat messages.", key, "missing_required_parameter"
+        )
+    if not isinstance(value, list):
+        raise bad(
+            f"'{key}' must be a list of chat messages, got {type_name(value)}.",
+            key,
+            "invalid_type",
+        )
+    if not value:
+        raise bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
+    roles = _ROLE_SET
+    for i, msg in enumerate(value):
+        if type(msg) is dict and len(msg) == 2:
+            role, content = msg.get("role"), msg.get("content")
+            if type(content) is str and type(role) is str and role in roles:
+                continue  # {"role": a chat role, "content": text}: nothing more to check
+        param = f"{key}[{i}]"
+        if not isinstance(msg, dict):
+            raise bad(
+                f"{param} must be an object with 'role' and 'content', got {type_name(msg)}.",
+                param,
+                "invalid_type",
+            )
+        role = msg.get("role")
+        if not isinstance(role, str):
+            raise bad(
+                f"{param}.role must be a string, one of {', '.join(KNOWN_ROLES)}; got "
+                f"{type_name(role)}.",
+                f"{param}.role",
+                "invalid_type" if role is not None else "missing_required_parameter",
+            )
+        if role not in KNOWN_ROLES:
+            raise bad(
+                f"{param}.role {role!r} is not a chat role; use one of {', '.join(KNOWN_ROLES)}.",
+                f"{param}.role",
+            )
+        content = msg.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise bad(
+                f"{param}.content must be a string, a list of content parts or null, got "
+                f"{type_name(content)}.",
+                f"{param}.content",
+                "invalid_type",
+            )
+        try:
+            _check_message(msg)
+        except BadMessage as exc:
+            raise bad(f"{exc.at(i)}", param) from None
+    return value
+
+
+def _check_message(msg: dict[str, Any]) -> None:
+    """What the counters would find wrong with ``msg``, found before fitting."""
+    validated_role(msg)
+    content = msg.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            ptype = part.get("type") if isinstance(part, Mapping) else None
+            if not isinstance(ptype, str):  # a list or object "type" is no type
+                ok = False
+            elif ptype in TEXT_PARTS:
+                ok = isinstance(part.get(TEXT_PARTS[ptype]), str)
+            elif ptype in IMAGE_PARTS:
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, Mapping) else image
+                ok = isinstance(url, str)
+            else:
+                ok = False
+            if not ok:
+                raise bad_part(j, part)
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise BadMessage(
+                f"has tool_calls of type {type(calls).__name__}", "tool_calls must be a list"
+            )
+        for call in calls:
+            if not isinstance(call, Mapping):
+                raise BadMessage(
+                    f"has a tool call of type {type(call).__name__}",
+                    "Each tool call is {'id': ..., 'type': 'function', 'function': "
+                    "{'name': ..., 'arguments': '{...}'}}",
+                )
+    for key in ("name", "tool_call_id"):
+        if msg.get(key) is not None and not isinstance(msg[key], str):
+            raise BadMessage(
+                f"has {key} of type {type(msg[key]).__name__}", f"{key} must be a string"
+            )
+
+
+class Chat(RequestFormat):
+    """OpenAI Chat Completions: ``messages``, the engine's own form."""
+
+    name = "chat"
+    internal = True
+    path = "/v1/chat/completions"
+
+    def marks(self, item: Any) -> bool:
+        if is_langchain(item):
+            return True
+        module = sdk_module(item)
+        if module is not None:
+            return ".chat" in module and ".responses" not in module
+        if not isinstance(item, Mapping) or not untyped_message(item):
+            return False
+        if item.get("role") in ("tool", "function") or item.get("tool_calls"):
+            return True
+        if item.get("function_call"):
+            return True
+        return not _CHAT_PARTS.isdisjoint(part_types(item))
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        name = check_model(body)
+        messages = check_messages(body.get("messages"))
+        return RequestParts(
+            name,
+            messages,
+            max_tokens=positive_int(body, "max_tokens"),
+            max_completion_tokens=positive_int(body, "max_completion_tokens"),
+            tools=check_tools(body),
+            stream=check_stream(body),
+        )
+
+    def to_internal(
+        self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False
+    ) -> Converted:
+        if system is not None:
+            raise InvalidInputError(
+                "system= is for Anthropic's top-level system or the Responses instructions; "
+                "a chat request carries its system prompt as the first message."
+            )
+        return chat_to_internal(items, keep_reasoning=keep_reasoning)
+
+    def added(self, message: Mapping[str, Any]) -> Any:
+        return message
+
+    def to_chat(self, items: Sequence[Any], system: Any = None) -> list[dict[str, Any]]:
+        return [plain_message(m) for m in items]
+
+    def from_chat(self, messages: Sequence[Any]) -> tuple[Any, list[Any]]:
+        return None, [plain_message(m) for m in messages]
+
+    def body(self, model: str, items: list[Any], system: Any, max_tokens: int) -> dict[str, Any]:
+        return {"model": model, "messages": items, completion_limit_field(model): max_tokens}
+
+    def tool(self, function: Mapping[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": dict(function)}
+
+    def tool_functions(self, tool: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        fn = tool.get("function")
+        return [dict(fn)] if isinstance(fn, Mapping) else None
+
+    def tool_calls(self, response: Mapping[str, Any]) -> list[ToolCall]:
+        choices = response.get("choices") or ()
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, Mapping) else None
+        calls: list[ToolCall] = []
+        for call in (message.get("tool_calls") if isinstance(message, Mapping) else None) or ():
+            fn = call.get("function") or {} if isinstance(call, Mapping) else {}
+            calls.append((call.get("id"), fn.get("name"), fn.get("arguments")))
+        return calls
+
+    def tool_round(
+        self, response: Mapping[str, Any], results: Sequence[tuple[str, str]]
+    ) -> list[Any]:
+        said = response["choices"][0]["message"]
+        message = {
+            "role": "assistant",
+            "content": said.get("content"),
+            "tool_calls": said["tool_calls"],
+        }
+        return [message] + [{"role": "tool", "tool_call_id": c, "content": t} for c, t in results]
+
+
+CHAT = Chat()
+"""The OpenAI Chat Completions format."""

@@ -114,11 +114,12 @@ class Converted:
     """A request in some format, as internal messages."""
 
     format: str
-    """``chat``, ``anthropic`` or ``responses``."""
+    """The format's name (:mod:`tokenflex.formats.registry`)."""
     messages: list[dict[str, Any]]
     """Internal chat-shaped messages, oldest first (system first)."""
     system: Any = None
-    """The top-level ``system`` (Anthropic) or ``instructions`` (Responses), as given."""
+    """The top-level ``system`` (Anthropic), ``instructions`` (Responses) or
+    ``systemInstruction`` (Gemini), as given."""
     count: int = 0
     """Items in the caller's list."""
     reasoning: list[tuple[int, str]] = field(default_factory=list)

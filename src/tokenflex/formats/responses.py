@@ -23,11 +23,33 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..counting.checks import BadMessage
+from ..message.checks import BadMessage
+from ..message.objects import part_types, plain_message, sdk_module, untyped_message
+from .base import RequestFormat, ToolCall
+from .body import (
+    Fields,
+    RequestParts,
+    bad,
+    check_fields,
+    check_items,
+    check_model,
+    check_stream,
+    check_system,
+    check_tools,
+    fields_for,
+    positive_int,
+    type_name,
+    unknown_type,
+)
 from .native import Converted, NativeMessage
-from .objects import plain_message
 
-__all__ = ["chat_to_responses", "responses_to_chat", "responses_to_internal"]
+__all__ = [
+    "RESPONSES",
+    "Responses",
+    "chat_to_responses",
+    "responses_to_chat",
+    "responses_to_internal",
+]
 
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _ASSISTANT_ITEMS = ("reasoning", "function_call")
@@ -335,3 +357,202 @@ def chat_to_responses(messages: Sequence[Any]) -> tuple[str | None, list[dict[st
                 }
             )
     return ("\n\n".join(instructions) if instructions else None), out
+
+
+# -- the format object ------------------------------------------------------------------
+
+_PARTS = frozenset({"input_text", "input_image", "input_file", "output_text"})
+"""Content part types only Responses items have (what detection reads)."""
+
+
+_STR, _TEXT = (str,), (str, list)
+
+ITEMS: dict[str, Fields] = {
+    "message": {"role": _STR, "content": _TEXT},
+    "function_call": {"call_id": _STR, "name": _STR, "arguments": _STR},
+    "function_call_output": {"call_id": _STR, "output": _TEXT},
+    "custom_tool_call": {"call_id": _STR, "name": _STR, "input": _STR},
+    "custom_tool_call_output": {"call_id": _STR, "output": _TEXT},
+    "reasoning": {"summary": (list,)},
+    "mcp_list_tools": {"server_label": _STR},
+    "mcp_approval_request": {"id": _STR},
+    "mcp_approval_response": {"approval_request_id": _STR},
+}
+"""Responses input item types and their required fields (what a body may hold)."""
+_ITEM_SUFFIXES: dict[str, Fields] = {"_call_output": {}, "_call": {}}
+"""Built-in tool calls and their outputs (``web_search_call``, ``computer_call_output``)."""
+
+PARTS = frozenset(
+    {
+        "input_text",
+        "output_text",
+        "text",
+        "refusal",
+        "input_image",
+        "input_file",
+        "input_audio",
+        "summary_text",
+        "reasoning_text",
+    }
+)
+"""Content part types of a Responses message item."""
+
+
+def _check_items(items: list[Any]) -> None:
+    for i, item in enumerate(items):
+        at = f"input[{i}]"
+        kind = item.get("type", "message")
+        if kind == "item_reference":
+            raise bad(
+                f"{at} is an item_reference: its content is stored by the upstream, so this "
+                "proxy cannot count it and could not fit the request honestly. Send the "
+                "item itself, or previous_response_id (not counted, see docs/proxy.md).",
+                f"{at}.type",
+                "unsupported_value",
+            )
+        fields = fields_for(kind, ITEMS, _ITEM_SUFFIXES)
+        if fields is None:
+            raise unknown_type(kind, at, ITEMS)
+        check_fields(item, fields, at, f"a {kind} item")
+        if kind == "message":
+            if item["role"] not in _MESSAGE_ROLES:
+                raise bad(
+                    f"{at}.role must be user, assistant, system or developer; got "
+                    f"{item['role'][:40]!r}.",
+                    f"{at}.role",
+                )
+            _check_parts(item["content"], f"{at}.content")
+        elif kind.endswith("_output") and isinstance(item.get("output"), list):
+            _check_parts(item["output"], f"{at}.output")
+
+
+def _check_parts(parts: Any, param: str) -> None:
+    if not isinstance(parts, list):
+        return
+    for j, part in enumerate(parts):
+        at = f"{param}[{j}]"
+        if not isinstance(part, dict):
+            raise bad(f"{at} must be a content part object, got {type_name(part)}.", at)
+        kind = part.get("type")
+        if not isinstance(kind, str) or kind not in PARTS:
+            shown = repr(kind)[:80] if isinstance(kind, str) else type_name(kind)
+            raise bad(
+                f"{at} has type {shown}, which this proxy cannot count; use one of "
+                f"{', '.join(sorted(PARTS))}.",
+                f"{at}.type",
+                "invalid_type",
+            )
+
+
+class Responses(RequestFormat):
+    """OpenAI Responses: ``instructions`` + ``input`` items."""
+
+    name = "responses"
+    path = "/v1/responses"
+    count_path = "/v1/responses/input_tokens"
+    items_key = "input"
+    system_key = "instructions"
+    limit_key = "max_output_tokens"
+
+    def marks(self, item: Any) -> bool:
+        module = sdk_module(item)
+        if module is not None:
+            return ".responses" in module and not module.startswith("anthropic")
+        if not isinstance(item, Mapping):
+            return False
+        return not untyped_message(item) or not _PARTS.isdisjoint(part_types(item))
+
+    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+        """``model``, ``input`` (a string is one user message), ``instructions``,
+        ``max_output_tokens``, ``tools``, ``stream``; every item is of a known type with
+        its required fields (:data:`ITEMS`). Other fields (``previous_response_id``,
+        ``store``) go through."""
+        name = check_model(body)
+        items = body.get("input")
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        checked = check_items(items, "input", None)
+        _check_items(checked)
+        return RequestParts(
+            name,
+            checked,
+            max_tokens=positive_int(body, "max_output_tokens"),
+            tools=check_tools(body),
+            stream=check_stream(body),
+            system=check_system(body, "instructions"),
+        )
+
+    def to_internal(
+        self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False
+    ) -> Converted:
+        return responses_to_internal(items, system)
+
+    def to_chat(self, items: Sequence[Any], system: Any = None) -> list[dict[str, Any]]:
+        return responses_to_chat(items, system)
+
+    def from_chat(self, messages: Sequence[Any]) -> tuple[Any, list[Any]]:
+        return chat_to_responses(messages)
+
+    def tool(self, function: Mapping[str, Any]) -> dict[str, Any]:
+        # ``strict`` defaults to true on the API, which rejects most schemas written for
+        # chat: a converted tool says false unless it was strict
+        entry = {
+            "type": "function",
+            "name": function["name"],
+            "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+            "strict": function.get("strict") is True,
+        }
+        if function.get("description"):
+            entry["description"] = function["description"]
+        return entry
+
+    def tool_functions(self, tool: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            return None
+        fn: dict[str, Any] = {"name": tool["name"]}
+        if tool.get("description"):
+            fn["description"] = tool["description"]
+        if tool.get("parameters") is not None:
+            fn["parameters"] = tool["parameters"]
+        if tool.get("strict") is True:
+            fn["strict"] = True
+        return [fn]
+
+    def tool_calls(self, response: Mapping[str, Any]) -> list[ToolCall]:
+        return [
+            (item.get("call_id"), item.get("name"), item.get("arguments"))
+            for item in response.get("output") or ()
+            if isinstance(item, Mapping) and item.get("type") == "function_call"
+        ]
+
+    def tool_round(
+        self, response: Mapping[str, Any], results: Sequence[tuple[str, str]]
+    ) -> list[Any]:
+        made = [
+            dict(item)
+            for item in response.get("output") or ()
+            if isinstance(item, Mapping) and item.get("type") in ("function_call", "reasoning")
+        ]
+        return made + [
+            {"type": "function_call_output", "call_id": c, "output": text} for c, text in results
+        ]
+
+    def count_answer(self, tokens: int) -> dict[str, Any]:
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+
+    def stream_error(
+        self, status: int, message: str, *, type: str, code: str | None, param: str | None
+    ) -> bytes:
+        # the Responses API's own ``error`` event, never followed by response.completed
+        body = {
+            "type": "error",
+            "code": code,
+            "message": message,
+            "param": param,
+            "sequence_number": 0,  # the upstream's numbering is not tracked: passed through
+        }
+        return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+RESPONSES = Responses()
+"""The OpenAI Responses format."""

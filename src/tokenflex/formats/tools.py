@@ -1,13 +1,20 @@
 """Tool definitions in each API's shape, and the chat shape they are counted in.
 
+Each format says what its tool definitions look like
+(:meth:`~tokenflex.formats.base.RequestFormat.tool_functions` reads one,
+:meth:`~tokenflex.formats.base.RequestFormat.tools` writes them):
+
 - chat: ``{"type": "function", "function": {"name", "description", "parameters"}}``
 - responses: ``{"type": "function", "name", "description", "parameters", "strict"}``
   (``strict`` is required there and defaults to true on the API, which rejects most
   schemas written for chat: a converted tool says ``strict: false`` unless it was strict)
 - anthropic: ``{"name", "description", "input_schema"}`` (``cache_control`` kept)
+- gemini: ``{"functionDeclarations": [{"name", "description", "parameters"}, ...]}``
+  (one tool holds every function)
 
 Built-in tools (Responses ``web_search``, Anthropic server tools such as
-``web_search_20250305``) have no schema: they are counted as their JSON and sent as given.
+``web_search_20250305``, Gemini ``googleSearch``) have no schema: they are counted as
+their JSON and sent as given.
 """
 
 from __future__ import annotations
@@ -17,47 +24,45 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInputError
+from .registry import default_format, formats, get_format
 
 __all__ = ["tool_api", "tools_for", "tools_to_chat"]
 
+BUILTIN = "builtin"
+
+
+def _read(tool: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]] | None]:
+    """The format of one tool definition (:data:`BUILTIN`: none) and its functions."""
+    for f in formats():
+        functions = f.tool_functions(tool)
+        if functions is not None:
+            return f.name, functions
+    return BUILTIN, None
+
 
 def tool_api(tool: Mapping[str, Any]) -> str:
-    """``chat``, ``responses``, ``anthropic`` or ``builtin`` for one tool definition."""
-    if isinstance(tool.get("function"), Mapping):
-        return "chat"
-    if "input_schema" in tool:
-        return "anthropic"
-    if tool.get("type") == "function" and isinstance(tool.get("name"), str):
-        return "responses"
-    if "type" not in tool and isinstance(tool.get("name"), str):
-        return "anthropic"
-    return "builtin"
+    """The format name of one tool definition (``chat``, ``responses``, ``anthropic``,
+    ``gemini``), or ``builtin``."""
+    return _read(tool)[0]
 
 
-def _to_chat(tool: Mapping[str, Any]) -> dict[str, Any]:
-    api = tool_api(tool)
-    if api == "chat":
-        return dict(tool)
-    fn: dict[str, Any] = {}
-    if api == "builtin":
-        fn["name"] = str(tool.get("name") or tool.get("type") or "tool")
-        fn["description"] = json.dumps(dict(tool), ensure_ascii=False, default=str)
-        return {"type": "function", "function": fn}
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidInputError(
-            f"A {api} tool definition needs a 'name' (a non-empty string), got "
-            f"{name!r}; its keys: {', '.join(map(str, tool))[:200]}. Give every tool a name."
-        )
-    fn["name"] = name
-    if tool.get("description"):
-        fn["description"] = tool["description"]
-    params = tool.get("input_schema" if api == "anthropic" else "parameters")
-    if params is not None:
-        fn["parameters"] = params
-    if tool.get("strict") is True:
-        fn["strict"] = True
-    return {"type": "function", "function": fn}
+def _functions(tool: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chat ``function`` objects of one tool (a built-in one: its JSON as the
+    description, which is how it is counted)."""
+    api, functions = _read(tool)
+    if functions is None:
+        name = str(tool.get("name") or tool.get("type") or "tool")
+        return [
+            {"name": name, "description": json.dumps(dict(tool), ensure_ascii=False, default=str)}
+        ]
+    for fn in functions:
+        given = fn.get("name")
+        if not isinstance(given, str) or not given:
+            raise InvalidInputError(
+                f"A {api} tool definition needs a 'name' (a non-empty string), got "
+                f"{given!r}; its keys: {', '.join(map(str, tool))[:200]}. Give every tool a name."
+            )
+    return functions
 
 
 def tools_to_chat(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
@@ -65,34 +70,32 @@ def tools_to_chat(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
     Items that are not dicts are left for the counter's check to name."""
     if not tools:
         return None
-    return [_to_chat(t) if isinstance(t, Mapping) else t for t in tools]
+    chat = default_format()
+    out: list[Any] = []
+    for t in tools:
+        if not isinstance(t, Mapping):
+            out.append(t)
+        elif tool_api(t) == chat.name:
+            out.append(dict(t))
+        else:
+            out += (chat.tool(fn) for fn in _functions(t))
+    return out
 
 
 def tools_for(api: str, tools: Sequence[Any]) -> list[Any]:
-    """``tools`` in ``api``'s shape (built-in tools as given)."""
+    """``tools`` in ``api``'s shape (tools already in it, and built-in tools, as given;
+    the converted ones where the first of them was)."""
+    target = get_format(api, option="api")
     out: list[Any] = []
+    converted: list[dict[str, Any]] = []
+    at = -1
     for tool in tools:
-        given = tool_api(tool)
-        if given in (api, "builtin"):
+        if tool_api(tool) in (target.name, BUILTIN):
             out.append(dict(tool))
             continue
-        fn = _to_chat(tool)["function"]
-        schema = fn.get("parameters") or {"type": "object", "properties": {}}
-        if api == "chat":
-            out.append(_to_chat(tool))
-        elif api == "responses":
-            entry = {
-                "type": "function",
-                "name": fn["name"],
-                "parameters": schema,
-                "strict": fn.get("strict") is True,
-            }
-            if fn.get("description"):
-                entry["description"] = fn["description"]
-            out.append(entry)
-        else:
-            entry = {"name": fn["name"], "input_schema": schema}
-            if fn.get("description"):
-                entry["description"] = fn["description"]
-            out.append(entry)
+        if at < 0:
+            at = len(out)
+        converted += _functions(tool)
+    if converted:
+        out[at:at] = target.tools(converted)
     return out

@@ -22,7 +22,15 @@ from .checks import (
     bad_part,
     validated_role,
 )
-from .objects import is_json, is_langchain, plain, plain_message
+from .objects import (
+    is_json,
+    is_langchain,
+    part_types,
+    plain,
+    plain_message,
+    sdk_module,
+    untyped_message,
+)
 
 __all__ = [
     "AUDIO_PARTS",
@@ -35,7 +43,10 @@ __all__ = [
     "bad_part",
     "is_json",
     "is_langchain",
+    "part_types",
     "plain",
     "plain_message",
+    "sdk_module",
+    "untyped_message",
     "validated_role",
 ]

@@ -25,7 +25,15 @@ from typing import Any
 
 from .checks import BadMessage
 
-__all__ = ["is_json", "is_langchain", "plain", "plain_message"]
+__all__ = [
+    "is_json",
+    "is_langchain",
+    "part_types",
+    "plain",
+    "plain_message",
+    "sdk_module",
+    "untyped_message",
+]
 
 _LANGCHAIN_ROLES = {
     "human": "user",
@@ -45,6 +53,33 @@ def is_langchain(obj: Any) -> bool:
         and hasattr(obj, "content")
         and isinstance(getattr(obj, "additional_kwargs", None), dict)
     )
+
+
+def sdk_module(obj: Any) -> str | None:
+    """The module of an SDK's pydantic message object (None: a dict or anything else),
+    which says its API (``anthropic.types...``, ``openai.types.responses...``)."""
+    if isinstance(obj, Mapping) or not callable(getattr(obj, "model_dump", None)):
+        return None
+    return type(obj).__module__
+
+
+def untyped_message(item: Mapping[str, Any]) -> bool:
+    """Whether a dict is a role message rather than a typed item (a Responses
+    ``function_call`` or ``"type": "message"`` item): what chat and Anthropic messages are."""
+    itype = item.get("type")
+    return not ((isinstance(itype, str) and "role" not in item) or itype == "message")
+
+
+def part_types(item: Mapping[str, Any], key: str = "content") -> list[str]:
+    """The ``type`` of each part of a message's content list (parts without a string
+    type are left for the format's own checks to name)."""
+    content = item.get(key)
+    out: list[str] = []
+    for part in content if isinstance(content, list) else ():
+        ptype = part.get("type") if isinstance(part, Mapping) else getattr(part, "type", None)
+        if isinstance(ptype, str):
+            out.append(ptype)
+    return out
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})

@@ -37,6 +37,7 @@ from ..errors import (
     UnknownModelError,
     UpstreamError,
 )
+from ..formats.registry import get_format
 from ..models import Model
 from ..models.discovery import refusal
 from ..recall import resolved_round, with_recall_tool
@@ -426,10 +427,13 @@ class Fitter:
             recall=self.config.recall,  # observe mode: the plan fit mode would send
             background_summaries=background,
         )
-        if req.format != "chat":  # Anthropic Messages or Responses: fitted in that format
+        fmt, messages = get_format(req.format), req.messages
+        if fmt.via_chat:  # sent upstream as chat: fitted as chat, counted as it is sent
+            messages = fmt.to_chat(req.messages, req.system)
+        elif not fmt.internal:  # Anthropic Messages or Responses: fitted in that format
             kwargs.update(format=req.format, system=req.system)
         kwargs.update(fit_options)
-        job: Callable[[], Any] = functools.partial(fit, req.messages, **kwargs)
+        job: Callable[[], Any] = functools.partial(fit, messages, **kwargs)
         if self.config.count == "provider":  # counts asked of the upstream, per client
             job = with_provider_counts(self.count_config(api_key, owner), job)
         if (
@@ -450,9 +454,9 @@ class Fitter:
                 # busy machine the hand-offs cost more than the fit (issue 24: about
                 # twice the fit's CPU at 10 messages); CPU-bound work in a thread holds
                 # the GIL all the same.
-                plan = fit(req.messages, **kwargs)
+                plan = fit(messages, **kwargs)
             else:
-                plan = await afit(req.messages, **kwargs)
+                plan = await afit(messages, **kwargs)
                 if len(self._loaded) >= _MAX_LOADED:
                     self._loaded.clear()
                 self._loaded.add(model.tokenizer)

@@ -72,7 +72,7 @@ from .plans import (
     defer,
     new_plan_id,
 )
-from .protocols import ANTHROPIC, CHAT, RESPONSES, Wire, count_input, fitted_body, openai_error
+from .protocols import Wire, as_sent, count_input, fitted_body, openai_error, wires
 from .ui import ui_routes
 
 __all__ = ["Proxy", "create_app"]
@@ -87,9 +87,7 @@ _INLINE_MESSAGES = 256  # calibrate on plans of at most this many messages on th
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _POST = ("POST",)
-FITTED_PATHS = frozenset(
-    p for w in (CHAT, ANTHROPIC, RESPONSES) for p in (w.path, w.count_path) if p is not None
-)
+FITTED_PATHS = frozenset(w.path for w in wires() if "{" not in w.path)
 """The routes whose requests are fitted (or counted): never passed through in any
 spelling (:func:`~tokenflex.server.paths.fitted_variant`)."""
 _GET = ("GET", "HEAD")
@@ -332,7 +330,7 @@ class Proxy:
         )
 
     # -- chat ------------------------------------------------------------------------
-    async def chat(self, request: Request, route: str | None, wire: Wire = CHAT) -> Response:
+    async def chat(self, request: Request, route: str | None, wire: Wire) -> Response:
         """``POST /v1/chat/completions`` (or ``wire``'s route): fit, forward, pass the
         answer back."""
         started = time.perf_counter()
@@ -341,7 +339,7 @@ class Proxy:
         record, error = self.metrics.record(wire.name, route, request.headers), ""
         try:
             raw = await read_body(request, self.config.max_body_bytes)
-            req = wire.parse(raw)
+            req = wire.parse(raw, request.path_params.get("model"))
             record.requested(req.model)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
@@ -355,7 +353,7 @@ class Proxy:
                         req, route, len(raw), bearer(forward_headers), owner=owner
                     )
                 if isinstance(plan, Unfitted):  # forwarded as sent (unknown model)
-                    headers, body, plan = plan.headers(), raw, None
+                    headers, body, plan = plan.headers(), as_sent(req, raw), None
                 else:
                     fit_ms = (time.perf_counter() - started) * 1000
                     record.planned(plan, fit_ms / 1000, plan_changed(plan, req.requested_output))
@@ -368,10 +366,7 @@ class Proxy:
                 if learned is not None:
                     headers["x-tokenflex-learned-window"] = str(learned)
                 upstream = await self.upstream.send(
-                    "POST",
-                    self.upstream.url(wire.path, request.scope["query_string"]),
-                    forward_headers,
-                    body,
+                    "POST", self._upstream_url(request, wire), forward_headers, body
                 )
                 status = upstream.status_code
                 if req.stream and status < 400:
@@ -389,6 +384,7 @@ class Proxy:
                     if learned is not None:
                         continue  # refit into the window the refusal states, send once more
                 await self._observe_usage(plan, owner, response)
+                response = wire.answer(response, request.url.query)
                 if status < 400 and rounds < MAX_ROUNDS:
                     again = self.fitter.recall_round(req, plan, bytes(response.body), owner, route)
                     if again is not None:  # the model asked for what was left out: answer it
@@ -423,7 +419,7 @@ class Proxy:
             else:
                 log.info("%s %s %s status=%d (not fitted)", wire.name, rid, note.strip(), status)
 
-    async def observe(self, request: Request, route: str | None, wire: Wire = CHAT) -> Response:
+    async def observe(self, request: Request, route: str | None, wire: Wire) -> Response:
         """A fitted route in ``mode = "observe"``: the client's body is forwarded byte for
         byte; the plan fit mode would have sent is made, kept and reported in
         ``x-tokenflex-would-*`` headers (:class:`~tokenflex.server._fitter.Observation`).
@@ -438,8 +434,9 @@ class Proxy:
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = credential_hash(request.headers)
             async with self.large.turn(len(raw)):
+                parse = functools.partial(wire.parse, model=request.path_params.get("model"))
                 seen = await self.fitter.observe(
-                    wire.parse, raw, route, bearer(forward_headers), owner=owner
+                    parse, raw, route, bearer(forward_headers), owner=owner
                 )
             fit_ms = (time.perf_counter() - started) * 1000
             if seen.request is not None:
@@ -448,7 +445,11 @@ class Proxy:
                 record.planned(seen.plan, fit_ms / 1000, seen.changes)
             if seen.plan is not None and seen.request is not None:
                 plan_id = await self._keep(seen.plan, owner, raw, seen.request, wire)
-            url = self.upstream.url(wire.path, request.scope["query_string"])
+            if seen.request is not None:
+                raw = as_sent(seen.request, raw)
+            elif wire.format.via_chat and seen.refusal is not None:
+                raise seen.refusal  # a body that cannot be converted cannot be sent on
+            url = self._upstream_url(request, wire)
             upstream = await self.upstream.send("POST", url, forward_headers, raw)
             status = upstream.status_code
             headers = seen.headers(plan_id)
@@ -462,7 +463,7 @@ class Proxy:
             response = await self.upstream.buffered(upstream, headers)
             record.answered(status, bytes(response.body))
             await self._observe_usage(counted, owner, response)
-            return response
+            return wire.answer(response, request.url.query)
         except ProxyError as exc:
             status = exc.status_code
             error = exc_kind(exc)
@@ -479,6 +480,12 @@ class Proxy:
                 fit_ms,
                 (time.perf_counter() - started) * 1000,
             )
+
+    def _upstream_url(self, request: Request, wire: Wire) -> Any:
+        """Where a fitted route's body goes (a body sent as chat takes no query: the
+        client's is for its own API, such as Gemini's ``alt=sse`` or ``key=``)."""
+        query = b"" if wire.format.via_chat else request.scope["query_string"]
+        return self.upstream.url(wire.upstream_path, query)
 
     def _usage_tap(self, plan: Any, owner: str) -> UsageTap | None:
         """What reads a streamed answer's usage for calibration (None: not observed)."""
@@ -577,7 +584,7 @@ class Proxy:
         """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
         request's input tokens by the proxy's own count (in a worker thread)."""
         raw = await read_body(request, self.config.max_body_bytes)
-        req = wire.parse(raw)
+        req = wire.parse(raw, request.path_params.get("model"))
         api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
         model, _, _ = await self.fitter.model_for(req.model, route, api_key)
         if self.fitter.calibration is not None:  # as fitting counts: the learned factor
@@ -799,26 +806,17 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
     for name in [None, *config.routes]:
         prefix = "" if name is None else f"/{name}"
         chat = proxy.observe if config.mode_for(name) == "observe" else proxy.chat
-        routes += [
-            Route(prefix + path, fitted(chat, route=name), methods=_ALL_METHODS)
-            for path in (CHAT.path, *aliases(CHAT.path))
-        ]
+        for wire in wires():  # every registered format's routes
+            handler = fitted(
+                functools.partial(proxy.count_input if wire.count else chat, wire=wire),
+                route=name,
+                errors=wire.error,
+            )
+            spellings = [wire.path] if "{" in wire.path else [wire.path, *aliases(wire.path)]
+            routes += [Route(prefix + path, handler, methods=_ALL_METHODS) for path in spellings]
         routes.append(
             Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"])
         )
-        for wire in (ANTHROPIC, RESPONSES):
-            shaped = functools.partial(fitted, route=name, errors=wire.error)
-            handler = shaped(functools.partial(chat, wire=wire))
-            routes += [
-                Route(prefix + path, handler, methods=_ALL_METHODS)
-                for path in (wire.path, *aliases(wire.path))
-            ]
-            if wire.count_path is not None:
-                count = shaped(functools.partial(proxy.count_input, wire=wire))
-                routes += [
-                    Route(prefix + path, count, methods=_ALL_METHODS)
-                    for path in (wire.count_path, *aliases(wire.count_path))
-                ]
         if name is not None:
             routes.append(
                 Route(

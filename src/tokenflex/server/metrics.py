@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..calibration import Calibration
+from ..formats.registry import formats, get_format
 from ..models import find_model
 from ..tracing import RequestSpan, request_span
 from .config import ServerConfig
@@ -96,12 +97,7 @@ def reported_input_tokens(body: bytes, api: str) -> int | None:
     True
     """
     fields = {m[1]: int(m[2]) for m in _USAGE_FIELD.finditer(body[-_USAGE_TAIL:])}
-    if api == "anthropic":
-        if b"input_tokens" not in fields:
-            return None
-        return sum(fields.values()) - fields.get(b"prompt_tokens", 0)
-    found = fields.get(b"prompt_tokens", fields.get(b"input_tokens"))
-    return found
+    return get_format(api).reported_input(fields)
 
 
 class ProxyMetrics:
@@ -248,11 +244,9 @@ class ProxyMetrics:
         route = _DEFAULT_ROUTE
         if first in self.config.routes:
             route, path = first, "/" + rest
-        from .protocols import ANTHROPIC, CHAT, RESPONSES
-
-        for wire in (CHAT, ANTHROPIC, RESPONSES):
-            if path == wire.path:
-                return route, wire.name
+        for fmt in formats():
+            if path == fmt.path:
+                return route, fmt.name
         return route, "passthrough"
 
     def counted(self, handler: Handler) -> Handler:

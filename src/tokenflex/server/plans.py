@@ -38,7 +38,7 @@ __all__ = [
     "serialize_list",
 ]
 
-CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-tokenflex-key")
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "x-tokenflex-key")
 """Request headers whose values own a plan."""
 
 
@@ -86,7 +86,7 @@ def defer(
     prompt ``system``) as a :class:`DeferredPlan`; ``meta`` is its dict without the
     conversation. Costs a walk of the plan's messages by identity and a serialization
     of the messages the plan made, not of the conversation."""
-    from ..formats.objects import plain
+    from ..message.objects import plain
 
     order: list[int] = []
     copies: list[Any] = []
@@ -154,7 +154,7 @@ class DeferredPlan:
 
     def render(self) -> bytes:
         """The plan's JSON, as ``plan.to_dict()`` would write it."""
-        from ..formats.objects import plain
+        from ..message.objects import plain
 
         data = json.loads(self.meta)
         given, system = self.parse(self.raw)

@@ -1,156 +1,158 @@
-"""The wire formats the proxy fits: OpenAI chat, Anthropic Messages and OpenAI Responses.
+"""The wire formats the proxy fits: one route (or a few) per registered request format.
 
-Each :class:`Wire` says how one route's body is parsed, which upstream path it goes to,
-what the fitted body looks like and how the proxy's own errors are shaped. The pipeline
-(read, check, fit, keep the plan, forward, stream back) is the chat one in
-:mod:`tokenflex.server.app`; the conversion between formats is the library's
-(:mod:`tokenflex.formats`): a Messages or Responses request is fitted in its own format
-and sent on in it.
+Each :class:`Wire` is one route of a :class:`~tokenflex.formats.base.RequestFormat`: how
+its body is parsed (the format's :meth:`~tokenflex.formats.base.RequestFormat.parse`),
+which upstream path the fitted body goes to, what the fitted body looks like and how the
+proxy's own errors are shaped (the format's ``error_json`` / ``stream_error``). The
+routes are built from the format registry (:func:`wires`); the pipeline (read, check,
+fit, keep the plan, forward, stream back) is the one in :mod:`tokenflex.server.app`.
 
+- ``POST /v1/chat/completions``: chat; ``messages`` and the output limit replaced;
 - ``POST /v1/messages``: Anthropic Messages; ``system``, ``messages`` and ``max_tokens``
   replaced by the plan's; errors in Anthropic's shape
   (``{"type": "error", "error": {"type", "message"}}``);
 - ``POST /v1/responses``: ``instructions``, ``input`` and ``max_output_tokens`` replaced;
   ``previous_response_id`` and every other field passed through untouched (the context
   the upstream keeps for it is not seen, so not counted);
-- ``POST /v1/messages/count_tokens`` -> ``{"input_tokens": n}`` and
-  ``POST /v1/responses/input_tokens`` -> ``{"object": "response.input_tokens",
-  "input_tokens": n}``: answered from the proxy's own count (what fitting budgets with),
-  never forwarded, so they work in front of any upstream.
+- ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``: Gemini,
+  converted to chat, fitted as chat (so the count is of what the upstream reads) and
+  sent to the OpenAI-compatible upstream
+  (:attr:`~tokenflex.formats.base.RequestFormat.via_chat`); the answer is converted back
+  (a stream is the whole answer as one event); errors in Google's shape;
+- the count routes (``/v1/messages/count_tokens`` -> ``{"input_tokens": n}``,
+  ``/v1/responses/input_tokens`` -> ``{"object": "response.input_tokens",
+  "input_tokens": n}``, ``/v1beta/models/{model}:countTokens`` -> ``{"totalTokens": n}``):
+  answered from the proxy's own count (what fitting budgets with), never forwarded, so
+  they work in front of any upstream.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from ..formats.base import RequestFormat
+from ..formats.registry import default_format, formats, get_format
+from ..formats.request import request_body
 from ..models import Model
 from ..recall import with_recall_tool
 from ._fitter import Fitter
-from ._upstream import openai_error_event
-from ._validate import ChatRequest, parse_anthropic, parse_chat, parse_responses
+from ._validate import ChatRequest, parse_json, parse_request
 from .config import split_options
 from .errors import ProxyError
 
 __all__ = [
-    "ANTHROPIC",
-    "CHAT",
-    "RESPONSES",
     "Wire",
-    "anthropic_error",
-    "anthropic_error_event",
+    "as_sent",
+    "chat_body",
     "count_input",
     "fitted_body",
     "openai_error",
-    "responses_error_event",
+    "wire_for",
+    "wires",
 ]
-
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
-}
 
 
 def openai_error(exc: ProxyError) -> Response:
-    """The proxy's own error in OpenAI's shape (chat and Responses routes)."""
+    """The proxy's own error in OpenAI's shape (the routes that are not a format's)."""
     return exc.to_response()
-
-
-def anthropic_error(exc: ProxyError) -> Response:
-    """The proxy's own error in Anthropic's shape, so the ``anthropic`` SDK raises the
-    matching exception with our message; the status and headers are the same.
-
-    >>> json.loads(anthropic_error(ProxyError(404, "no such plan")).body)
-    {'type': 'error', 'error': {'type': 'not_found_error', 'message': 'no such plan'}}
-    """
-    kind = _ANTHROPIC_TYPES.get(exc.status_code)
-    if kind is None:
-        kind = "api_error" if exc.status_code >= 500 else "invalid_request_error"
-    body = {"type": "error", "error": {"type": kind, "message": exc.message}}
-    return Response(
-        json.dumps(body, ensure_ascii=False).encode(),
-        status_code=exc.status_code,
-        headers=exc.headers,
-        media_type="application/json",
-    )
-
-
-def anthropic_error_event(exc: ProxyError) -> bytes:
-    """A cut ``/v1/messages`` stream's last event: Anthropic's ``event: error``, which the
-    ``anthropic`` SDK raises as an ``APIStatusError`` (an OpenAI-shaped event it skips,
-    and the user would get an empty message that looks complete)."""
-    kind = _ANTHROPIC_TYPES.get(exc.status_code) or (
-        "api_error" if exc.status_code >= 500 else "invalid_request_error"
-    )
-    body = {"type": "error", "error": {"type": kind, "message": exc.message}}
-    return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
-
-def responses_error_event(exc: ProxyError) -> bytes:
-    """A cut ``/v1/responses`` stream's last event: the Responses API's own ``error``
-    event (``{"type": "error", "code", "message", "param", "sequence_number"}``), never
-    followed by ``response.completed``."""
-    body = {
-        "type": "error",
-        "code": exc.code,
-        "message": exc.message,
-        "param": exc.param,
-        "sequence_number": 0,  # the upstream's numbering is not tracked: passed through
-    }
-    return b"event: error\ndata: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
 class Wire:
-    """One request format as the proxy serves it."""
+    """One route of a request format as the proxy serves it."""
 
-    name: str
-    """The library's format name: ``chat``, ``anthropic`` or ``responses``."""
+    format: RequestFormat
+    """The request format (its parse, body, tool shape and error shape)."""
     path: str
-    """The route, and the upstream path the fitted body is sent to."""
-    count_path: str | None
-    """The token-count route of this format (None: chat has none)."""
-    parse: Callable[[bytes], ChatRequest]
-    """Parses and checks a body (a 400 :class:`ProxyError` when it is bad)."""
-    error: Callable[[ProxyError], Response]
-    """The proxy's own errors on this format's routes."""
-    stream_error: Callable[[ProxyError], bytes] = openai_error_event
-    """The last event of a stream the upstream broke off, in this format's shape."""
+    """The route (``{model}``: the model's name, for APIs that put it in the path)."""
+    count: bool = False
+    """The format's token-count route: answered by the proxy, never forwarded."""
+    stream: bool = False
+    """A route whose answer is always a stream (Gemini's ``streamGenerateContent``)."""
+
+    @property
+    def name(self) -> str:
+        """The library's format name."""
+        return self.format.name
+
+    @property
+    def upstream_path(self) -> str:
+        """Where the fitted body goes: this route, or chat's for a format the proxy
+        sends as chat."""
+        if self.format.via_chat:
+            return default_format().path or "/v1/chat/completions"
+        return self.path
+
+    def parse(self, raw: bytes, model: str | None = None) -> ChatRequest:
+        """Parses and checks a body (a 400 :class:`ProxyError` when it is bad);
+        ``model``: the route's ``{model}``."""
+        return parse_request(self.format, raw, model)
 
     def reparse(self, raw: bytes) -> tuple[list[Any], Any]:
         """The messages and system prompt of a body parsed before (a kept plan's
         conversation is read back from its request when the plan is asked for)."""
-        req = self.parse(raw)
+        req = self.parse(raw, "")
         return req.messages, req.system
 
+    def error(self, exc: ProxyError) -> Response:
+        """The proxy's own error on this route, in the format's shape (status and
+        headers as the error says)."""
+        body = self.format.error_json(
+            exc.status_code, exc.message, type=exc.type, code=exc.code, param=exc.param
+        )
+        return Response(
+            json.dumps(body, ensure_ascii=False).encode(),
+            status_code=exc.status_code,
+            headers=exc.headers,
+            media_type="application/json",
+        )
 
-CHAT = Wire("chat", "/v1/chat/completions", None, parse_chat, openai_error)
-ANTHROPIC = Wire(
-    "anthropic",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    parse_anthropic,
-    anthropic_error,
-    anthropic_error_event,
-)
-RESPONSES = Wire(
-    "responses",
-    "/v1/responses",
-    "/v1/responses/input_tokens",
-    parse_responses,
-    openai_error,
-    responses_error_event,
-)
+    def stream_error(self, exc: ProxyError) -> bytes:
+        """The last event of a stream the upstream broke off, in the format's shape."""
+        return self.format.stream_error(
+            exc.status_code, exc.message, type=exc.type, code=exc.code, param=exc.param
+        )
+
+    def answer(self, response: Response, query: str) -> Response:
+        """The upstream's buffered answer as the client's format: as it came, unless
+        the format was sent as chat (then converted back; as one server-sent event
+        with ``alt=sse``, else a one-element JSON array, on a streaming route)."""
+        if not self.format.via_chat:
+            return response
+        status = response.status_code
+        try:
+            data = parse_json(bytes(response.body))
+        except ProxyError:
+            data = {"error": {"message": bytes(response.body)[:2000].decode("utf-8", "replace")}}
+        answer = self.format.from_chat_answer(status, data)
+        headers = {
+            k: v
+            for k, v in response.headers.items()
+            if k not in ("content-length", "content-type", "content-encoding")
+        }
+        text = json.dumps(answer, ensure_ascii=False).encode()
+        if not self.stream or status >= 400:
+            return Response(text, status, headers, media_type="application/json")
+        if "alt=sse" in query:
+            return Response(b"data: " + text + b"\r\n\r\n", status, headers, "text/event-stream")
+        return Response(b"[" + text + b"]", status, headers, media_type="application/json")
+
+
+def wire_for(fmt: RequestFormat) -> list[Wire]:
+    """The routes of one format (none: the proxy does not serve it)."""
+    out = [Wire(fmt, p) for p in (fmt.path,) if p is not None]
+    out += [Wire(fmt, p, stream=True) for p in (fmt.stream_path,) if p is not None]
+    out += [Wire(fmt, p, count=True) for p in (fmt.count_path,) if p is not None]
+    return out
+
+
+def wires() -> list[Wire]:
+    """Every route of every registered format (the proxy's route table)."""
+    return [w for f in formats() for w in wire_for(f)]
 
 
 def unchanged(req: ChatRequest, plan: Any) -> bool:
@@ -171,30 +173,79 @@ def fitted_body(
     Do no harm: a request the plan sends as it came (:func:`unchanged`) is forwarded as
     the client's own bytes, ``raw``.
 
-    Chat is :meth:`Fitter.fitted_body`. Anthropic always gets ``max_tokens`` (the API
-    requires it); Responses gets ``max_output_tokens`` when the client sent it or the
-    options do not say ``add_max_tokens = false``. The model is replaced only when the
-    plan fell back to another one; every other field is the client's.
+    Chat is :meth:`Fitter.fitted_body`. Another format gets its conversation, system
+    and output limit from the plan (``max_tokens`` always for Anthropic, which requires
+    it; Responses' ``max_output_tokens`` when the client sent it or the options do not
+    say ``add_max_tokens = false``). A format the proxy sends as chat is
+    :func:`chat_body` (``plan`` None: the request as it came, converted). The model is
+    replaced only when the plan fell back to another one; every other field is the
+    client's.
     """
+    fmt = _format(req)
+    if fmt.via_chat:
+        return chat_body(req, plan)
     if raw is not None and unchanged(req, plan):
         return raw
-    if req.format == "chat":
+    if fmt.internal:
         return fitter.fitted_body(req, plan, route)
     body = with_recall_tool(dict(req.body), plan)
     if plan.fallback_from is not None:
         body["model"] = plan.model.name
-    if req.format == "anthropic":
-        body["messages"] = plan.messages
-        if plan.system is not None:
-            body["system"] = plan.system
-        body["max_tokens"] = plan.max_tokens
+    body[fmt.items_key] = plan.messages
+    if plan.system is not None and fmt.system_key is not None:
+        body[fmt.system_key] = plan.system
+    _, proxy_options, _ = split_options(fitter.config.options_for(req.model, route))
+    if (
+        fmt.limit_required
+        or req.max_tokens is not None
+        or proxy_options.get("add_max_tokens", True)
+    ):
+        fmt.set_limit(body, plan.max_tokens)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _format(req: ChatRequest) -> RequestFormat:
+    return get_format(req.format)
+
+
+def as_sent(req: ChatRequest, raw: bytes) -> bytes:
+    """The body of a request forwarded unfitted (an unknown model, observe mode): the
+    client's bytes, converted to chat for a format the proxy sends as chat."""
+    return chat_body(req, None) if _format(req).via_chat else raw
+
+
+_CHAT_FIELDS = {"temperature": "temperature", "topP": "top_p", "stopSequences": "stop"}
+"""generationConfig fields carried into the chat body (the rest is not)."""
+
+
+def chat_body(req: ChatRequest, plan: Any) -> bytes:
+    """The chat body for a request of a :attr:`~RequestFormat.via_chat` format: the
+    plan's (or, with no plan, the request's own) conversation, tools and output limit
+    converted to chat; ``temperature``, ``topP`` and ``stopSequences`` carried over;
+    never streamed (the answer is converted back whole)."""
+    chat = default_format()
+    fmt = _format(req)
+    if plan is not None:
+        body = plan.request(api=chat.name)
+        if plan.fallback_from is None:
+            body["model"] = req.model
     else:
-        body["input"] = plan.messages
-        if plan.system is not None:
-            body["instructions"] = plan.system
-        _, proxy_options, _ = split_options(fitter.config.options_for(req.model, route))
-        if req.max_tokens is not None or proxy_options.get("add_max_tokens", True):
-            body["max_output_tokens"] = plan.max_tokens
+        body = request_body(
+            chat.name,
+            fmt=fmt.name,
+            model=req.model,
+            messages=req.messages,
+            system=req.system,
+            max_tokens=req.max_tokens or 0,
+            tools=req.tools or (),
+        )
+        if req.max_tokens is None:
+            body = {k: v for k, v in body.items() if not k.startswith("max_")}
+    config = req.body.get("generationConfig")
+    for given, name in _CHAT_FIELDS.items():
+        if isinstance(config, dict) and config.get(given) is not None:
+            body[name] = config[given]
+    body["stream"] = False
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -206,10 +257,14 @@ def count_input(req: ChatRequest, model: Model) -> Response:
         TokenflexError: a message or tool the format's converter or the counter refuses.
     """
     from ..counting import get_counter
-    from ..formats.fitting import prepare
+    from ..roundtrip import prepare
 
-    prepared = prepare(req.messages, format=req.format, system=req.system, tools=req.tools)
+    fmt = _format(req)
+    if fmt.via_chat:  # counted as it is fitted and sent: as chat
+        prepared = prepare(
+            fmt.to_chat(req.messages, req.system), format=None, system=None, tools=req.tools
+        )
+    else:
+        prepared = prepare(req.messages, format=req.format, system=req.system, tools=req.tools)
     tokens = get_counter(model).count(list(prepared.messages), tools=prepared.tools)
-    if req.format == "anthropic":
-        return JSONResponse({"input_tokens": tokens})
-    return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
+    return JSONResponse(fmt.count_answer(tokens))

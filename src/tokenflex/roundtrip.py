@@ -28,19 +28,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..counting.checks import BadMessage
-from ..counting.media import estimate_notes
-from ..counting.shape import check_one, shape_checker
-from ..errors import InvalidInputError
-from ..models import Model
-from ..plan import DroppedItems, DropRun, ItemSource, Plan
-from .anthropic import anthropic_to_internal, with_system
-from .chat import REASONING_FIELD, chat_to_internal, is_plain_chat
-from .detect import FORMATS, detect_format, format_marks
-from .native import Converted, NativeMessage
-from .objects import is_json, plain
-from .responses import responses_to_internal
-from .tools import tools_to_chat
+from .counting.media import estimate_notes
+from .counting.shape import check_one, shape_checker
+from .errors import InvalidInputError
+from .formats.chat import REASONING_FIELD, is_plain_chat
+from .formats.detect import detect_format, format_marks
+from .formats.native import Converted, NativeMessage
+from .formats.registry import get_format
+from .formats.tools import tools_to_chat
+from .message.checks import BadMessage
+from .message.objects import is_json, plain
+from .models import Model
+from .plan import DroppedItems, DropRun, ItemSource, Plan
 
 __all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare"]
 
@@ -164,8 +163,8 @@ def prepare(
             format that cannot take them.
         InvalidMessagesError: a message that is not of the format (names its index).
     """
-    if format is not None and format not in FORMATS:
-        raise InvalidInputError(f"format={format!r} is unknown. Use one of {', '.join(FORMATS)}.")
+    if format is not None:
+        get_format(format)  # raises for an unknown name, listing the known ones
     counted = (
         tools_to_chat(tools)
         if tools
@@ -222,14 +221,6 @@ def _marks(conv: Converted, given: Sequence[Any], lo: int) -> dict[int, Any]:
     return out
 
 
-_CONVERTERS = {
-    "anthropic": lambda items, keep: anthropic_to_internal(items, None),
-    "responses": lambda items, keep: responses_to_internal(items, None),
-    "chat": lambda items, keep: chat_to_internal(items, keep_reasoning=keep),
-}
-"""Each format's converter for items appended to a request read before (no system)."""
-
-
 def _grown(
     read: _Read, messages: list[Any], counted: Sequence[Any] | None, tools: Sequence[Any] | None
 ) -> Prepared | None:
@@ -250,12 +241,12 @@ def _grown(
     restart = n
     if units and isinstance(units[-1], NativeMessage) and units[-1].start >= 0:
         keep, restart = len(units) - 1, units[-1].start
-    elif conv.format != "chat":
+    elif not get_format(conv.format).internal:
         return None  # pragma: no cover - every converted unit is a NativeMessage
     if read.key[0] is None and set(format_marks(messages[restart:])) - {conv.format}:
         return None  # items of another format appended: detect (and name the mix) afresh
     try:
-        tail = _CONVERTERS[conv.format](messages[restart:], read.key[1])
+        tail = get_format(conv.format).to_internal(messages[restart:], keep_reasoning=read.key[1])
     except BadMessage as exc:
         raise _shifted_error(exc, restart) from None
     for m in tail.messages:
@@ -303,7 +294,11 @@ def fresh(plan: Plan, prepared: Prepared) -> bool:
             mark = marks.get(m.start)
             if mark is not None and mark != _mark(given[m.start : m.start + len(m.native)]):
                 return False
-        elif type(m) is dict and REASONING_FIELD in m and prepared.converted.format == "chat":
+        elif (
+            type(m) is dict
+            and REASONING_FIELD in m
+            and get_format(prepared.converted.format).internal
+        ):
             return False  # pragma: no cover - reasoning put on a kept chat dict in place
     return True
 
@@ -317,25 +312,16 @@ def _prepare(
     keep_reasoning: bool,
     lazy_history: bool,
 ) -> Prepared:
-    if format in (None, "chat") and system is None and is_plain_chat(messages):
+    given = get_format(format) if format is not None else None
+    if (given is None or given.internal) and system is None and is_plain_chat(messages):
         return Prepared(messages, counted, tools, None, plain=True)
-    fmt = format or detect_format(messages, system=system)
-    if fmt == "chat":
-        if system is not None:
-            raise InvalidInputError(
-                "system= is for Anthropic's top-level system or the Responses instructions; "
-                "a chat request carries its system prompt as the first message."
-            )
-        conv = chat_to_internal(messages, keep_reasoning=keep_reasoning)
-    elif lazy_history:
+    fmt = given or get_format(detect_format(messages, system=system))
+    if lazy_history and not fmt.internal:
         raise InvalidInputError(
-            f"history= reads chat messages; this request is {fmt}. Pass the whole "
+            f"history= reads chat messages; this request is {fmt.name}. Pass the whole "
             "conversation as messages."
         )
-    elif fmt == "anthropic":
-        conv = anthropic_to_internal(messages, system)
-    else:
-        conv = responses_to_internal(messages, system)
+    conv = fmt.to_internal(messages, system, keep_reasoning=keep_reasoning)
     return Prepared(conv.messages, counted, tools, conv)
 
 
@@ -402,23 +388,6 @@ def _native_span(conv: Converted, k: int) -> tuple[int, int]:
     return (k, k + 1)  # chat: one to one
 
 
-def _native_out(plan: Plan, conv: Converted) -> tuple[list[Any], Any]:
-    out: list[Any] = []
-    added: list[str] = []
-    for m in plan.messages:
-        if isinstance(m, NativeMessage):
-            out += m.native
-        elif conv.format == "anthropic":
-            content = m.get("content")
-            added.append(content if isinstance(content, str) else str(content))
-        elif conv.format == "responses":
-            out.append({"role": m.get("role"), "content": m.get("content")})
-        else:
-            out.append(m)
-    system = with_system(conv.system, added) if conv.format == "anthropic" else conv.system
-    return out, system
-
-
 def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Plan:
     """``plan`` in the caller's format (see the module doc); ``notes``: the warnings for
     its estimated parts when the caller knows them (a plain request has none), else they
@@ -431,7 +400,8 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
         if not notes and not tools:
             return plan
         return replace(plan, warnings=tuple(dict.fromkeys([*plan.warnings, *notes])), tools=tools)
-    messages, system = _native_out(plan, conv)
+    fmt = get_format(conv.format)
+    messages, system = fmt.back(plan.messages, conv.system)
     old = plan.dropped
     runs: list[DropRun] = []
     sources: dict[str, ItemSource] = {}
@@ -449,7 +419,7 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
         _, b = _native_span(conv, stop - 1)
         runs.append(DropRun(section, a, b, reason))
     summary = plan.summary
-    if summary is not None and conv.format != "chat":
+    if summary is not None and not fmt.internal:
         a, _ = _native_span(conv, summary.covers[0])
         _, b = _native_span(conv, max(summary.covers[1] - 1, summary.covers[0]))
         summary = replace(summary, covers=(a, b))
@@ -472,12 +442,13 @@ class _Units:
 
     def __init__(self, conv: Converted) -> None:
         self.conv = conv
+        self.internal = get_format(conv.format).internal  # one to one: the caller's own
         self._given: list[Any] | None = None
         self._unit_at: dict[int, int] | None = None
 
     def given(self, i: int) -> Any:
         conv = self.conv
-        if conv.format == "chat":  # one to one: the caller's own object
+        if self.internal:  # one to one: the caller's own object
             m = conv.messages[i]
             return m.native[0] if isinstance(m, NativeMessage) else m
         if self._given is None:
@@ -489,7 +460,7 @@ class _Units:
     def unit_at(self, i: int) -> int | None:
         """The internal message whose first item is the caller's ``i`` (None: a later
         item of a unit)."""
-        if self.conv.format == "chat":
+        if self.internal:
             return i
         if self._unit_at is None:
             self._unit_at = {
