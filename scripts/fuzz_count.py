@@ -19,9 +19,10 @@ and counts:
 - **SDK rejects**: ``plan.request(api=...)`` bodies (the plan's own API and one other)
   that the official SDK's ``*CreateParamsNonStreaming`` type rejects or changes.
 
-Then the near-valid junk of ``tests/test_fuzz.py`` (``fit_formats``, all formats) on
-fresh seeds: foreign exceptions and broken promises. Prints a table and exits 1 on any
-violation; the first cases of each kind are written to ``--failures`` to reproduce.
+Then the near-valid junk of ``tests/test_fuzz.py`` (``fit`` and ``fit_formats``: all
+formats, junk tools and state) on fresh seeds: foreign exceptions and broken promises.
+Prints a table and exits 1 on any violation; the first cases of each kind are written
+to ``--failures`` to reproduce.
 
     .venv/bin/python scripts/fuzz_count.py --minutes 20
     .venv/bin/python scripts/fuzz_count.py --minutes 1 --failures /tmp/fuzz.jsonl
@@ -68,6 +69,7 @@ KINDS = (
 )
 BATCH = 200  # hypothesis examples per call of the property (each call is a fresh draw)
 KEEP = 5  # failing cases written per kind and format
+JUNK = ("fit", "fit_formats")  # tests/test_fuzz.py's entry points that fit
 
 options = st.fixed_dictionaries(
     {},
@@ -269,18 +271,21 @@ def run_format(tally: Tally, fmt: str, seconds: float) -> None:
 
 
 def run_junk(tally: Tally, seconds: float) -> None:
-    """tests/test_fuzz.py's near-valid junk for fit() in every format, on fresh seeds."""
+    """tests/test_fuzz.py's near-valid junk for fit() (chat, junk tools and state too)
+    and fit() in every format with plan.request(), in turn, on fresh seeds."""
     start = random.SystemRandom().randrange(10**6, 10**12)
     end = time.monotonic() + seconds
     seed = start
     while time.monotonic() < end:
+        entry = JUNK[seed % len(JUNK)]
         tally.cases["junk"] += 1
         try:
-            got = test_fuzz.run("fit_formats", seed)
+            got = test_fuzz.run(entry, seed)
             tally.outcomes["junk"][got] += 1
         except AssertionError as exc:
             kind = "broken promise" if "broke its promise" in str(exc) else "foreign exception"
-            tally.violation("junk", kind, {"seed": seed}, f"{exc}\n{traceback.format_exc()}")
+            case = {"entry": entry, "seed": seed}
+            tally.violation("junk", kind, case, f"{exc}\n{traceback.format_exc()}")
         seed += 1
 
 
@@ -306,7 +311,7 @@ def main() -> int:
         table.add_column(col, justify="left" if col in ("format", "outcomes") else "right")
     for fmt in (*FORMATS, "junk"):
         outcomes = ", ".join(f"{k} {v:,}" for k, v in tally.outcomes[fmt].most_common())
-        name = "near-valid junk (fit_formats)" if fmt == "junk" else fmt
+        name = "near-valid junk (fit, fit_formats)" if fmt == "junk" else fmt
         row = [f"{tally.found[fmt][k]:,}" for k in KINDS]
         table.add_row(name, f"{tally.cases[fmt]:,}", *row, outcomes)
     Console(width=200).print(table)

@@ -41,6 +41,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -480,6 +481,8 @@ def main() -> int:
         )
         return 0
 
+    # SIGTERM (timeout, kill) ends the run through `finally`: the children are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     duration = min(args.duration, MAX_SECONDS)
     console = Console()
     up_port, proxy_port = _free_port(), _free_port()
