@@ -6,14 +6,31 @@ concurrent httpx clients: first straight to the upstream (baseline), then throug
 proxy. Prints latency percentiles, throughput and errors for both, and the difference.
 Bounded: at most 120 s per phase and 100,000 requests.
 
+With ``--upstream-delay`` the fake upstream answers after that many seconds, so the
+proxy's capacity is known: ``max_inflight / delay`` requests per second (64 / 1 s = 64
+req/s by default); at twice that rate the proxy must shed the rest with 503 +
+``Retry-After`` and answer no other 5xx. ``--clients`` spreads the requests over that many
+credentials (one client may hold only ``max_inflight_per_client`` slots), ``--proxy-only``
+skips the direct phase. The proxy's RSS is sampled during the proxied phase (Linux).
+
 With ``--abuse`` it measures memory instead: the proxy's RSS before and after 150
 rejected 3.5 MB requests (unique texts over gpt-4's window) and 550 requests with long
-unique model names (Linux: RSS from /proc).
+unique model names (Linux: RSS from /proc), then the size and time of
+``GET /tokenflex/calibration``. ``--name-bytes`` and ``--name-prefix`` shape the names
+(``gpt-4o`` resolves through the gpt-4o family, so those requests are fitted and their
+usage observed); ``--usage-factor`` makes the fake upstream report that many times the
+input tokens, an undercount the calibration would want to learn.
 
     .venv/bin/python scripts/load_proxy.py                       # 200 req/s for 20 s
     .venv/bin/python scripts/load_proxy.py --rate 400 --duration 10 --messages 200
     .venv/bin/python scripts/load_proxy.py --rate 200 --concurrency 400   # shedding
     .venv/bin/python scripts/load_proxy.py --abuse
+    # shedding at 2x capacity (64 slots, 1 s upstream: 64 req/s), issue 25
+    .venv/bin/python scripts/load_proxy.py --proxy-only --upstream-delay 1 --rate 128 \
+        --duration 120 --concurrency 512 --clients 8
+    # calibration under 300 requests with 3 MB model names, issue 25
+    .venv/bin/python scripts/load_proxy.py --abuse --rejected 0 --names 300 \
+        --name-bytes 3000000 --name-prefix gpt-4o --usage-factor 1.3
 """
 
 from __future__ import annotations
@@ -22,7 +39,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -61,6 +80,26 @@ _MODELS = json.dumps(
 ).encode()
 
 
+UPSTREAM_DELAY = 0.0
+"""Seconds the fake upstream waits before each chat answer (``--upstream-delay``)."""
+USAGE_FACTOR = 0.0
+"""When set, the fake upstream reports this many times the request's input tokens
+(``--usage-factor``); otherwise a canned usage of 1 token."""
+
+
+def _usage_reply(body: bytes) -> bytes:
+    """The canned answer, its ``usage.prompt_tokens`` ``USAGE_FACTOR`` x the request's
+    messages as gpt-4o counts them."""
+    import tokenflex
+
+    messages = json.loads(body)["messages"]
+    prompt = math.ceil(tokenflex.count_messages(messages, model="gpt-4o") * USAGE_FACTOR)
+    reply = json.loads(_REPLY)
+    reply["usage"] = {"prompt_tokens": prompt, "completion_tokens": 1}
+    reply["usage"]["total_tokens"] = prompt + 1
+    return json.dumps(reply).encode()
+
+
 async def fake_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The fastest OpenAI-ish upstream we can write: a raw ASGI app with canned answers."""
     if scope["type"] == "lifespan":
@@ -72,12 +111,17 @@ async def fake_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     more = True
+    chunks: list[bytes] = []
     while more:  # drain the request body
         message = await receive()
         more = message.get("more_body", False)
+        if USAGE_FACTOR:
+            chunks.append(message.get("body", b""))
     path = scope["path"]
     if path == "/v1/chat/completions":
-        status, body = 200, _REPLY
+        if UPSTREAM_DELAY:
+            await asyncio.sleep(UPSTREAM_DELAY)
+        status, body = 200, _usage_reply(b"".join(chunks)) if USAGE_FACTOR else _REPLY
     elif path == "/v1/models":
         status, body = 200, _MODELS
     else:
@@ -146,6 +190,8 @@ class Phase:
     elapsed: float = 0.0
     late: int = 0
     """Requests sent more than 10 ms after their scheduled time (the generator fell behind)."""
+    rss: list[float] = field(default_factory=list)
+    """The proxy's RSS in MB: sampled every 0.5 s from the phase's start to its end."""
 
     def pct(self, q: float) -> float:
         xs = sorted(self.latencies)
@@ -153,18 +199,30 @@ class Phase:
 
 
 async def drive(
-    url: str, body: bytes, *, rate: float, duration: float, concurrency: int, name: str
+    url: str,
+    body: bytes,
+    *,
+    rate: float,
+    duration: float,
+    concurrency: int,
+    name: str,
+    clients: int = 1,
+    pid: int | None = None,
 ) -> Phase:
-    """Send ``rate`` requests per second for ``duration`` seconds (open loop)."""
+    """Send ``rate`` requests per second for ``duration`` seconds (open loop), in turn
+    with ``clients`` credentials; sample process ``pid``'s RSS meanwhile."""
     phase = Phase(name)
     total = min(int(rate * duration), MAX_REQUESTS)
-    headers = {"content-type": "application/json", "authorization": "Bearer sk-load"}
+    keys = [
+        {"content-type": "application/json", "authorization": f"Bearer sk-load-{k}"}
+        for k in range(max(1, clients))
+    ]
     # httpx scans its whole pool on each request: many small clients, not one big one,
     # so a high --concurrency (to see the proxy shed load) does not slow the generator
     per = 32
     limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
     async with contextlib.AsyncExitStack() as stack:
-        clients = [
+        pool = [
             await stack.enter_async_context(
                 httpx.AsyncClient(limits=limits, timeout=10, trust_env=False)
             )
@@ -177,12 +235,15 @@ async def drive(
 
         async def one() -> None:
             t0 = time.perf_counter()
-            client = clients[next(turn) % len(clients)]
+            i = next(turn)
+            client, headers = pool[i % len(pool)], keys[i % len(keys)]
             try:
                 async with slots:
                     r = await client.post(url, content=body, headers=headers)
                 if r.status_code != 200:
                     key = f"HTTP {r.status_code}"
+                    if "retry-after" in r.headers:
+                        key += " + Retry-After"
                     phase.errors[key] = phase.errors.get(key, 0) + 1
                     return
             except httpx.HTTPError as exc:
@@ -191,6 +252,12 @@ async def drive(
                 return
             phase.latencies.append(time.perf_counter() - t0)
 
+        async def sample() -> None:
+            while pid is not None:
+                phase.rss.append(rss_mb(pid))
+                await asyncio.sleep(0.5)
+
+        sampler = asyncio.create_task(sample())
         tasks = []
         start = time.perf_counter()
         for i in range(total):
@@ -203,6 +270,9 @@ async def drive(
             tasks.append(asyncio.create_task(one()))
         await asyncio.gather(*tasks)
         phase.elapsed = time.perf_counter() - start
+        sampler.cancel()
+        if pid is not None:
+            phase.rss.append(rss_mb(pid))
     return phase
 
 
@@ -215,26 +285,39 @@ def rss_mb(pid: int) -> float:
     raise SystemExit("no VmRSS in /proc: --abuse needs Linux")
 
 
-async def abuse(url: str, pid: int, console: Console, *, rejected: int, names: int) -> int:
-    """RSS before and after the two memory-abuse runs of issue 11; 0 when all went as
-    expected (rejected requests answered 400/413, long names answered)."""
+async def abuse(
+    url: str,
+    pid: int,
+    console: Console,
+    *,
+    rejected: int,
+    names: int,
+    name_bytes: int = 100_000,
+    name_prefix: str = "model",
+) -> int:
+    """RSS before, at its peak and after the two memory-abuse runs of issues 11 and 25,
+    then ``GET /tokenflex/calibration``'s size and time; 0 when all went as expected
+    (rejected requests answered 400/413, long names answered, the calibration listing
+    keeps no long name)."""
     headers = {"content-type": "application/json", "authorization": "Bearer sk-abuse"}
-    figures: list[tuple[str, float, float, dict[int, int]]] = []
+    figures: list[tuple[str, float, float, float, dict[int, int]]] = []
     async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
 
         async def run(name: str, bodies: Any, concurrency: int = 4) -> None:
             statuses: dict[int, int] = {}
             slots = asyncio.Semaphore(concurrency)
+            peak = [rss_mb(pid)]
 
             async def one(body: bytes) -> None:
                 async with slots:
                     r = await client.post(url, content=body, headers=headers)
                 statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                peak.append(rss_mb(pid))
 
-            before = rss_mb(pid)
+            before = peak[0]
             await asyncio.gather(*(one(b) for b in bodies))
             await asyncio.sleep(1)
-            figures.append((name, before, rss_mb(pid), statuses))
+            figures.append((name, before, max(peak), rss_mb(pid), statuses))
 
         def rejected_bodies() -> Any:
             for i in range(rejected):  # 35 unique 100 kB messages: 3.5 MB over gpt-4's window
@@ -244,23 +327,48 @@ async def abuse(url: str, pid: int, console: Console, *, rejected: int, names: i
                 ]
                 yield json.dumps({"model": "gpt-4", "messages": msgs}).encode()
 
+        # a question of 40 words: over the 16 text tokens an observation needs to teach
+        question = "Which of these pumps " + " ".join(f"p{j}" for j in range(36)) + "?"
+
         def name_bodies() -> Any:
             for i in range(names):
-                model = f"model-{i}-" + "n" * 100_000
+                model = f"{name_prefix}-{i}-" + "n" * name_bytes
                 yield json.dumps(
-                    {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+                    {"model": model, "messages": [{"role": "user", "content": question}]}
                 ).encode()
 
-        await run(f"{rejected} rejected 3.5 MB requests", rejected_bodies())
-        await run(f"{names} requests with 100 kB unique model names", name_bodies())
+        if rejected:
+            await run(f"{rejected} rejected 3.5 MB requests", rejected_bodies())
+        if names:
+            size = f"{name_bytes / 1e6:g} MB" if name_bytes >= 10**6 else f"{name_bytes:,} B"
+            await run(f"{names} requests with {size} unique model names", name_bodies())
+        listing = url.split("/v1/")[0] + "/tokenflex/calibration"
+        t0 = time.perf_counter()
+        r = await client.get(listing, headers=headers)
+        took = time.perf_counter() - t0
+        rss_end = rss_mb(pid)
     table = Table(title="tokenflex proxy memory under abuse (RSS of the proxy process)")
-    for col in ("run", "RSS before MB", "RSS after MB", "statuses"):
+    for col in ("run", "RSS before MB", "RSS peak MB", "RSS after MB", "statuses"):
         table.add_column(col, justify="left" if col in ("run", "statuses") else "right")
-    for name, before, after, statuses in figures:
-        table.add_row(name, f"{before:.0f}", f"{after:.0f}", str(statuses))
+    for name, before, peak, after, statuses in figures:
+        table.add_row(name, f"{before:.0f}", f"{peak:.0f}", f"{after:.0f}", str(statuses))
+    longest = max((len(m) for m in r.json().get("models", {})), default=0)
+    table.add_row(
+        "GET /tokenflex/calibration",
+        "",
+        "",
+        f"{rss_end:.0f}",
+        f"HTTP {r.status_code}, {len(r.content):,} bytes in {took * 1000:.1f} ms, "
+        f"longest model name listed: {longest:,}, total: {r.json().get('total')}",
+    )
     console.print(table)
-    print(json.dumps({n: {"rss_before_mb": b, "rss_after_mb": a} for n, b, a, _ in figures}))
-    return 0
+    out: dict[str, Any] = {
+        n: {"rss_before_mb": b, "rss_peak_mb": p, "rss_after_mb": a, "statuses": st}
+        for n, b, p, a, st in figures
+    }
+    out["calibration"] = {"status": r.status_code, "bytes": len(r.content), "ms": took * 1000}
+    print(json.dumps(out))
+    return 0 if r.status_code == 200 and longest <= 200 else 1
 
 
 def report(console: Console, phases: list[Phase], rate: float) -> None:
@@ -279,19 +387,26 @@ def report(console: Console, phases: list[Phase], rate: float) -> None:
             f"{p.pct(0.99):.2f}",
             f"{max(p.latencies) * 1000:.1f}" if p.latencies else "-",
         )
-    direct, proxied = phases[0], phases[-1]
-    table.add_row(
-        "added by the proxy",
-        "",
-        "",
-        "",
-        f"{proxied.pct(0.50) - direct.pct(0.50):+.2f}",
-        f"{proxied.pct(0.90) - direct.pct(0.90):+.2f}",
-        f"{proxied.pct(0.99) - direct.pct(0.99):+.2f}",
-        "",
-        style="bold",
-    )
+    if len(phases) > 1:  # not with --proxy-only
+        direct, proxied = phases[0], phases[-1]
+        table.add_row(
+            "added by the proxy",
+            "",
+            "",
+            "",
+            f"{proxied.pct(0.50) - direct.pct(0.50):+.2f}",
+            f"{proxied.pct(0.90) - direct.pct(0.90):+.2f}",
+            f"{proxied.pct(0.99) - direct.pct(0.99):+.2f}",
+            "",
+            style="bold",
+        )
     console.print(table)
+    for p in phases:
+        if p.rss:
+            console.print(
+                f"{p.name}: proxy RSS start {p.rss[0]:.0f} MB, peak {max(p.rss):.0f} MB, "
+                f"end {p.rss[-1]:.0f} MB ({len(p.rss)} samples)"
+            )
     late = sum(p.late for p in phases)
     if late:
         console.print(f"[yellow]note:[/yellow] {late} requests were sent >10 ms late.")
@@ -325,6 +440,23 @@ def main() -> int:
     ap.add_argument("--rejected", type=int, default=150, help="--abuse: rejected requests")
     ap.add_argument("--names", type=int, default=550, help="--abuse: long-name requests")
     ap.add_argument(
+        "--name-bytes", type=int, default=100_000, help="--abuse: length of each name (100,000)"
+    )
+    ap.add_argument(
+        "--name-prefix", default="model", help="--abuse: what each name starts with (model)"
+    )
+    ap.add_argument(
+        "--usage-factor",
+        type=float,
+        default=0.0,
+        help="the fake upstream reports this many times the input tokens (off: 1 token)",
+    )
+    ap.add_argument(
+        "--upstream-delay", type=float, default=0.0, help="seconds the fake upstream waits (0)"
+    )
+    ap.add_argument("--clients", type=int, default=1, help="credentials the load uses (1)")
+    ap.add_argument("--proxy-only", action="store_true", help="skip the direct phase")
+    ap.add_argument(
         "--plain",
         action="store_true",
         help="run the proxy on uvicorn's pure-Python h11 parser and asyncio loop, as without "
@@ -336,6 +468,9 @@ def main() -> int:
     if args.serve_upstream:  # child mode: be the fake upstream
         import uvicorn
 
+        global UPSTREAM_DELAY, USAGE_FACTOR
+        UPSTREAM_DELAY, USAGE_FACTOR = args.upstream_delay, args.usage_factor
+
         uvicorn.run(
             fake_upstream,
             host=HOST,
@@ -346,6 +481,8 @@ def main() -> int:
         )
         return 0
 
+    # SIGTERM (timeout, kill) ends the run through `finally`: the children are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     duration = min(args.duration, MAX_SECONDS)
     console = Console()
     up_port, proxy_port = _free_port(), _free_port()
@@ -359,7 +496,11 @@ def main() -> int:
     log = os.fdopen(log_fd, "wb")
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--serve-upstream", str(up_port)],
+            [
+                *(sys.executable, __file__, "--serve-upstream", str(up_port)),
+                *("--upstream-delay", str(args.upstream_delay)),
+                *("--usage-factor", str(args.usage_factor)),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
         ),
@@ -386,6 +527,8 @@ def main() -> int:
                     console,
                     rejected=args.rejected,
                     names=args.names,
+                    name_bytes=args.name_bytes,
+                    name_prefix=args.name_prefix,
                 )
             )
         body = json.dumps(
@@ -400,6 +543,7 @@ def main() -> int:
             content=body,
             headers={"content-type": "application/json"},
             trust_env=False,
+            timeout=60,  # the first request loads the tokenizer
         )
         r.raise_for_status()
         console.print(
@@ -409,11 +553,14 @@ def main() -> int:
             f"dropped={r.headers['x-tokenflex-dropped']}"
         )
         phases = []
-        for name, url in (("direct", up_url), ("via proxy", proxy_url)):
+        runs = [("direct", up_url, None), ("via proxy", proxy_url, procs[1].pid)]
+        for name, url, pid in runs[1:] if args.proxy_only else runs:
             target = f"{url}/v1/chat/completions"
-            kw = {"rate": args.rate, "concurrency": args.concurrency}
+            kw = {"rate": args.rate, "concurrency": args.concurrency, "clients": args.clients}
             asyncio.run(drive(target, body, duration=args.warmup, name="warmup", **kw))
-            phases.append(asyncio.run(drive(target, body, duration=duration, name=name, **kw)))
+            phases.append(
+                asyncio.run(drive(target, body, duration=duration, name=name, pid=pid, **kw))
+            )
         report(console, phases, args.rate)
         if args.json:
             print(
@@ -426,12 +573,15 @@ def main() -> int:
                             "p50_ms": p.pct(0.5),
                             "p99_ms": p.pct(0.99),
                             "mean_ms": statistics.fmean(p.latencies) * 1000,
+                            "rss_mb": [p.rss[0], max(p.rss), p.rss[-1]] if p.rss else None,
                         }
                         for p in phases
                     }
                 )
             )
-        errors = sum(sum(p.errors.values()) for p in phases)
+        # with a slow upstream the test is of shedding: a 503 with Retry-After is the answer
+        shed = "HTTP 503 + Retry-After" if args.upstream_delay else None
+        errors = sum(v for p in phases for k, v in p.errors.items() if k != shed)
         return 1 if errors else 0
     finally:
         stop(procs)

@@ -426,6 +426,64 @@ def test_responses_item_with_a_non_json_field_is_rejected() -> None:
 
 
 U = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(b"bytes", id="bytes"),
+        pytest.param(bytearray(b"x"), id="bytearray"),
+        pytest.param({1, 2}, id="set"),
+        pytest.param(3j, id="complex"),
+        pytest.param(object(), id="object"),
+    ],
+)
+def test_chat_message_with_a_non_json_field_is_rejected(value: Any) -> None:
+    """Found by scripts/fuzz_count.py (fit_formats seed 127379261062: a system message
+    named b'bytes'): counting reads an unknown value with str(), so a chat message went
+    out as given and plan.request() was not JSON. fit() now checks chat messages as it
+    checks Anthropic blocks and Responses items, naming the message."""
+    msgs = [*U, {"role": "system", "content": "", "name": value}, *U]
+    with pytest.raises(TokenflexError, match=r"messages\[1\].*cannot be sent as JSON"):
+        json.dumps(fit(msgs, model="gpt-4o", max_tokens=10).request())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "where"),
+    [
+        pytest.param(
+            {"tools": [{"type": "function", "function": {"name": "f", "x": b"x"}}]},
+            r"tools\[0\]",
+            id="chat-tool",
+        ),
+        pytest.param(
+            {"format": "anthropic", "tools": [{"name": "f", "input_schema": {}, "x": {1}}]},
+            r"tools\[0\]",
+            id="anthropic-tool",
+        ),
+        pytest.param(
+            {"format": "anthropic", "system": [{"type": "text", "text": "s", "x": 3j}]},
+            r"\(system=\)",
+            id="anthropic-system",
+        ),
+    ],
+)
+def test_tools_and_system_with_a_non_json_value_are_rejected(
+    kwargs: dict[str, Any], where: str
+) -> None:
+    """The same class as the chat message above, beside the messages: tools and the
+    Anthropic system are sent as given, so they are checked too."""
+    with pytest.raises(TokenflexError, match=rf"{where}.*cannot be sent as JSON"):
+        json.dumps(fit(U, model="gpt-4o", max_tokens=10, **kwargs).request())
+
+
+def test_chat_message_with_json_values_of_other_types_is_kept() -> None:
+    """A tuple is sent as a JSON list and an int key as a string: not refused."""
+    msgs = [{"role": "user", "content": "x", "meta": (1, 2), "ids": {1: "a"}}, *U]
+    plan = fit(msgs, model="gpt-4o", max_tokens=10)
+    assert plan.messages == msgs and json.dumps(plan.request())
+
+
 ISSUE_EXAMPLES: dict[str, Callable[[], Any]] = {  # issue 11 item 11, then fuzz findings
     "Chunk(source=5)": lambda: Chunk("t", 5),  # type: ignore[arg-type]
     "extras with mixed key types": lambda: Chunk("t", extras={"a": 1, 2: "b"}),

@@ -340,7 +340,9 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
 
     Raises:
         BadMessage: the first malformed message.
+        InvalidInputError: a tool that cannot be sent as JSON.
     """
+    _check_sent_as_given(prepared)
     key = _model_key(model)
     start = prepared.checked.get(key, 0)
     messages = prepared.messages
@@ -357,6 +359,8 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
                         _json_ready(item)
                     except BadMessage as exc:
                         raise exc.at(m.start + offset) from None
+            else:  # a chat message is sent as given too: counting reads junk with str()
+                _json_ready(m)
         except BadMessage as exc:
             if not isinstance(m, NativeMessage):
                 raise exc.at(k) from None
@@ -366,6 +370,28 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
     if len(prepared.checked) >= 8:
         prepared.checked.clear()
     prepared.checked[key] = len(messages)
+
+
+def _check_sent_as_given(prepared: Prepared) -> None:
+    """The tools and the Anthropic ``system`` go out as the caller gave them: JSON, or an
+    error naming them (counting reads an unknown value with ``str()``). O(their size)
+    per call, as converting them already is; never the messages."""
+    converted = prepared.converted
+    if converted is not None and converted.system is not None:
+        try:
+            _json_ready(converted.system)
+        except BadMessage as exc:
+            raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
+    tools = prepared.given_tools
+    for i, tool in enumerate(tools if isinstance(tools, list | tuple) else ()):
+        if not isinstance(tool, Mapping):
+            continue  # counting refuses it, naming what a tool should be
+        try:
+            _json_ready(tool)
+        except BadMessage as exc:
+            raise InvalidInputError(
+                f"tools[{i}] {exc.problem}. Use str keys and JSON values in tool definitions."
+            ) from None
 
 
 def _json_ready(item: Any) -> None:
