@@ -91,3 +91,29 @@ def test_a_ceiling_holds_for_any_character() -> None:
                 script,
                 family,
             )
+
+
+# -- random letters in the fitted alphabets (issue 26) --------------------------------------
+
+ALPHABETS = ("ARABIC", "ARMENIAN", "BENGALI", "CYRILLIC", "DEVANAGARI", "ETHIOPIC", "GEORGIAN")
+ALPHABETS += ("GREEK", "HEBREW", "TAMIL", "THAI")
+LETTERS = [(s, t) for s in ALPHABETS for t in family_texts.script_texts_blind(s, 2, seed=5)]
+KNOWN_GAPS = {("gemma", "THAI")}
+"""Random Thai words stay under gemma's count (its Thai letters are one token alone, so
+none is dear; docs/estimator.md, "Random letters")."""
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "estimate"])
+def test_random_letters_in_the_fitted_alphabets_are_covered(family: str) -> None:
+    # pieces of the fitted scripts are priced by the shapes of real words, which merge;
+    # random letters do not, and a dear letter (two or more tokens alone) costs extra
+    # (estimate.DEAR_LETTERS). Seed 5: neither the published draw (0) nor the tuning one (1).
+    under = []
+    for script, text in LETTERS:
+        if (family, script) in KNOWN_GAPS:
+            continue
+        truth = family_texts.family_count("openai" if family == "estimate" else family, text)
+        est = estimate_tokens(text) if family == "estimate" else estimate_family(text, family)
+        if est < truth:
+            under.append((script, est, truth))
+    assert not under, f"{family}: {len(under)} of {len(LETTERS)} random-letter texts under: {under}"

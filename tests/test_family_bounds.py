@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from tokenflex.errors import TokenflexError
 from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.estimate import (
+    DEAR_LETTERS,
     FAMILY_BOUNDS,
     FEATURES,
     PATTERN,
@@ -454,8 +455,25 @@ def reference_family_count(text: str, family: str) -> int:
         single = piece in _load().table and piece in family_singles(family)
         if not piece.isascii() and not fitted(piece) and not single:
             cost = max(cost, reference_ceiling(piece, family))
+        elif not piece.isascii() and not single:
+            cost += DEAR_LETTERS.get(family, 0.0) * reference_dear(piece, family)
         total += n * cost
     return max(1, math.ceil(total + bound.slack * math.sqrt(var) + bound.constant - 1e-9))
+
+
+def reference_dear(piece: str, family: str) -> int:
+    """The tokens beyond one that the family spends alone on each letter or mark of the
+    fitted alphabets in ``piece`` (Greek to Arabic, Devanagari, Bengali, Tamil, Thai,
+    Georgian, Ethiopic, Greek extended)."""
+    tokens = family_char_tokens(family)
+    alphabets = [(0x370, 0x6FF), (0x900, 0x9FF), (0xB80, 0xBFF), (0xE00, 0xE7F)]
+    alphabets += [(0x10A0, 0x10FF), (0x1200, 0x137F), (0x1F00, 0x1FFF)]
+    extra = 0
+    for ch in piece:
+        inside = any(first <= ord(ch) <= last for first, last in alphabets)
+        if inside and unicodedata.category(ch)[0] in "LM" and tokens.get(ch, 0) > 1:
+            extra += tokens[ch] - 1
+    return extra
 
 
 def reference_ceiling(piece: str, family: str) -> int:

@@ -451,6 +451,7 @@ BOUNDED_BY: dict[str, set[str]] = {
     "mistral-nemo": {"tekken"},
     "mistral-small": {"tekken"},
     "phi4": {"openai"},
+    "phi3": {"phi3"},  # Llama 2's SentencePiece vocabulary, not Phi-4's
     **{f"gemini-{v}": {"gemma"} for v in ("1.5", "2.0", "2.5", "3")},
 }
 
@@ -514,6 +515,7 @@ def test_the_issue_models_use_their_family_bound() -> None:
         pytest.param("magistral-medium-2509", "mistral", "mistral-medium", id="magistral"),
         pytest.param("deepseek-v5", "deepseek", "deepseek-chat", id="deepseek"),
         pytest.param("grok-5", "grok", "grok-3-mini", id="grok"),
+        pytest.param("microsoft/Phi-3-mini-128k-instruct", "phi3", "phi3:3.8b", id="phi3"),
     ],
 )
 def test_a_newer_name_inherits_its_family(

@@ -197,3 +197,46 @@ def test_a_template_that_cannot_render_one_message_fails_at_creation() -> None:
     )
     with pytest.raises(TokenflexError, match="cannot render a one-message conversation"):
         get_counter(model)
+
+
+def test_a_template_that_reads_arguments_as_a_mapping_gets_them_parsed() -> None:
+    """Qwen 3.5's template iterates ``tool_call.arguments|items``; the API sends arguments
+    as JSON text. llama.cpp's server gives such a template the parsed object, and so does
+    the count: no refusal, and never below the render of the parsed form."""
+    from tokenflex.chat_template import compile_template, render
+    from tokenflex.tokenizers import get_tokenizer
+
+    template = (TEMPLATES / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+    model = Model(
+        name="template-qwen3.5-arguments",
+        context_window=131_072,
+        tokenizer=f"gguf:{family_texts.VOCAB_DIR / 'ggml-vocab-qwen2.gguf'}",
+        chat_format="template",
+        chat_template=template,
+        eos_token="<|im_end|>",
+    )
+
+    def with_arguments(arguments: Any) -> list[dict[str, Any]]:
+        fn = {"name": "get_weather", "arguments": arguments}
+        return [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "call_1", "type": "function", "function": fn}],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C, clear"},
+        ]
+
+    reference = render(
+        compile_template(template),
+        with_arguments({"city": "Paris"}),
+        add_generation_prompt=True,
+        eos_token="<|im_end|>",
+        tools=TOOLS,
+    )
+    counter = get_counter(model)
+    as_sent = with_arguments('{"city": "Paris"}')
+    exact = get_tokenizer(model.tokenizer).count(reference)
+    assert counter.count_rendered(as_sent, tools=TOOLS) == exact
+    assert counter.count(as_sent, tools=TOOLS) >= exact

@@ -318,10 +318,11 @@ def render(
         # which llama.cpp's server renders as "": do the same.
         # Templates that concatenate content fail on a list of text parts; llama.cpp's
         # server gives such a template the parts' text, joined: do the same.
-        if any(_fillable(m) for m in messages):
-            filled = [
-                {**m, "content": _joined(m["content"])} if _fillable(m) else m for m in messages
-            ]
+        # Templates that read a tool call's arguments as a mapping (``|items``, Qwen 3.5)
+        # fail on the JSON string the API sends; llama.cpp's server gives such a template
+        # the parsed object: do the same.
+        if any(_fillable(m) or _string_arguments(m) for m in messages):
+            filled = [_filled(m) for m in messages]
             return render(
                 template,
                 filled,
@@ -352,6 +353,40 @@ def _fillable(m: Any) -> bool:
         isinstance(p, Mapping) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str)
         for p in content
     )
+
+
+def _string_arguments(m: Any) -> bool:
+    """An assistant message whose tool calls carry arguments as a JSON object's text."""
+    calls = m.get("tool_calls") if isinstance(m, Mapping) else None
+    return isinstance(calls, list) and any(_parsed_arguments(c) is not None for c in calls)
+
+
+def _parsed_arguments(call: Any) -> dict[str, Any] | None:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    args = fn.get("arguments") if isinstance(fn, Mapping) else None
+    if not isinstance(args, str):
+        return None
+    try:
+        value = json.loads(args)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _filled(m: Any) -> Any:
+    """``m`` as llama.cpp's server gives it to a template that failed on it: content as
+    text, tool-call arguments as objects."""
+    if _fillable(m):
+        m = {**m, "content": _joined(m["content"])}
+    if _string_arguments(m):
+        calls = []
+        for call in m["tool_calls"]:
+            args = _parsed_arguments(call)
+            if args is not None:
+                call = {**call, "function": {**call["function"], "arguments": args}}
+            calls.append(call)
+        m = {**m, "tool_calls": calls}
+    return m
 
 
 def _joined(content: Any) -> str:

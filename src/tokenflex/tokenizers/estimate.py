@@ -40,6 +40,7 @@ import json
 import math
 import re
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -189,6 +190,26 @@ _FITTED = (
 _OUT_OF_FITTED = re.compile(
     "[^\\x00-\\x7f" + "".join(f"\\u{first:04x}-\\u{last:04x}" for first, last in _FITTED) + "]"
 ).search
+
+
+ESTIMATE_DEAR = 0.25
+"""The default ``estimate``'s share of a dear letter's extra tokens (the OpenAI
+encodings'), as :data:`DEAR_LETTERS` gives a family's."""
+_ALPHABETS = (
+    (0x370, 0x6FF),  # Greek, Cyrillic, Armenian, Hebrew, Arabic
+    (0x900, 0x9FF),  # Devanagari, Bengali
+    (0xB80, 0xBFF),  # Tamil
+    (0xE00, 0xE7F),  # Thai
+    (0x10A0, 0x10FF),  # Georgian
+    (0x1200, 0x137F),  # Ethiopic
+    (0x1F00, 0x1FFF),  # Greek extended
+)
+"""The fitted alphabets whose dear letters cost extra (:data:`DEAR_LETTERS`): not Latin
+(accented letters are common in real text), not CJK, kana or Hangul (a character costs
+two or three tokens there in real text too, which their shapes price)."""
+_ALPHABET_CHAR = re.compile(
+    "[" + "".join(f"\\u{first:04x}-\\u{last:04x}" for first, last in _ALPHABETS) + "]"
+).fullmatch
 
 
 def fitted(text: str) -> bool:
@@ -560,6 +581,8 @@ def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float,
         top = hm
         if _OUT_OF_FITTED(piece):
             top = max(hm, _ceiling(piece, family_char_tokens("openai")) / (1 + model.margin))
+        elif ESTIMATE_DEAR:  # the dear letters of the fitted alphabets (DEAR_LETTERS)
+            top = hm + ESTIMATE_DEAR * dear_letters("openai")(piece) / (1 + model.margin)
     out = (hm, hv, lm, lv, top)
     if len(_piece_cache) >= _PIECE_CACHE_MAX:
         _piece_cache.clear()
@@ -1018,6 +1041,36 @@ def family_char_tokens(family: str) -> Mapping[str, int]:
     return out
 
 
+_dear: dict[str, Callable[[str], int]] = {}
+
+
+def dear_letters(family: str) -> Callable[[str], int]:
+    """The extra tokens of the dear letters in a piece (see :data:`DEAR_LETTERS`): the
+    tokens beyond one ``family`` spends on each alone. One regex search, and a lookup
+    per dear letter found (real words hold few).
+
+    >>> from tokenflex.tokenizers.estimate import dear_letters
+    >>> dear_letters("openai")("hello"), dear_letters("openai")("ϡϡ") > 0
+    (0, True)
+    """
+    hit = _dear.get(family)
+    if hit is not None:
+        return hit
+    extra = {
+        c: n - 1
+        for c, n in family_char_tokens(family).items()
+        if n > 1 and _ALPHABET_CHAR(c) and unicodedata.category(c)[0] in "LM"
+    }
+    find = re.compile("[" + re.escape("".join(sorted(extra))) + "]").findall if extra else None
+
+    def count(piece: str) -> int:
+        return sum(map(extra.__getitem__, find(piece))) if find is not None else 0
+
+    with _lock:
+        _dear[family] = count
+    return count
+
+
 def _family_symbols(family: str) -> frozenset[str]:
     """The non-ASCII characters that are one token in ``family``'s vocabulary."""
     tokens = family_symbol_tokens(family)
@@ -1135,6 +1188,28 @@ def _punct_runs(min_run: int) -> re.Pattern[str]:
     return re.compile(r"([!-/:-@\[-`{-~])\1{" + str(min_run - 1) + ",}")
 
 
+DEAR_LETTERS: dict[str, float] = {
+    "openai": 0.5,
+    "qwen3.5": 0.5,
+    "gemma": 2.0,
+    "mistral-spm": 0.25,
+    "tekken": 0.5,
+    "command-r": 0.5,
+    "phi3": 0.5,
+}
+"""Per family: the share of a *dear* letter's extra tokens added to a piece's cost. A
+dear letter is a character of the fitted scripts that the family's vocabulary spends
+two or more tokens on alone (measured, :func:`family_char_tokens`): a rare Bengali or
+Greek letter a byte-fallback vocabulary spells in bytes. Pieces of the fitted scripts
+are priced by the shapes of real words, which merge; random letters do not, and the
+dear ones cost their bytes (issue 26: random words in fitted scripts were under for
+these families by up to 24%). The share is the smallest of 0.25, 0.5, 1 and 2 with no
+random-letter text under on a tuning draw (12 texts in each of 10 fitted alphabets, seed
+1; docs/estimator.md, "Random letters"); the families not listed had none under.
+``gemma`` keeps Thai random words under with any share (Thai letters cost one token
+alone there, so none is dear): 2 leaves only those."""
+
+
 class FamilyEstimator:
     """The bound for one tokenizer family: per-piece costs cached, summed per text."""
 
@@ -1164,6 +1239,8 @@ class FamilyEstimator:
         self._indent_tokens = family_indent_tokens(family)
         self._indent_deltas: dict[str, float] = {}
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
+        self._dear_rate = DEAR_LETTERS.get(family, 0.0)
+        self._dear = dear_letters(family) if self._dear_rate else None
         self._costs = _Costs(self._cost)
 
     @property
@@ -1192,9 +1269,16 @@ class FamilyEstimator:
                 cost = max(cost, self._run_floor(piece))
             elif not piece.isascii() and _OUT_OF_FITTED(piece):
                 cost = max(cost, _ceiling(piece, family_char_tokens(self.family)))
+            elif self._dear is not None and not piece.isascii():
+                cost += self._dear_surcharge(piece)
             out = (cost, var)
         self._costs[piece] = out
         return out
+
+    def _dear_surcharge(self, piece: str) -> float:
+        """What the dear letters of ``piece`` add (see :data:`DEAR_LETTERS`)."""
+        assert self._dear is not None
+        return self._dear_rate * self._dear(piece)
 
     def _run_floor(self, piece: str) -> float:
         """What the family's tokenizers may spend on the long runs of one punctuation
