@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import tokenflex
 from tokenflex.cli import main
 from tokenflex.errors import ConfigError, UpstreamError
+from tokenflex.formats.registry import get_format
 from tokenflex.models import Model
 from tokenflex.redact import redact
 from tokenflex.server import PlanStore, ProxyError, ServerConfig, create_app
@@ -29,7 +30,7 @@ from tokenflex.server._models import ModelResolver
 from tokenflex.server.app import kept_plan
 from tokenflex.server.config import patch_model, split_options
 from tokenflex.server.plans import credential_hash
-from tokenflex.server.protocols import ANTHROPIC, CHAT, RESPONSES
+from tokenflex.server.protocols import wire_for
 from tokenflex.summarize import ExtractiveSummarizer
 
 CONFIG = """
@@ -428,7 +429,7 @@ def test_a_kept_plan_reads_back_as_plan_to_dict(
     """The plan store keeps the request body and the plan without its conversation
     (:class:`DeferredPlan`); what GET serves is ``plan.to_dict()``, warnings redacted,
     whether the plan sent the request as it came, cut it, cleared or summarized it."""
-    wire = {"chat": CHAT, "anthropic": ANTHROPIC, "responses": RESPONSES}[fmt]
+    wire = wire_for(get_format(fmt))[0]  # the format's main route
     raw = json.dumps(_request(fmt, turns, system)).encode()
     req = wire.parse(raw)
     plan = tokenflex.fit(

@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from llama_server import LlamaCppServer
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -95,7 +97,7 @@ def real_proxy(llama_cpp_server: LlamaCppServer) -> Iterator[ServerThread]:
 def test_a_long_gemini_conversation_is_answered_through_llama_server(
     llama_cpp_server: LlamaCppServer, real_proxy: ServerThread
 ) -> None:
-    contents = conversation(30, 1)
+    contents = conversation(18, 1)
     model = llama_cpp_server.model
     # sent whole (as the chat it converts to), the server refuses it
     chat = gemini_to_chat(contents, SYSTEM)
@@ -144,7 +146,7 @@ class Recorder:
                 error = {"message": "upstream broke", "type": "server_error"}
                 return JSONResponse({"error": error}, status_code=500)
             message: dict[str, Any] = {"role": "assistant", "content": "Sunny."}
-            if "weather" in json.dumps(body["messages"][-1]):
+            if "weather" in json.dumps(body["messages"][-1:]):
                 message = {
                     "role": "assistant",
                     "content": None,
@@ -309,6 +311,7 @@ BAD = [
         id="call-name",
     ),
     pytest.param({"contents": []}, "contents", id="empty"),
+    pytest.param({"contents": [{"role": "user", "parts": []}]}, "contents[0].parts", id="no-parts"),
     pytest.param({"contents": "hi"}, "contents", id="not-a-list"),
     pytest.param({"contents": USER, "systemInstruction": "x"}, "systemInstruction", id="system"),
     pytest.param(
@@ -344,3 +347,51 @@ def test_bad_json_and_methods_in_googles_shape(proxy: ServerThread) -> None:
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
     r = httpx.get(url, timeout=10, trust_env=False)
     assert r.status_code == 405 and r.json()["error"]["status"] == "FAILED_PRECONDITION"
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+PART_KEYS = st.sampled_from(
+    ["text", "inlineData", "fileData", "functionCall", "functionResponse", "thought", "x"]
+)
+
+
+@st.composite
+def near_valid(draw: st.DrawFn) -> dict[str, Any]:
+    """A Gemini body with random parts: some valid, many broken in one place."""
+    part = st.dictionaries(PART_KEYS, JSON, min_size=0, max_size=2)
+    content = st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "model", "bot"]) | JSON,
+            "parts": st.lists(part, max_size=3) | JSON,
+        }
+    )
+    body: dict[str, Any] = {"contents": draw(st.lists(content, min_size=1, max_size=3) | JSON)}
+    if draw(st.booleans()):
+        body["systemInstruction"] = draw(
+            st.fixed_dictionaries({"parts": st.lists(part, max_size=2)}) | JSON
+        )
+    if draw(st.booleans()):
+        body["generationConfig"] = draw(st.fixed_dictionaries({"maxOutputTokens": JSON}) | JSON)
+    if draw(st.booleans()):
+        body["tools"] = draw(
+            st.lists(st.dictionaries(st.just("functionDeclarations"), JSON), max_size=2) | JSON
+        )
+    return body
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=near_valid(), action=st.sampled_from(["generateContent", "countTokens"]))
+def test_no_body_is_a_500(proxy: ServerThread, body: dict[str, Any], action: str) -> None:
+    r = _post(f"{proxy.url}/v1beta/models/gpt-4o:{action}", body)
+    assert r.status_code in (200, 400), r.text
+    if r.status_code == 400:
+        error = r.json()["error"]
+        assert error["status"] == "INVALID_ARGUMENT" and error["message"]

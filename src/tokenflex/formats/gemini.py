@@ -451,6 +451,9 @@ def parse_body(body: Mapping[str, Any], model: str | None) -> RequestParts:
     name = model if model is not None else check_model(body)
     contents = check_items(body.get("contents"), "contents", ROLES, content="parts")
     for i, content in enumerate(contents):
+        if not content["parts"]:
+            at = f"contents[{i}].parts"
+            raise bad(f"{at} must contain at least one part, got [].", at, "empty_array")
         _check_parts(content["parts"], f"contents[{i}].parts")
     system = body.get("systemInstruction")
     if system is not None:
