@@ -143,18 +143,21 @@ def _read(source: str) -> tuple[str, str] | None:
     return text, source
 
 
-_STYLED = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "JUPYTER_COLUMNS")
-"""Environment variables that change what rich writes to a pipe (colour, width)."""
+_STYLED = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS")
+"""Environment variables that make rich style what it writes to a pipe."""
 
 
 def _print(*parts: tuple[str, str] | str) -> None:
     """The line as the typer command's ``console.print(Text.assemble(...))`` writes it:
-    to a pipe or file, rich writes a short line as plain text (80 columns, no style), so
-    it is written here without importing rich; else through rich."""
+    to a pipe or file, rich writes a line shorter than its width (``COLUMNS``, else 80)
+    as plain text, so such a line is written here without importing rich; else through
+    rich."""
     plain = "".join(p if isinstance(p, str) else p[0] for p in parts)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else 80
     out = sys.stdout
     if (
-        len(plain) < 80
+        len(plain) < width
         and not any(os.environ.get(k) for k in _STYLED)
         and not (hasattr(out, "isatty") and out.isatty())
     ):
