@@ -160,6 +160,22 @@ def tool_loop(rng: random.Random, pool: list[str]) -> list[dict[str, Any]]:
     return msgs
 
 
+def parsed_arguments(messages: list[Any]) -> list[Any]:
+    """Tool-call arguments as objects: what llama.cpp's server (for a template that needs
+    them), vLLM and Hugging Face give a chat template, rather than the API's JSON text."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [
+                {**c, "function": {**f, "arguments": json.loads(f["arguments"])}}
+                for c in m["tool_calls"]
+                for f in (c["function"],)
+            ]
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
+
+
 def check(
     case: Case, chats: int, seed: int, tools: bool = False
 ) -> tuple[int, int, int, float, float]:
@@ -179,7 +195,7 @@ def check(
             refused += 1
             continue
         try:
-            real = render.count_rendered(plan.messages, tools=schema)
+            real = render.count_rendered(parsed_arguments(plan.messages), tools=schema)
         except tokenflex.TokenflexError:  # the template refuses the plan (a system role)
             refused += 1
             continue
