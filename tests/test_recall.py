@@ -103,6 +103,33 @@ def test_the_tool_never_drops_a_message_that_fits_without_it() -> None:
     assert plan.messages == msgs and plan.tools == () and len(plan.dropped) == 0
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    big=st.integers(200, 1_500),
+    slack=st.integers(0, 150),
+    cache_stable=st.booleans(),
+)
+def test_recall_never_cuts_a_request_that_fits_without_it(
+    big: int, slack: int, cache_stable: bool
+) -> None:
+    """The reference is the same fit without recall: whenever it leaves nothing out, the
+    fit with recall sends the same messages and no tool, however much the tool's tokens
+    would have forced a cut (an old message of any size, a low-water mark)."""
+    m = SMALL["model"]
+    msgs = [*chat(2, words=5), {"role": "user", "content": "old " * big}, *chat(2, words=5)[1:]]
+    opts = {"safety_margin": 0, "cache_stable": cache_stable, **SMALL}
+    room = m.context_window - 500
+    pad = {"role": "user", "content": "pad " * 4000}
+    while tokenflex.count_messages([*msgs, pad], model=m) > room - slack:
+        pad["content"] = pad["content"][: len(pad["content"]) - 40]
+    msgs.append(pad)
+    without = tokenflex.fit(msgs, **opts)
+    plan = tokenflex.fit(msgs, recall=True, state=MemoryStore(), **opts)
+    if len(without.dropped) == 0:
+        assert plan.messages == without.messages, [d.index for d in plan.dropped]
+        assert plan.tools == () and len(plan.dropped) == 0
+
+
 def test_the_same_cut_keeps_the_same_id_turn_after_turn() -> None:
     """A cache-stable conversation that grows keeps its note (and id) while the cut is
     held, and a moved cut's id reads the whole span back, chained to the old one."""

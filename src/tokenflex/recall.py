@@ -70,6 +70,8 @@ RECALL_TTL_S = 24 * 3600.0
 """How long what a plan left out can be recalled."""
 MAX_ROUNDS = 3
 """The proxy resolves at most this many ``tokenflex_recall`` rounds per request."""
+_ID_CHARS = 12  # a recall id's length: 12 hex digits
+
 RECALLED_SECTIONS = ("pinned", "history", "current")
 """Sections whose left-out messages are kept for recall (documents are not)."""
 ITEM_REASONS = ("cleared", "truncated", "reasoning")
@@ -99,7 +101,7 @@ def recall_tool(format: str) -> dict[str, Any]:
 
 def _digest(*parts: Any) -> str:
     text = json.dumps(parts, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=_ID_CHARS // 2).hexdigest()
 
 
 def _items(message: Any) -> list[Any]:
@@ -411,8 +413,9 @@ class RecallFit:
     :func:`afit_recalling`.
 
     1. Fit with the ``tokenflex_recall`` tool counted and the ids named.
-    2. When that plan leaves nothing out, or leaves out little more than the tool costs,
-       or cannot be made (the required input does not fit with the tool), fit as without
+    2. When that plan leaves nothing out, or leaves out no more than the room the tool
+       took plus the room it left unused (so that without the tool it may fit whole), or
+       cannot be made (the required input does not fit with the tool), fit as without
        recall: a request that fits goes out unchanged, and the tool is never what makes
        a request drop a message or be refused.
     3. The plan chosen: with the tool, its left-out messages are stored and
@@ -440,6 +443,12 @@ class RecallFit:
         counted = recall_tool(default_format().name)
         counter = get_counter(layout.model)
         self.tool_tokens = counter.base([counted]) - counter.base(None)
+        from .engine import cut_note
+
+        # the note with the longest count, and an id's characters each a token or more
+        # (an id's hex digits tokenize worse than any one sample of them)
+        self.note_tokens = counter.message(cut_note(10**6, "")) + 2 * _ID_CHARS
+        """At least what a cut note with a recall id costs."""
         self.with_tool = replace(layout, tools=[*(layout.tools or ()), counted], recall=recaller)
         self.mem1 = _Deferred(memory) if memory is not None else None
         self.mem2 = _Deferred(memory) if memory is not None else None
@@ -454,14 +463,31 @@ class RecallFit:
             return self.layout, self.mem2, self.summarizer
         if not self.recaller.left_out(plan.dropped.runs()):
             return self.layout, self.mem2, self.summarizer
-        total = 0
-        for d in plan.dropped:  # counted lazily: stops as soon as it is over
-            if d.section == TakenOut.section:
-                continue  # never sent, with or without the tool
-            total += d.tokens
-            if total > 2 * self.tool_tokens:
-                return None
+        if self._cuts_without_tool(plan):
+            return None
         return self.layout, self.mem2, None  # nothing summarized for a plan maybe not sent
+
+    def _cuts_without_tool(self, plan: Plan) -> bool:
+        """Whether the request, without the tool, surely leaves something out too: what
+        this plan dropped whole is more than the room the tool, the cut note and the
+        summary took plus the room the plan left unused (a cut may stop well below the
+        window, at a low-water mark). A lower bound of the whole request, so a request
+        that fits without the tool is always fitted again without it. Counted lazily:
+        stops as soon as it is over, so a long history is never read whole."""
+        room = plan.context_window - plan.safety_margin
+        room -= min(plan.requested_max_tokens, plan.min_output_tokens)
+        added = self.tool_tokens + self.note_tokens
+        if plan.summary is not None:
+            added += plan.summary.tokens
+        slack = room - (plan.input_tokens - added)
+        total = 0
+        for d in plan.dropped:
+            if d.section == TakenOut.section or d.reason in (*ITEM_REASONS, "summarized"):
+                continue  # never sent, or sent shrunk (its stand-in is in the input)
+            total += d.tokens
+            if total > slack:
+                return True
+        return False
 
     def chosen(self, plan: Plan | None, alt: Plan | None) -> Plan:
         left_out = self.recaller.left_out
