@@ -530,3 +530,35 @@ def test_prompt_and_conversation_with_recall_keep_the_promise_and_read_back(
     except tokenflex.ContextOverflowError:
         return
     check(plan, without_reasoning(msgs[1:]), lambda given: given)
+
+
+# -- recall costs no share of the cached prefix ----------------------------------------
+
+
+@pytest.mark.parametrize("chat_format", [None, "openai"], ids=["template-unknown", "openai"])
+def test_a_fresh_cut_with_recall_leaves_the_room_a_cut_without_it_leaves(
+    chat_format: str | None,
+) -> None:
+    """A cache-stable cut is held until the history outgrows the room it left. With
+    recall, every cut made afresh (down to the low-water mark) sends no more than the
+    same cut made afresh without recall (a fresh store is the reference), so the tool
+    and the note never make the held cut give way a turn sooner. With a model whose chat
+    template is not known, the tool is counted at its bound (about 250 tokens, half a
+    turn here); with OpenAI's, at about 65."""
+    formats = {"chat_format": chat_format} if chat_format else {}
+    m = tokenflex.Model(f"recall-8k-{chat_format}", 8192, tokenizer="o200k_base", **formats)
+    options: dict[str, Any] = {"model": m, "max_tokens": 1000, "cache_stable": True}
+    store = MemoryStore()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    fresh_cuts = 0
+    for k in range(40):
+        msgs += [
+            {"role": "assistant", "content": f"answer {k}: " + "lorem ipsum " * (60 + k % 5 * 7)},
+            {"role": "user", "content": f"question {k}: " + "dolor sit " * (55 + k % 3 * 11)},
+        ]
+        plan = tokenflex.fit(msgs, recall=True, state=store, **options)
+        if any(r[3] == "low_water" for r in plan.dropped.runs()):
+            fresh_cuts += 1
+            fresh = tokenflex.fit(msgs, state=MemoryStore(), **options)
+            assert plan.input_tokens <= fresh.input_tokens, (k, plan.dropped.runs())
+    assert fresh_cuts >= 2

@@ -5,8 +5,9 @@ exact text, in what every variant sends at the session's end (or gets back throu
 recall). Its planted list is the independent reference. At an 8,192-token window, for a
 chat and an agent session: with recall every fact is in the request or recoverable, a
 checked summary keeps at least 90% of the planted facts of its span and never fewer than
-the unchecked one, dropping alone keeps almost none (so the assertions can fail), and no
-plan goes over the window (the script asserts it on every turn).
+the unchecked one, dropping alone keeps almost none (so the assertions can fail), recall
+keeps the cached prefix of ``cache_stable=True`` (within half a point), and no plan goes
+over the window (the script asserts it on every turn).
 """
 
 from __future__ import annotations
@@ -33,3 +34,7 @@ def test_recall_and_checked_summaries_keep_the_planted_facts(kind: str) -> None:
     assert checked.span_kept[0] >= 0.9 * checked.span_planted[0], checked
     assert checked.span_kept[0] >= unchecked.span_kept[0]
     assert table["tokenflex fit (drop)"].in_request[0] < 0.5  # the budget forces them out
+    # recall costs no share of the cached prefix (within the table's rounding)
+    stable = table["tokenflex fit(cache_stable=True)"].prefix_share[0]
+    with_recall = table["tokenflex fit(recall=True, cache_stable=True)"].prefix_share[0]
+    assert with_recall >= stable - 0.005, (with_recall, stable)

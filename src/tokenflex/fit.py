@@ -26,7 +26,6 @@ history could possibly fit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import time
@@ -633,15 +632,22 @@ def _fit_flow(
             rf = yield Work(
                 functools.partial(_recall_fit, layout, req, messages, state, memory, summarizer)
             )
-            lay, mem, summ = rf.first()
-            tried: Plan | None = None
-            with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-                tried = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
-            again = rf.second(tried)
-            alt = None
-            if again is not None:
-                lay, mem, summ = again
-                alt = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
+            from .recall import recall_flow
+
+            steps = recall_flow(rf)  # its plans made here, as fit_recalling makes them
+            lay, mem, summ = next(steps)
+            while True:
+                thrown: ContextOverflowError | None = None
+                made: Plan | None = None
+                try:
+                    made = yield _FitStep(lay, opts, {**common, "summarizer": summ, "memory": mem})
+                except ContextOverflowError as exc:
+                    thrown = exc
+                try:
+                    lay, mem, summ = steps.throw(thrown) if thrown else steps.send(made)
+                except StopIteration as done:
+                    tried, alt = done.value
+                    break
             plan = yield Work(functools.partial(rf.chosen, tried, alt))
             if rf.tools is not None:
                 req = replace(req, given_tools=rf.tools)

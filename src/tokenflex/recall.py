@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +148,13 @@ class Recaller:
         """(lo, stop) -> (id, the chain's previous id, where the new part starts, when the
         chain's oldest record was written)."""
         self._marks: dict[int, dict[str, Any] | None] = {}
+        self.overhead = (0, 0)
+        """Tokens recall adds to a plan that cuts: (the tool, the cut note at most)."""
+        self.counter: Any = None
+        """The plan's counter (set with :attr:`overhead` by :class:`RecallFit`)."""
+        self.lower: tuple[int, int] | None = None
+        """A fresh cut keeps this many tokens fewer than the history from this index on
+        (see :meth:`low_water`)."""
 
     def _items_at(self, i: int) -> list[Any]:
         """The caller's items that message ``i`` of the source stands for."""
@@ -269,6 +276,33 @@ class Recaller:
         mark = {"stop": stop, "id": rid, "last": self._fingerprint(stop - 1), "born": born}
         self.store.set(self._mark_key(lo), json.dumps(mark).encode(), ttl_s=RECALL_TTL_S)
         return rid
+
+    def low_water(self, mark: float | Callable[[int], int], hist: Any) -> Callable[[int], int]:
+        """A cache-stable cut's low-water ``mark`` (a share of the history's room, or
+        tokens for a room) for a plan with recall, where ``hist`` is the history section
+        being cut: the tool and the cut note are paid for below the mark, so a cut leaves
+        the next turns the room it would leave without recall and the held cut lasts as
+        many turns. The room the plan gives the history is already less the tool; the
+        mark is taken of the room without it, less the tool and the note.
+
+        With :attr:`lower` set (``(first, tokens)``: see :class:`RecallFit`), the cut
+        also keeps at least ``tokens`` fewer than the history from ``first`` on.
+        """
+        tool, note = self.overhead
+        cap: int | None = None
+        if self.lower is not None and self.counter is not None:
+            first, fewer = self.lower
+            count, src = self.counter.message, hist.source
+            kept = sum(count(src[i]) for i in range(max(first, hist.lo), hist.hi))
+            cap = max(0, kept - fewer)
+
+        def tokens(room: int) -> int:
+            whole = room + tool
+            base = mark(whole) if callable(mark) else int(mark * whole)
+            out = max(0, base - tool - note)
+            return out if cap is None else min(out, cap)
+
+        return tokens
 
     def left_out(self, runs: Sequence[tuple[str, int, int, str]]) -> bool:
         """Whether a plan's dropped runs leave out anything this recaller keeps."""
@@ -407,18 +441,34 @@ class _Deferred:
         return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
 
 
+class _Unheld(_Deferred):
+    """A deferred memory whose previous cut is not held (what a cut made afresh at
+    this turn keeps), its other marks kept."""
+
+    def previous_cut(self, source: Sequence[Message]) -> Any:
+        cut = self.memory.previous_cut(source)
+        return None if cut is None else replace(cut, start=0)
+
+
 class RecallFit:
     """The steps of a fit with recall (``fit(..., recall=True)``, :class:`~tokenflex.Prompt`,
     :class:`~tokenflex.Conversation`), driven by :func:`fit_recalling` and
     :func:`afit_recalling`.
 
-    1. Fit with the ``tokenflex_recall`` tool counted and the ids named.
-    2. When that plan leaves nothing out, or leaves out no more than the room the tool
+    1. Fit with the ``tokenflex_recall`` tool counted and the ids named. A
+       cache-stable cut pays for the tool and the note below its low-water mark
+       (:meth:`Recaller.low_water`).
+    2. When that plan cuts the history afresh and sends more than a cut made afresh
+       without recall would (the mark falls between the same message boundaries), fit
+       it again cut by that much more: a cut with recall leaves the next turns at least
+       the room a cut without recall would leave, so it is held as many turns and
+       costs no share of the cached prefix.
+    3. When that plan leaves nothing out, or leaves out no more than the room the tool
        took plus the room it left unused (so that without the tool it may fit whole), or
        cannot be made (the required input does not fit with the tool), fit as without
        recall: a request that fits goes out unchanged, and the tool is never what makes
        a request drop a message or be refused.
-    3. The plan chosen: with the tool, its left-out messages are stored and
+    4. The plan chosen: with the tool, its left-out messages are stored and
        :attr:`tools` says what to send (the caller's tools, then ``tokenflex_recall`` in
        the caller's format); its conversation's memory records it.
 
@@ -449,9 +499,13 @@ class RecallFit:
         # (an id's hex digits tokenize worse than any one sample of them)
         self.note_tokens = counter.message(cut_note(10**6, "")) + 2 * _ID_CHARS
         """At least what a cut note with a recall id costs."""
+        recaller.overhead, recaller.counter = (self.tool_tokens, self.note_tokens), counter
         self.with_tool = replace(layout, tools=[*(layout.tools or ()), counted], recall=recaller)
         self.mem1 = _Deferred(memory) if memory is not None else None
         self.mem2 = _Deferred(memory) if memory is not None else None
+        self.unheld = _Unheld(memory) if memory is not None else None
+        self.alt_memory = self.mem2
+        """The memory the plan without recall was made with (settled if it is sent)."""
         self.tools: list[Any] | None = None
         """After :meth:`chosen`: the tools to send when the plan has recall, else None."""
 
@@ -463,6 +517,9 @@ class RecallFit:
             return self.layout, self.mem2, self.summarizer
         if not self.recaller.left_out(plan.dropped.runs()):
             return self.layout, self.mem2, self.summarizer
+        if self._fresh_cut(plan) is not None:  # what a cut now would keep without recall
+            self.alt_memory = self.unheld
+            return self.layout, self.unheld, None
         if self._cuts_without_tool(plan):
             return None
         return self.layout, self.mem2, None  # nothing summarized for a plan maybe not sent
@@ -489,12 +546,37 @@ class RecallFit:
                 return True
         return False
 
+    def _fresh_cut(self, plan: Plan) -> int | None:
+        """Where a cache-stable cut made afresh (down to the low-water mark) starts the
+        history in ``plan``; None for a plan that holds its cut, cuts no history or
+        has a summary."""
+        if plan.summary is not None:
+            return None
+        runs = [r for r in plan.dropped.runs() if r[0] in self.recaller.sections]
+        if not any(reason == "low_water" for *_, reason in runs):
+            return None
+        return max(b for _, _, b, reason in runs if reason not in (*ITEM_REASONS, "summarized"))
+
+    def third(self, plan: Plan | None, alt: Plan | None) -> tuple[Any, Any, Any] | None:
+        """A cut made afresh, no lower than the same cut without recall: the plan again,
+        the history cut by what it sends more than ``alt`` (the plan without recall), so
+        the held cut lasts as many turns as without recall. None: ``plan`` stands."""
+        if plan is None or alt is None or alt.summary is not None:
+            return None
+        first = self._fresh_cut(plan)
+        more = plan.input_tokens - alt.input_tokens
+        if first is None or more <= 0:
+            return None
+        self.recaller.lower = (first, more)
+        return self.first()
+
     def chosen(self, plan: Plan | None, alt: Plan | None) -> Plan:
+        self.recaller.lower = None
         left_out = self.recaller.left_out
         if alt is not None and (
             plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
         ):
-            return alt if self.mem2 is None else self.mem2.settle(alt)
+            return alt if self.alt_memory is None else self.alt_memory.settle(alt)
         assert plan is not None
         ids = self.recaller.commit(plan.dropped.runs())
         extras = {**plan.extras, "recall": {"ids": ids, "tool": RECALL_TOOL}}
@@ -505,23 +587,55 @@ class RecallFit:
         return plan
 
 
-def fit_recalling(rf: RecallFit, solve: Callable[[Any, Any, Any], Plan]) -> Plan:
-    """Drive ``rf``: ``solve(layout, memory, summarizer)`` makes one plan."""
-    layout, memory, summarizer = rf.first()
+def recall_flow(
+    rf: RecallFit,
+) -> Generator[tuple[Any, Any, Any], Plan | None, tuple[Any, Any]]:
+    """The steps of ``rf``, written once (sans I/O): it yields ``(layout, memory,
+    summarizer)`` for each plan it needs and receives the plan (a
+    :class:`~tokenflex.errors.ContextOverflowError` thrown in for the first one means the
+    required input does not fit with the tool); it returns the plans for
+    :meth:`RecallFit.chosen`. :func:`fit_recalling`, :func:`afit_recalling` and fit()'s own
+    flow drive it."""
     tried: Plan | None = None
     with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-        tried = solve(layout, memory, summarizer)
+        tried = yield rf.first()
     again = rf.second(tried)
-    alt = solve(*again) if again is not None else None
-    return rf.chosen(tried, alt)
+    alt = (yield again) if again is not None else None
+    lower = rf.third(tried, alt)
+    if lower is not None:
+        tried = yield lower
+    return tried, alt
+
+
+def fit_recalling(rf: RecallFit, solve: Callable[[Any, Any, Any], Plan]) -> Plan:
+    """Drive ``rf``: ``solve(layout, memory, summarizer)`` makes one plan."""
+    flow = recall_flow(rf)
+    step = next(flow)
+    while True:
+        try:
+            plan = solve(*step)
+        except ContextOverflowError as exc:
+            thrown: Any = exc
+        else:
+            thrown = None
+        try:
+            step = flow.throw(thrown) if thrown is not None else flow.send(plan)
+        except StopIteration as done:
+            return rf.chosen(*done.value)
 
 
 async def afit_recalling(rf: RecallFit, solve: Callable[[Any, Any, Any], Awaitable[Plan]]) -> Plan:
     """Async twin of :func:`fit_recalling` (what is left out is stored in a worker thread)."""
-    layout, memory, summarizer = rf.first()
-    tried: Plan | None = None
-    with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-        tried = await solve(layout, memory, summarizer)
-    again = rf.second(tried)
-    alt = await solve(*again) if again is not None else None
-    return await asyncio.to_thread(rf.chosen, tried, alt)
+    flow = recall_flow(rf)
+    step = next(flow)
+    while True:
+        try:
+            plan = await solve(*step)
+        except ContextOverflowError as exc:
+            thrown: Any = exc
+        else:
+            thrown = None
+        try:
+            step = flow.throw(thrown) if thrown is not None else flow.send(plan)
+        except StopIteration as done:
+            return await asyncio.to_thread(rf.chosen, *done.value)

@@ -260,8 +260,8 @@ def solve_history(
             if opts.cut_note or hist.recall is not None:
                 hist.note = True
                 hist.exact_render = False  # the note is counted on the rendered messages
-            if stable:
-                hist.low_water = mark
+            if stable:  # with recall, the mark pays for the tool and the note (Recaller)
+                hist.low_water = mark if hist.recall is None else hist.recall.low_water(mark, hist)
                 hist.hold_from = hold.start if hold is not None else None
             if any(n):
                 shrunk = [(st, found[k][: n[k]]) for k, st in enumerate(steps) if n[k]]
