@@ -108,9 +108,14 @@ def as_responses(msgs: list[dict[str, str]]) -> tuple[str, list[dict[str, Any]]]
 
 
 def local_rows(quick: bool) -> list[Row]:
-    import tokenflex
-    from tokenflex.formats import fitting
+    import importlib
 
+    import tokenflex
+
+    try:  # (an older tree, for a before/after run, has it under formats)
+        fitting: Any = importlib.import_module("tokenflex.roundtrip")
+    except ImportError:
+        fitting = importlib.import_module("tokenflex.formats.fitting")
     # (a tree from before fit() remembered lists has nothing to forget)
     forget: Callable[..., None] = getattr(fitting, "forget", lambda *_: None)
 
