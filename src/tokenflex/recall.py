@@ -468,7 +468,10 @@ class RecallFit:
        cannot be made (the required input does not fit with the tool), fit as without
        recall: a request that fits goes out unchanged, and the tool is never what makes
        a request drop a message or be refused.
-    4. The plan chosen: with the tool, its left-out messages are stored and
+    4. A summarizer is called only for the plan that is sent: the plan with the tool is
+       made without one first, and made again with it once it is known to be the one
+       sent (a request that fits without the tool costs no summarizer call).
+    5. The plan chosen: with the tool, its left-out messages are stored and
        :attr:`tools` says what to send (the caller's tools, then ``tokenflex_recall`` in
        the caller's format); its conversation's memory records it.
 
@@ -570,12 +573,18 @@ class RecallFit:
         self.recaller.lower = (first, more)
         return self.first()
 
+    def sends_alt(self, plan: Plan | None, alt: Plan | None) -> bool:
+        """Whether :meth:`chosen` sends ``alt``, the plan without recall: there is one,
+        and the plan with the tool cannot be made, or one of them leaves nothing out."""
+        left_out = self.recaller.left_out
+        return alt is not None and (
+            plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
+        )
+
     def chosen(self, plan: Plan | None, alt: Plan | None) -> Plan:
         self.recaller.lower = None
-        left_out = self.recaller.left_out
-        if alt is not None and (
-            plan is None or not left_out(plan.dropped.runs()) or not left_out(alt.dropped.runs())
-        ):
+        if self.sends_alt(plan, alt):
+            assert alt is not None
             return alt if self.alt_memory is None else self.alt_memory.settle(alt)
         assert plan is not None
         ids = self.recaller.commit(plan.dropped.runs())
@@ -597,10 +606,15 @@ def recall_flow(
     :meth:`RecallFit.chosen`. :func:`fit_recalling`, :func:`afit_recalling` and fit()'s own
     flow drive it."""
     tried: Plan | None = None
+    layout, memory, summarizer = rf.first()
     with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
-        tried = yield rf.first()
+        # no summary yet: the plan without the tool may be the one sent
+        tried = yield layout, memory, None
     again = rf.second(tried)
     alt = (yield again) if again is not None else None
+    if summarizer is not None and tried is not None and not rf.sends_alt(tried, alt):
+        with contextlib.suppress(ContextOverflowError):
+            tried = yield layout, memory, summarizer  # the plan sent: summarized now
     lower = rf.third(tried, alt)
     if lower is not None:
         tried = yield lower
