@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from ._types import Message
 from .errors import InvalidInputError
+from .message.groups import group_start, is_tool_call, is_tool_result, role_of
 
 __all__ = [
     "CLEARED_PREFIX",
@@ -61,19 +62,11 @@ HistorySource: TypeAlias = (
 )
 
 
-def _role(m: Any) -> Any:
-    return m.get("role") if isinstance(m, dict) else getattr(m, "get", lambda _k: None)("role")
-
-
-def _is_tool_call(m: Any) -> bool:
-    return _role(m) == "assistant" and bool(m.get("tool_calls") or m.get("function_call"))
-
-
 def is_tool_round(messages: Sequence[Message], start: int) -> bool:
     """Whether the group starting at ``start`` is a tool round: an assistant message with
     tool calls (and its results), or tool results whose call is not in the list."""
     m = messages[start]
-    return _is_tool_call(m) or _role(m) in ("tool", "function")
+    return is_tool_call(m) or is_tool_result(m)
 
 
 def iter_groups(
@@ -81,19 +74,13 @@ def iter_groups(
 ) -> Iterator[tuple[int, int, int]]:
     """Atomic groups of ``messages[lo:hi]``, newest first, as ``(start, stop, tokens)``.
 
-    Tool results stay with the assistant message that called them. Only the groups the
-    caller consumes are counted.
+    Tool results stay with the assistant message that called them (the rule of
+    :mod:`tokenflex.message.groups`). Only the groups the caller consumes are counted.
     """
     i = hi
     while i > lo:
         j = i - 1
-        role = _role(messages[j])
-        start = j
-        if role == "tool" or role == "function":
-            while start > lo and _role(messages[start - 1]) in ("tool", "function"):
-                start -= 1
-            if start > lo and _is_tool_call(messages[start - 1]):
-                start -= 1
+        start = group_start(messages, j, lo)
         if start == j:
             yield j, i, cost(messages[j])
         else:
@@ -349,9 +336,9 @@ def tool_name(messages: Sequence[Message], i: int) -> str | None:
         return str(m["name"])
     call_id = m.get("tool_call_id")
     j = i - 1
-    while j >= 0 and _role(messages[j]) in ("tool", "function"):
+    while j >= 0 and is_tool_result(messages[j]):
         j -= 1
-    if j >= 0 and _is_tool_call(messages[j]):
+    if j >= 0 and is_tool_call(messages[j]):
         for call in messages[j].get("tool_calls") or ():
             if isinstance(call, dict) and call.get("id") == call_id:
                 fn = call.get("function") or {}
@@ -433,7 +420,7 @@ def truncated_tool_result(message: Message, count: Callable[[str], int], cap: in
 
 def has_reasoning(message: Message) -> bool:
     """Whether an assistant message carries reasoning that can be dropped."""
-    if _role(message) != "assistant":
+    if role_of(message) != "assistant":
         return False
     if any(message.get(k) for k in REASONING_KEYS):
         return True
@@ -461,7 +448,7 @@ def shrink_candidates(
     """Indices in ``messages[lo:hi]``, oldest first, of the tool results that may be
     cleared (all but the newest ``keep_results`` and those of ``keep_tools``, none
     already cleared) and of the assistant messages whose reasoning may be dropped."""
-    results = [i for i in range(lo, hi) if _role(messages[i]) in ("tool", "function")]
+    results = [i for i in range(lo, hi) if is_tool_result(messages[i])]
     if keep_results:
         results = results[:-keep_results]
     short = len(CLEARED_PREFIX) + 32  # a placeholder would cost as much
