@@ -17,11 +17,21 @@ list or iterator the other way round, is caught as the messages are read (see
 
 from __future__ import annotations
 
+import inspect
 import json
 import sqlite3
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, cast, runtime_checkable
 
 from ._types import Message
 from .errors import InvalidInputError
@@ -166,14 +176,70 @@ class OrderGuard:
                 break
 
 
-def _guarded(source: Any, enough: Callable[[Message], bool]) -> Callable[[Message], bool]:
-    guard = OrderGuard(source)
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """A step of the reading flow: the driver answers with ``fetch(limit, offset)``."""
 
-    def check(m: Message) -> bool:
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Next:
+    """A step of the reading flow: the driver answers with the iterator's next message,
+    or :data:`_END` when it is exhausted."""
+
+    iterator: Iterator[Message] | AsyncIterator[Message]
+
+
+_END: Any = object()
+
+_Reading = Generator["_Page | _Next", Any, tuple[list[Message], bool]]
+
+
+def _reading(
+    source: Any, enough: Callable[[Message], bool], page_size: int, *, asynchronous: bool
+) -> _Reading:
+    """Read ``source`` newest first until ``enough`` says stop, written once (sans I/O):
+    a list is read here; a page fetcher's pages (:class:`_Page`) and an iterator's
+    messages (:class:`_Next`) are asked of the driver, sync or async."""
+    guard = OrderGuard(source)
+    out: list[Message] = []
+
+    def take(m: Message) -> bool:
         guard(m)
+        out.append(m)
         return enough(m)
 
-    return check
+    stream: Iterator[Message] | AsyncIterator[Message] | None = None
+    if asynchronous and isinstance(source, AsyncIterable):
+        stream = aiter(source)
+    elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+        for m in reversed(source):
+            if take(m):
+                return out, False
+        return out, True
+    elif callable(source) and not isinstance(source, Iterable):
+        offset = 0
+        while True:
+            page = _check_page((yield _Page(page_size, offset)), page_size)
+            for m in page:
+                if take(m):
+                    return out, False
+            if len(page) < page_size:
+                return out, True
+            offset += len(page)
+    elif isinstance(source, Iterable):
+        stream = iter(source)
+    if stream is None:
+        raise InvalidInputError(
+            f"history={type(source).__name__} is not a list, an iterator, an async iterator "
+            "or a fetch(limit, offset) function. Use afit() for async sources."
+        )
+    while (m := (yield _Next(stream))) is not _END:
+        if take(m):
+            return out, False
+    return out, True
 
 
 def read_newest_first(
@@ -193,35 +259,17 @@ def read_newest_first(
         InvalidInputError: the source is not a history source, or it reads the wrong way
             round (see :class:`OrderGuard`).
     """
-    enough = _guarded(source, enough)
-    out: list[Message] = []
-    if isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
-        for m in reversed(source):
-            out.append(m)
-            if enough(m):
-                return out, False
-        return out, True
-    if callable(source) and not isinstance(source, Iterable):
-        offset = 0
-        while True:
-            page = _check_page(source(page_size, offset), page_size)
-            for m in page:
-                out.append(m)
-                if enough(m):
-                    return out, False
-            if len(page) < page_size:
-                return out, True
-            offset += len(page)
-    if isinstance(source, Iterable):
-        for m in source:
-            out.append(m)
-            if enough(m):
-                return out, False
-        return out, True
-    raise InvalidInputError(
-        f"history={type(source).__name__} is not a list, an iterator, an async iterator or "
-        "a fetch(limit, offset) function. Use afit() for async sources."
-    )
+    flow = _reading(source, enough, page_size, asynchronous=False)
+    answer: Any = None
+    while True:
+        try:
+            step = flow.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(step, _Page):
+            answer = source(step.limit, step.offset)  # type: ignore[operator]
+        else:
+            answer = next(cast(Iterator[Message], step.iterator), _END)  # sync: never async
 
 
 async def aread_newest_first(
@@ -232,33 +280,21 @@ async def aread_newest_first(
 ) -> tuple[list[Message], bool]:
     """Async twin of :func:`read_newest_first`; also takes async iterators and async
     page fetchers."""
-    if not isinstance(source, Iterable):  # read_newest_first guards the others
-        enough = _guarded(source, enough)
-    if isinstance(source, AsyncIterable):
-        out: list[Message] = []
-        it: AsyncIterator[Message] = aiter(source)
-        async for m in it:
-            out.append(m)
-            if enough(m):
-                return out, False
-        return out, True
-    if callable(source) and not isinstance(source, Iterable):
-        import inspect
-
-        offset = 0
-        out = []
-        while True:
-            page_or_coro = source(page_size, offset)
-            page = await page_or_coro if inspect.isawaitable(page_or_coro) else page_or_coro
-            page = _check_page(page, page_size)
-            for m in page:
-                out.append(m)
-                if enough(m):
-                    return out, False
-            if len(page) < page_size:
-                return out, True
-            offset += len(page)
-    return read_newest_first(source, enough=enough, page_size=page_size)
+    flow = _reading(source, enough, page_size, asynchronous=True)
+    answer: Any = None
+    while True:
+        try:
+            step = flow.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(step, _Page):
+            answer = source(step.limit, step.offset)  # type: ignore[operator]
+            if inspect.isawaitable(answer):
+                answer = await answer
+        elif isinstance(step.iterator, AsyncIterator):
+            answer = await anext(step.iterator, _END)
+        else:
+            answer = next(step.iterator, _END)
 
 
 class SQLiteMessageStore:
