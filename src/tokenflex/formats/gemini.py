@@ -591,6 +591,9 @@ class Gemini(RequestFormat):
             "maxOutputTokens": max_tokens,
         }
 
+    def limit_fields(self) -> tuple[str, ...]:
+        return ()  # nested in generationConfig
+
     def limit_of(self, body: Mapping[str, Any]) -> Any:
         config = body.get("generationConfig")
         return config.get("maxOutputTokens") if isinstance(config, Mapping) else None
