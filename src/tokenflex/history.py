@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, cast, runtime_checkable
 
 from ._types import Message
+from .drivers import adrive, drive
 from .errors import InvalidInputError
 from .message.groups import group_start, is_tool_call, is_tool_result, role_of
 
@@ -259,17 +260,13 @@ def read_newest_first(
         InvalidInputError: the source is not a history source, or it reads the wrong way
             round (see :class:`OrderGuard`).
     """
-    flow = _reading(source, enough, page_size, asynchronous=False)
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+    def answer(step: _Page | _Next) -> Any:
         if isinstance(step, _Page):
-            answer = source(step.limit, step.offset)  # type: ignore[operator]
-        else:
-            answer = next(cast(Iterator[Message], step.iterator), _END)  # sync: never async
+            return source(step.limit, step.offset)  # type: ignore[operator]
+        return next(cast(Iterator[Message], step.iterator), _END)  # sync: never async
+
+    return drive(_reading(source, enough, page_size, asynchronous=False), answer)
 
 
 async def aread_newest_first(
@@ -280,21 +277,16 @@ async def aread_newest_first(
 ) -> tuple[list[Message], bool]:
     """Async twin of :func:`read_newest_first`; also takes async iterators and async
     page fetchers."""
-    flow = _reading(source, enough, page_size, asynchronous=True)
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+    async def answer(step: _Page | _Next) -> Any:
         if isinstance(step, _Page):
-            answer = source(step.limit, step.offset)  # type: ignore[operator]
-            if inspect.isawaitable(answer):
-                answer = await answer
-        elif isinstance(step.iterator, AsyncIterator):
-            answer = await anext(step.iterator, _END)
-        else:
-            answer = next(step.iterator, _END)
+            page = source(step.limit, step.offset)  # type: ignore[operator]
+            return await page if inspect.isawaitable(page) else page
+        if isinstance(step.iterator, AsyncIterator):
+            return await anext(step.iterator, _END)
+        return next(step.iterator, _END)
+
+    return await adrive(_reading(source, enough, page_size, asynchronous=True), answer)
 
 
 class SQLiteMessageStore:

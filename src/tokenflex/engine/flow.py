@@ -21,6 +21,7 @@ from typing import Any
 
 from .._types import Message
 from ..counting import MessageCounter, get_counter
+from ..drivers import adrive, drive
 from ..errors import ContextOverflowError
 from ..fallback import Candidate, fallback_chain, no_model_fits, pick_model
 from ..message.checks import BadMessage
@@ -152,19 +153,16 @@ def fit_layout(
         background=background,
         taken_out=taken_out,
     )
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+    def answer(step: Work | Summarize) -> Any:
         if isinstance(step, Work):
-            answer = step.run()
-            continue
+            return step.run()
         try:
-            answer = summarize_span(step.summarizer, step.request.span, **step.kwargs())
+            return summarize_span(step.summarizer, step.request.span, **step.kwargs())
         except Exception as exc:  # the flow falls back to dropping, and says so
-            answer = exc
+            return exc
+
+    return drive(flow, answer)
 
 
 async def afit_layout(
@@ -191,19 +189,16 @@ async def afit_layout(
         background=background,
         taken_out=taken_out,
     )
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+    async def answer(step: Work | Summarize) -> Any:
         if isinstance(step, Work):
-            answer = await asyncio.to_thread(step.run)
-            continue
+            return await asyncio.to_thread(step.run)
         try:
-            answer = await asummarize_span(step.summarizer, step.request.span, **step.kwargs())
+            return await asummarize_span(step.summarizer, step.request.span, **step.kwargs())
         except Exception as exc:  # the flow falls back to dropping, and says so
-            answer = exc
+            return exc
+
+    return await adrive(flow, answer)
 
 
 def _first(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .._types import Message
+from ..drivers import adrive, drive
 from ..errors import SummarizerError
 from ..redact import redact
 from .extractive import ExtractiveSummarizer
@@ -251,17 +252,12 @@ def summarize_span(
         check_facts=check_facts,
         sent=sent,
     )
-    flow = job.flow()
-    text: str | None = None  # None starts the flow
-    while True:
-        try:
-            call = flow.send(text)
-        except StopIteration as done:
-            summary: str = done.value
-            return summary
-        text = job.summarizer.summarize(
+    return drive(
+        job.flow(),
+        lambda call: job.summarizer.summarize(
             call.piece, previous_summary=call.previous, max_tokens=call.max_tokens
-        )
+        ),
+    )
 
 
 async def asummarize_span(
@@ -286,14 +282,11 @@ async def asummarize_span(
         check_facts=check_facts,
         sent=sent,
     )
-    flow = job.flow()
-    text: str | None = None  # None starts the flow
-    while True:
-        try:
-            call = flow.send(text)
-        except StopIteration as done:
-            summary: str = done.value
-            return summary
-        text = await job.summarizer.asummarize(
+
+    async def answer(call: _Call) -> str:
+        text: str = await job.summarizer.asummarize(
             call.piece, previous_summary=call.previous, max_tokens=call.max_tokens
         )
+        return text
+
+    return await adrive(job.flow(), answer)
