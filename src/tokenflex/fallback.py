@@ -4,7 +4,13 @@ A request that overflows its model can go to a larger-context model for that req
 :func:`choose_model` makes that choice before any call: the primary model if it fits,
 otherwise the cheapest model of the chain (by input price; unknown prices last; ties in
 chain order) whose window holds the required input plus the output floor plus the
-safety margin. The input is recounted for every model, because tokenizers differ.
+safety margin; with a switch-early share, a model whose required input is above that
+share of its window is passed over for a later one that stays under it. The input is
+recounted for every model, because tokenizers differ.
+
+The policy is written once, :func:`pick_model`: :func:`choose_model` calls it with
+counts, ``fit(fallback_models=...)`` with one fitting pass per model, so the two pick
+the same model and say why in the same words.
 """
 
 from __future__ import annotations
@@ -116,11 +122,6 @@ class Pick:
     """The serving model's required input is above the share: none under it fits."""
     reason: str
     """One sentence with the numbers: why this model serves (empty when none does)."""
-
-    @property
-    def chosen(self) -> Candidate | None:
-        """The serving model's check (None: none fits)."""
-        return None if self.index is None else self.considered[self.index]
 
 
 def pick_model(
