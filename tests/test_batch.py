@@ -12,6 +12,7 @@ import pytest
 from tokenflex.batch import fit_line, read_body
 from tokenflex.cli import main
 from tokenflex.counting import get_counter
+from tokenflex.errors import InvalidInputError
 from tokenflex.models import get_model
 from tokenflex.roundtrip import prepare
 
@@ -93,6 +94,31 @@ def test_a_line_is_fitted_in_its_own_shape(line: dict[str, Any], fmt: str, model
     # what fits goes out as it is: the fitted line, fitted again, is unchanged
     again = fit_line(7, result.text, model=None, options={"safety_margin": 100})
     assert again.status == "unchanged" and again.text == result.text
+
+
+def test_a_gemini_body_is_read_from_the_format_registry() -> None:
+    """Every registered format has a body shape: a Gemini body (``contents``, its limit
+    nested in ``generationConfig``) is told, fitted and written back in its own shape."""
+    contents = [
+        {"role": "user" if i % 2 == 0 else "model", "parts": [{"text": f"[g:{i}] {WORDS}"}]}
+        for i in range(9)
+    ]
+    body = {
+        "systemInstruction": {"parts": [{"text": "Answer briefly."}]},
+        "contents": contents,
+        "generationConfig": {"maxOutputTokens": 500, "temperature": 0.2},
+    }
+    assert read_body(body).format == "gemini" and read_body(body).max_tokens == 500
+    result = fit_line(3, json.dumps(body), model="gpt-4", options={"safety_margin": 100})
+    assert result.status == "fitted"
+    out = json.loads(result.text)
+    assert out.keys() == body.keys() and len(out["contents"]) < len(contents)
+    assert out["generationConfig"]["temperature"] == 0.2
+    limit = out["generationConfig"]["maxOutputTokens"]
+    used = _input_tokens(out, "gemini", "gpt-4") + limit + 100
+    assert used <= get_model("gpt-4").context_window
+    with pytest.raises(InvalidInputError, match="maxOutputTokens"):
+        read_body({**body, "generationConfig": {"maxOutputTokens": 0}})
 
 
 def test_a_line_that_fits_is_its_own_text() -> None:

@@ -7,12 +7,13 @@ I/O, so a local process pool and a Dask cluster run the very same function
 - an OpenAI Batch API request: ``{"custom_id", "method", "url", "body"}``; the ``url``
   (``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``) says the body's format;
 - an Anthropic Message Batches request: ``{"custom_id", "params"}`` (a Messages body);
-- a conversation: a list of messages, or a bare request body (chat, Responses or
-  Anthropic Messages, told apart by :func:`read_body`).
+- a conversation: a list of messages, or a bare request body of any registered format
+  (chat, Responses, Anthropic Messages, Gemini, told apart by :func:`read_body`; the
+  shapes are read off :mod:`tokenflex.formats.registry`).
 
 Do no harm: a body that fits comes back as the very text it came in. A fitted body is
-the caller's own with only its conversation (``messages`` / ``input``), its system
-(``system`` / ``instructions``) and its output limit replaced, like the proxy's.
+the caller's own with only its conversation (the format's ``items_key``), its system
+(``system_key``) and its output limit replaced, like the proxy's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidInputError, TokenflexError
+from .formats.anthropic import ANTHROPIC
+from .formats.base import RequestFormat
+from .formats.detect import detect_format
+from .formats.registry import default_format, formats, get_format
 
 __all__ = [
     "BODY_SHAPES",
@@ -31,6 +36,7 @@ __all__ = [
     "LineResult",
     "LineShape",
     "RequestBody",
+    "body_shapes",
     "fit_body",
     "fit_line",
     "fit_lines",
@@ -40,27 +46,33 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class BodyShape:
-    """Where one API's request body keeps the parts fitting reads and replaces."""
+    """Where one API's request body keeps the parts fitting reads and replaces (read
+    off its :class:`~tokenflex.formats.base.RequestFormat`)."""
 
     format: str
-    """The library's format name: ``chat``, ``anthropic`` or ``responses``."""
+    """The library's format name (``chat``, ``anthropic``, ``responses``, ``gemini``...)."""
     items_key: str
-    """The conversation: ``messages`` or ``input``."""
+    """The conversation: ``messages``, ``input``, ``contents``."""
     system_key: str | None
     """The top-level system prompt (None: chat keeps it in a message)."""
     limit_keys: tuple[str, ...]
-    """The output-limit fields, the preferred one first."""
+    """The top-level output-limit fields, the preferred one first (empty: the limit is
+    nested, as Gemini's ``generationConfig.maxOutputTokens``; the format reads and sets
+    it)."""
+
+    @classmethod
+    def of(cls, fmt: RequestFormat) -> BodyShape:
+        return cls(fmt.name, fmt.items_key, fmt.system_key, fmt.limit_fields())
 
 
-BODY_SHAPES: dict[str, BodyShape] = {
-    s.format: s
-    for s in (
-        BodyShape("chat", "messages", None, ("max_completion_tokens", "max_tokens")),
-        BodyShape("anthropic", "messages", "system", ("max_tokens",)),
-        BodyShape("responses", "input", "instructions", ("max_output_tokens",)),
-    )
-}
-"""The request bodies :func:`read_body` reads, by format."""
+def body_shapes() -> dict[str, BodyShape]:
+    """The request bodies :func:`read_body` reads, by format: one per registered format
+    (a format registered by a plug-in included)."""
+    return {f.name: BodyShape.of(f) for f in formats()}
+
+
+BODY_SHAPES: dict[str, BodyShape] = body_shapes()
+"""The request bodies of the built-in formats, by name (see :func:`body_shapes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,21 +100,24 @@ class RequestBody:
 
 
 def _format_of(body: Mapping[str, Any]) -> str:
-    """Responses has ``input``; a ``messages`` body with a top-level ``system`` (which chat
-    does not have) is Anthropic's; otherwise the messages say."""
-    if "input" in body and "messages" not in body:
-        return "responses"
-    if "system" in body:
-        return "anthropic"
-    messages = body.get("messages")
+    """The format whose conversation field the body has, when only one has it
+    (Responses' ``input``, Gemini's ``contents``); among those that share it
+    (``messages``), the one whose top-level system the body has (Anthropic's ``system``);
+    otherwise the messages say."""
+    present = [f for f in formats() if f.items_key in body]
+    if len(present) == 1:
+        return present[0].name
+    told = [f for f in present if f.system_key is not None and f.system_key in body]
+    if len(told) == 1:
+        return told[0].name
+    default = default_format()
+    messages = body.get(default.items_key)
     if isinstance(messages, list) and messages:
-        from .formats.detect import detect_format
-
         try:
             return detect_format(messages)
         except TokenflexError:
-            return "chat"  # the fit names what is wrong with the messages
-    return "chat"
+            return default.name  # the fit names what is wrong with the messages
+    return default.name
 
 
 def read_body(body: Any, *, format: str | None = None, where: str = "the body") -> RequestBody:
@@ -118,8 +133,9 @@ def read_body(body: Any, *, format: str | None = None, where: str = "the body") 
     >>> body.format, body.system, body.max_tokens
     ('anthropic', 'Be brief.', 99)
     """
+    shapes = body_shapes()
     if isinstance(body, list):  # a bare conversation, in whichever format its items are
-        told = BODY_SHAPES[format or _format_of({"messages": body})]
+        told = shapes[format or _format_of({default_format().items_key: body})]
         return RequestBody(told, body, None, None, None, None, {told.items_key: body})
     if not isinstance(body, Mapping):
         raise InvalidInputError(
@@ -127,20 +143,21 @@ def read_body(body: Any, *, format: str | None = None, where: str = "the body") 
             '({"messages": [...]} or {"input": [...]}) or a list of messages.'
         )
     fmt = format or _format_of(body)
-    shape = BODY_SHAPES.get(fmt)
+    shape = shapes.get(fmt)
     if shape is None:
-        raise InvalidInputError(f"format={fmt!r} is not one of {', '.join(BODY_SHAPES)}.")
-    items = body.get(shape.items_key)
-    if isinstance(items, str) and shape.format == "responses":
-        items = [{"role": "user", "content": items}]  # Responses: a string is one user turn
+        raise InvalidInputError(f"format={fmt!r} is not one of {', '.join(shapes)}.")
+    told_fmt = get_format(fmt)
+    items = told_fmt.items_of(body)
     if not isinstance(items, list):
         raise InvalidInputError(
             f"{where} has no list of messages in {shape.items_key!r} (a {shape.format} "
             f"body); got {type(items).__name__}. Expected {{{shape.items_key!r}: [...]}}."
         )
     limits = []
-    for key in shape.limit_keys:
-        value = body.get(key)
+    fields = [(key, body.get(key)) for key in shape.limit_keys]
+    if not shape.limit_keys:  # nested: the format reads it
+        fields = [(told_fmt.limit_key, told_fmt.limit_of(body))]
+    for key, value in fields:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -160,7 +177,9 @@ def read_body(body: Any, *, format: str | None = None, where: str = "the body") 
 
 def _unchanged(req: RequestBody, plan: Any) -> bool:
     """The plan sends the body as it came (:meth:`~tokenflex.Plan.sends_as_given`)."""
-    limits = (req.body.get(k) for k in req.shape.limit_keys)
+    limits: Any = (req.body.get(k) for k in req.shape.limit_keys)
+    if not req.shape.limit_keys:
+        limits = [get_format(req.format).limit_of(req.body)]
     return bool(plan.sends_as_given(req.messages, req.system, limits))
 
 
@@ -201,12 +220,12 @@ def fit_body(
     out[shape.items_key] = plan.messages
     if shape.system_key and plan.system is not None:
         out[shape.system_key] = plan.system
+    fmt = get_format(req.format)
+    if not shape.limit_keys:  # nested: the format sets it
+        fmt.set_limit(out, plan.max_tokens)
+        return out, plan
     set_limits = [k for k in shape.limit_keys if k in req.body]
-    if not set_limits and shape.format == "chat":
-        from .formats.request import completion_limit_field
-
-        set_limits = [completion_limit_field(plan.model.name)]
-    for key in set_limits or shape.limit_keys[:1]:
+    for key in set_limits or [fmt.limit_field(plan.model.name)]:
         out[key] = plan.max_tokens
     return out, plan
 
@@ -224,18 +243,14 @@ class LineShape:
     """The body's format from the line (None: told from the body)."""
 
 
-_URL_FORMATS = {
-    "/v1/chat/completions": "chat",
-    "/v1/responses": "responses",
-    "/v1/messages": "anthropic",
-}
-
-
 def _url_format(line: Any) -> str | None:
+    """The format whose proxy route is the line's ``url`` (``/v1/chat/completions``,
+    ``/v1/responses``, ``/v1/messages``)."""
     url = line.get("url")
     if not isinstance(url, str):
         return None
-    return _URL_FORMATS.get(url.split("?", 1)[0].rstrip("/"))
+    path = url.split("?", 1)[0].rstrip("/")
+    return next((f.name for f in formats() if f.path == path), None)
 
 
 LINE_SHAPES: list[LineShape] = [
@@ -244,7 +259,7 @@ LINE_SHAPES: list[LineShape] = [
         "anthropic-batch",
         lambda d: isinstance(d, dict) and "params" in d,
         "params",
-        lambda d: "anthropic",
+        lambda d: ANTHROPIC.name,
     ),
     LineShape("conversation", lambda d: True, None, lambda d: None),
 ]

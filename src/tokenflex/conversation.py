@@ -31,6 +31,7 @@ from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
 from .formats.native import Converted, NativeMessage
 from .message.checks import BadMessage
+from .message.groups import joins_previous
 from .message.objects import plain_message
 from .models import Model, get_model
 from .options import FitOptions
@@ -133,14 +134,9 @@ class Conversation:
         if not self._group_start and role in PINNED_ROLES and not is_summary_message(message):
             self._sys_end = i + 1
             return
-        if role in ("tool", "function") and self._group_start:
-            prev = self._msgs[i - 1]
-            if prev.get("role") in ("tool", "function") or (
-                prev.get("role") == "assistant"
-                and (prev.get("tool_calls") or prev.get("function_call"))
-            ):
-                self._cum[-1] += tokens  # joins the group of its call
-                return
+        if self._group_start and joins_previous(self._msgs[i - 1], message):
+            self._cum[-1] += tokens  # joins the group of its call
+            return
         self._group_start.append(i)
         self._cum.append(self._cum[-1] + tokens)
 

@@ -4,7 +4,13 @@ A request that overflows its model can go to a larger-context model for that req
 :func:`choose_model` makes that choice before any call: the primary model if it fits,
 otherwise the cheapest model of the chain (by input price; unknown prices last; ties in
 chain order) whose window holds the required input plus the output floor plus the
-safety margin. The input is recounted for every model, because tokenizers differ.
+safety margin; with a switch-early share, a model whose required input is above that
+share of its window is passed over for a later one that stays under it. The input is
+recounted for every model, because tokenizers differ.
+
+The policy is written once, :func:`pick_model`: :func:`choose_model` calls it with
+counts, ``fit(fallback_models=...)`` with one fitting pass per model, so the two pick
+the same model and say why in the same words.
 """
 
 from __future__ import annotations
@@ -17,7 +23,15 @@ from .budget import MAX_TOKEN_COUNT, MIN_OUTPUT_TOKENS, SAFETY_MARGIN
 from .errors import ContextOverflowError, InvalidInputError
 from .models import Model, get_model
 
-__all__ = ["Candidate", "FallbackChoice", "choose_model", "fallback_chain", "no_model_fits"]
+__all__ = [
+    "Candidate",
+    "FallbackChoice",
+    "Pick",
+    "choose_model",
+    "fallback_chain",
+    "no_model_fits",
+    "pick_model",
+]
 
 RequiredInput = Callable[[Model], int] | int
 
@@ -96,6 +110,95 @@ def _why_not(c: Candidate, floor: int, margin: int) -> str:
     return f"{c.model}: max output {c.max_output_tokens:,} is below the floor"
 
 
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """What the fallback policy (:func:`pick_model`) decided."""
+
+    index: int | None
+    """The serving model's place in the models tried (0: the primary); None: none fits."""
+    considered: tuple[Candidate, ...]
+    """The models checked, in order: ``considered[index]`` is the one that serves."""
+    over_share: bool
+    """The serving model's required input is above the share: none under it fits."""
+    reason: str
+    """One sentence with the numbers: why this model serves (empty when none does)."""
+
+
+def pick_model(
+    models: Sequence[Model],
+    check: Callable[[Model], Candidate],
+    *,
+    floor: int,
+    margin: int,
+    share: float | None = None,
+    share_option: str = "max_input_share",
+) -> Pick:
+    """The fallback policy, for :func:`choose_model` and for ``fit(fallback_models=...)``
+    alike: the first of ``models`` (the primary, then :func:`fallback_chain`'s order,
+    cheapest first) that fits, where a model whose required input is above ``share`` of
+    its window is passed over for a later one that stays under it; if none does, the
+    first that fits serves.
+
+    Args:
+        models: The primary, then the fallbacks in the order they are tried.
+        check: Counts the request for one model; called lazily, in order, and not for
+            the models after the one that serves.
+        floor: The output floor (for the reason).
+        margin: The safety margin (for the reason).
+        share: The switch-early share (None: off).
+        share_option: How the caller calls ``share`` (for the reason).
+    """
+    option = "" if share is None else f"{share_option}={share:g}"
+    considered: list[Candidate] = []
+    backup: int | None = None
+    for i, m in enumerate(models):
+        c = check(m)
+        considered.append(c)
+        if not c.fits:
+            continue
+        if share is not None and c.required_input_tokens > share * c.context_window:
+            if backup is None:  # over the share: a model under it is preferred
+                backup = i
+            continue
+        reason = _reason(considered, i, floor, margin, option, kept=False)
+        return Pick(i, tuple(considered), False, reason)
+    if backup is None:
+        return Pick(None, tuple(considered), False, "")
+    reason = _reason(considered, backup, floor, margin, option, kept=True)
+    return Pick(backup, tuple(considered), True, reason)
+
+
+def _reason(
+    considered: Sequence[Candidate], i: int, floor: int, margin: int, option: str, *, kept: bool
+) -> str:
+    """Why ``considered[i]`` serves, with the numbers (``option``: the switch-early share
+    as the caller names it; ``kept``: the model is above it, none under it fits)."""
+    first, m = considered[0], considered[i]
+
+    def need(req: int) -> str:
+        return f"{req:,} input + {floor:,} output floor + {margin:,} margin"
+
+    def share_of(c: Candidate) -> str:
+        return f"{c.model}'s required input is {c.required_input_tokens / c.context_window:.0%}"
+
+    if kept and i == 0:
+        return (
+            f"{share_of(m)} of its window, above {option}, but no fallback model fits under "
+            f"it; kept {m.model}."
+        )
+    if i == 0:
+        return f"{m.model} ({m.context_window:,}) fits {need(m.required_input_tokens)}."
+    price = "unknown price" if m.input_price is None else f"${m.input_price:g}/M input"
+    using = f"using {m.model} ({m.context_window:,}, {price}) for this request"
+    if first.fits:  # it fits, above the share
+        return f"{share_of(first)} of its window, above {option}; {using}."
+    return (
+        f"{first.model} ({first.context_window:,}) cannot hold "
+        f"{need(first.required_input_tokens)}; {using}: the cheapest fallback that fits "
+        f"{need(m.required_input_tokens)}."
+    )
+
+
 def choose_model(
     primary: str | Model,
     fallbacks: Sequence[str | Model] = (),
@@ -105,7 +208,8 @@ def choose_model(
     safety_margin: int = SAFETY_MARGIN,
     max_input_share: float | None = None,
 ) -> FallbackChoice:
-    """The primary model if the request fits it, else the cheapest fallback that fits.
+    """The primary model if the request fits it, else the cheapest fallback that fits
+    (the policy of :func:`pick_model`, which ``fit(fallback_models=...)`` follows too).
 
     Args:
         primary: The model the caller asked for.
@@ -137,81 +241,34 @@ def choose_model(
             f"fallbacks must be a list of model names or Models, got {type(fallbacks).__name__}"
             f" {fallbacks!r:.80}. Pass e.g. ['gpt-4o']."
         )
-    chain = fallback_chain(first, [get_model(f) for f in fallbacks])
-
-    def required(m: Model) -> int:
-        if callable(required_input_tokens_by_model):
-            return _check_int(f"required input for {m.name!r}", required_input_tokens_by_model(m))
-        return _check_int("required_input_tokens_by_model", required_input_tokens_by_model)
-
     if max_input_share is not None and (
         isinstance(max_input_share, bool)
         or not isinstance(max_input_share, int | float)
         or not 0 < max_input_share <= 1
     ):
         raise InvalidInputError(f"max_input_share={max_input_share!r} must be in (0, 1], e.g. 0.9.")
-    if max_input_share is not None:
-        over = [m for m in [first, *chain] if required(m) > max_input_share * m.context_window]
-        if first in over and len(over) <= len(chain):
-            under = [m for m in chain if m not in over]
-            try:  # the primary counts as not fitting; the cheapest model under the share wins
-                choice: FallbackChoice | None = choose_model(
-                    first,
-                    under,
-                    required_input_tokens_by_model=lambda m: (
-                        m.context_window + 1 if m is first else required(m)
-                    ),
-                    min_output_tokens=floor,
-                    safety_margin=margin,
-                )
-            except ContextOverflowError:
-                choice = None
-            if choice is not None and choice.switched:
-                share = required(first) / first.context_window
-                reason = (
-                    f"{first.name}'s required input is {share:.0%} of its window, above "
-                    f"max_input_share={max_input_share:g}; using {choice.model.name} "
-                    f"({choice.model.context_window:,}) for this request."
-                )
-                return FallbackChoice(
-                    choice.model,
-                    first,
-                    True,
-                    choice.required_input_tokens,
-                    choice.output_room,
-                    reason,
-                    choice.considered,
-                )
+    models = [first, *fallback_chain(first, [get_model(f) for f in fallbacks])]
 
-    considered: list[Candidate] = []
-    need = f"{{req:,}} input + {floor:,} output floor + {margin:,} margin"
-    for m in [first, *chain]:
-        req = required(m)
+    def check(m: Model) -> Candidate:
+        if callable(required_input_tokens_by_model):
+            req = _check_int(f"required input for {m.name!r}", required_input_tokens_by_model(m))
+        else:
+            req = _check_int("required_input_tokens_by_model", required_input_tokens_by_model)
         fits = req + floor + margin <= m.context_window and (
             m.max_output_tokens is None or m.max_output_tokens >= floor
         )
-        considered.append(
-            Candidate(m.name, m.context_window, req, fits, m.input_price, m.max_output_tokens)
-        )
-        if not fits:
-            continue
-        room = m.context_window - req - margin
-        if m.max_output_tokens is not None:
-            room = min(room, m.max_output_tokens)
-        if m is first:
-            reason = f"{m.name} ({m.context_window:,}) fits {need.format(req=req)}."
-        else:
-            p = considered[0]
-            price = "unknown price" if m.input_price is None else f"${m.input_price:g}/M input"
-            reason = (
-                f"{first.name} ({first.context_window:,}) cannot hold "
-                f"{need.format(req=p.required_input_tokens)}; using {m.name} "
-                f"({m.context_window:,}, {price}) for this request: the cheapest fallback "
-                f"that fits {need.format(req=req)}."
-            )
-        return FallbackChoice(m, first, m is not first, req, room, reason, tuple(considered))
+        return Candidate(m.name, m.context_window, req, fits, m.input_price, m.max_output_tokens)
 
-    raise no_model_fits(considered, floor, margin, primary=first.name)
+    pick = pick_model(models, check, floor=floor, margin=margin, share=max_input_share)
+    if pick.index is None:
+        raise no_model_fits(pick.considered, floor, margin, primary=first.name)
+    m, c = models[pick.index], pick.considered[pick.index]
+    room = m.context_window - c.required_input_tokens - margin
+    if m.max_output_tokens is not None:
+        room = min(room, m.max_output_tokens)
+    return FallbackChoice(
+        m, first, m is not first, c.required_input_tokens, room, pick.reason, pick.considered
+    )
 
 
 def fallback_chain(primary: Model, fallbacks: Sequence[Model]) -> list[Model]:

@@ -17,14 +17,26 @@ list or iterator the other way round, is caught as the messages are read (see
 
 from __future__ import annotations
 
+import inspect
 import json
 import sqlite3
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, cast, runtime_checkable
 
 from ._types import Message
+from .drivers import adrive, drive
 from .errors import InvalidInputError
+from .message.groups import group_start, is_tool_call, is_tool_result, role_of
 
 __all__ = [
     "CLEARED_PREFIX",
@@ -61,19 +73,11 @@ HistorySource: TypeAlias = (
 )
 
 
-def _role(m: Any) -> Any:
-    return m.get("role") if isinstance(m, dict) else getattr(m, "get", lambda _k: None)("role")
-
-
-def _is_tool_call(m: Any) -> bool:
-    return _role(m) == "assistant" and bool(m.get("tool_calls") or m.get("function_call"))
-
-
 def is_tool_round(messages: Sequence[Message], start: int) -> bool:
     """Whether the group starting at ``start`` is a tool round: an assistant message with
     tool calls (and its results), or tool results whose call is not in the list."""
     m = messages[start]
-    return _is_tool_call(m) or _role(m) in ("tool", "function")
+    return is_tool_call(m) or is_tool_result(m)
 
 
 def iter_groups(
@@ -81,19 +85,13 @@ def iter_groups(
 ) -> Iterator[tuple[int, int, int]]:
     """Atomic groups of ``messages[lo:hi]``, newest first, as ``(start, stop, tokens)``.
 
-    Tool results stay with the assistant message that called them. Only the groups the
-    caller consumes are counted.
+    Tool results stay with the assistant message that called them (the rule of
+    :mod:`tokenflex.message.groups`). Only the groups the caller consumes are counted.
     """
     i = hi
     while i > lo:
         j = i - 1
-        role = _role(messages[j])
-        start = j
-        if role == "tool" or role == "function":
-            while start > lo and _role(messages[start - 1]) in ("tool", "function"):
-                start -= 1
-            if start > lo and _is_tool_call(messages[start - 1]):
-                start -= 1
+        start = group_start(messages, j, lo)
         if start == j:
             yield j, i, cost(messages[j])
         else:
@@ -179,14 +177,70 @@ class OrderGuard:
                 break
 
 
-def _guarded(source: Any, enough: Callable[[Message], bool]) -> Callable[[Message], bool]:
-    guard = OrderGuard(source)
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """A step of the reading flow: the driver answers with ``fetch(limit, offset)``."""
 
-    def check(m: Message) -> bool:
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Next:
+    """A step of the reading flow: the driver answers with the iterator's next message,
+    or :data:`_END` when it is exhausted."""
+
+    iterator: Iterator[Message] | AsyncIterator[Message]
+
+
+_END: Any = object()
+
+_Reading = Generator["_Page | _Next", Any, tuple[list[Message], bool]]
+
+
+def _reading(
+    source: Any, enough: Callable[[Message], bool], page_size: int, *, asynchronous: bool
+) -> _Reading:
+    """Read ``source`` newest first until ``enough`` says stop, written once (sans I/O):
+    a list is read here; a page fetcher's pages (:class:`_Page`) and an iterator's
+    messages (:class:`_Next`) are asked of the driver, sync or async."""
+    guard = OrderGuard(source)
+    out: list[Message] = []
+
+    def take(m: Message) -> bool:
         guard(m)
+        out.append(m)
         return enough(m)
 
-    return check
+    stream: Iterator[Message] | AsyncIterator[Message] | None = None
+    if asynchronous and isinstance(source, AsyncIterable):
+        stream = aiter(source)
+    elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+        for m in reversed(source):
+            if take(m):
+                return out, False
+        return out, True
+    elif callable(source) and not isinstance(source, Iterable):
+        offset = 0
+        while True:
+            page = _check_page((yield _Page(page_size, offset)), page_size)
+            for m in page:
+                if take(m):
+                    return out, False
+            if len(page) < page_size:
+                return out, True
+            offset += len(page)
+    elif isinstance(source, Iterable):
+        stream = iter(source)
+    if stream is None:
+        raise InvalidInputError(
+            f"history={type(source).__name__} is not a list, an iterator, an async iterator "
+            "or a fetch(limit, offset) function. Use afit() for async sources."
+        )
+    while (m := (yield _Next(stream))) is not _END:
+        if take(m):
+            return out, False
+    return out, True
 
 
 def read_newest_first(
@@ -206,35 +260,13 @@ def read_newest_first(
         InvalidInputError: the source is not a history source, or it reads the wrong way
             round (see :class:`OrderGuard`).
     """
-    enough = _guarded(source, enough)
-    out: list[Message] = []
-    if isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
-        for m in reversed(source):
-            out.append(m)
-            if enough(m):
-                return out, False
-        return out, True
-    if callable(source) and not isinstance(source, Iterable):
-        offset = 0
-        while True:
-            page = _check_page(source(page_size, offset), page_size)
-            for m in page:
-                out.append(m)
-                if enough(m):
-                    return out, False
-            if len(page) < page_size:
-                return out, True
-            offset += len(page)
-    if isinstance(source, Iterable):
-        for m in source:
-            out.append(m)
-            if enough(m):
-                return out, False
-        return out, True
-    raise InvalidInputError(
-        f"history={type(source).__name__} is not a list, an iterator, an async iterator or "
-        "a fetch(limit, offset) function. Use afit() for async sources."
-    )
+
+    def answer(step: _Page | _Next) -> Any:
+        if isinstance(step, _Page):
+            return source(step.limit, step.offset)  # type: ignore[operator]
+        return next(cast(Iterator[Message], step.iterator), _END)  # sync: never async
+
+    return drive(_reading(source, enough, page_size, asynchronous=False), answer)
 
 
 async def aread_newest_first(
@@ -245,33 +277,16 @@ async def aread_newest_first(
 ) -> tuple[list[Message], bool]:
     """Async twin of :func:`read_newest_first`; also takes async iterators and async
     page fetchers."""
-    if not isinstance(source, Iterable):  # read_newest_first guards the others
-        enough = _guarded(source, enough)
-    if isinstance(source, AsyncIterable):
-        out: list[Message] = []
-        it: AsyncIterator[Message] = aiter(source)
-        async for m in it:
-            out.append(m)
-            if enough(m):
-                return out, False
-        return out, True
-    if callable(source) and not isinstance(source, Iterable):
-        import inspect
 
-        offset = 0
-        out = []
-        while True:
-            page_or_coro = source(page_size, offset)
-            page = await page_or_coro if inspect.isawaitable(page_or_coro) else page_or_coro
-            page = _check_page(page, page_size)
-            for m in page:
-                out.append(m)
-                if enough(m):
-                    return out, False
-            if len(page) < page_size:
-                return out, True
-            offset += len(page)
-    return read_newest_first(source, enough=enough, page_size=page_size)
+    async def answer(step: _Page | _Next) -> Any:
+        if isinstance(step, _Page):
+            page = source(step.limit, step.offset)  # type: ignore[operator]
+            return await page if inspect.isawaitable(page) else page
+        if isinstance(step.iterator, AsyncIterator):
+            return await anext(step.iterator, _END)
+        return next(step.iterator, _END)
+
+    return await adrive(_reading(source, enough, page_size, asynchronous=True), answer)
 
 
 class SQLiteMessageStore:
@@ -349,9 +364,9 @@ def tool_name(messages: Sequence[Message], i: int) -> str | None:
         return str(m["name"])
     call_id = m.get("tool_call_id")
     j = i - 1
-    while j >= 0 and _role(messages[j]) in ("tool", "function"):
+    while j >= 0 and is_tool_result(messages[j]):
         j -= 1
-    if j >= 0 and _is_tool_call(messages[j]):
+    if j >= 0 and is_tool_call(messages[j]):
         for call in messages[j].get("tool_calls") or ():
             if isinstance(call, dict) and call.get("id") == call_id:
                 fn = call.get("function") or {}
@@ -433,7 +448,7 @@ def truncated_tool_result(message: Message, count: Callable[[str], int], cap: in
 
 def has_reasoning(message: Message) -> bool:
     """Whether an assistant message carries reasoning that can be dropped."""
-    if _role(message) != "assistant":
+    if role_of(message) != "assistant":
         return False
     if any(message.get(k) for k in REASONING_KEYS):
         return True
@@ -461,7 +476,7 @@ def shrink_candidates(
     """Indices in ``messages[lo:hi]``, oldest first, of the tool results that may be
     cleared (all but the newest ``keep_results`` and those of ``keep_tools``, none
     already cleared) and of the assistant messages whose reasoning may be dropped."""
-    results = [i for i in range(lo, hi) if _role(messages[i]) in ("tool", "function")]
+    results = [i for i in range(lo, hi) if is_tool_result(messages[i])]
     if keep_results:
         results = results[:-keep_results]
     short = len(CLEARED_PREFIX) + 32  # a placeholder would cost as much

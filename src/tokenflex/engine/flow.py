@@ -21,8 +21,9 @@ from typing import Any
 
 from .._types import Message
 from ..counting import MessageCounter, get_counter
+from ..drivers import adrive, drive
 from ..errors import ContextOverflowError
-from ..fallback import Candidate, fallback_chain, no_model_fits
+from ..fallback import Candidate, fallback_chain, no_model_fits, pick_model
 from ..message.checks import BadMessage
 from ..models import Model, get_model
 from ..options import FitOptions
@@ -152,19 +153,16 @@ def fit_layout(
         background=background,
         taken_out=taken_out,
     )
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+    def answer(step: Work | Summarize) -> Any:
         if isinstance(step, Work):
-            answer = step.run()
-            continue
+            return step.run()
         try:
-            answer = summarize_span(step.summarizer, step.request.span, **step.kwargs())
+            return summarize_span(step.summarizer, step.request.span, **step.kwargs())
         except Exception as exc:  # the flow falls back to dropping, and says so
-            answer = exc
+            return exc
+
+    return drive(flow, answer)
 
 
 async def afit_layout(
@@ -191,19 +189,16 @@ async def afit_layout(
         background=background,
         taken_out=taken_out,
     )
-    answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+
+    async def answer(step: Work | Summarize) -> Any:
         if isinstance(step, Work):
-            answer = await asyncio.to_thread(step.run)
-            continue
+            return await asyncio.to_thread(step.run)
         try:
-            answer = await asummarize_span(step.summarizer, step.request.span, **step.kwargs())
+            return await asummarize_span(step.summarizer, step.request.span, **step.kwargs())
         except Exception as exc:  # the flow falls back to dropping, and says so
-            answer = exc
+            return exc
+
+    return await adrive(flow, answer)
 
 
 def _first(
@@ -222,42 +217,48 @@ def _first(
     if not opts.fallback_models:
         p, cut = solve_history(layout, primary, opts, previous)
         return Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
-    chain = fallback_chain(
-        primary, [get_model(n, strict=opts.strict) for n in opts.fallback_models]
-    )
-    share = opts.fallback_input_share
-    tried: list[Candidate] = []
-    backup: Pass | None = None
-    backup_cut: HistoryCut | None = None
-    for model in [primary, *chain]:
+    models = [
+        primary,
+        *fallback_chain(primary, [get_model(n, strict=opts.strict) for n in opts.fallback_models]),
+    ]
+    solved: dict[str, tuple[Pass, HistoryCut | None]] = {}
+
+    def check(model: Model) -> Candidate:
         try:
             p, cut = solve_history(layout, model, opts, previous)
         except ContextOverflowError as exc:
-            tried.append(_candidate(model, exc.required_tokens or 0, fits=False))
-            continue
-        tried.append(_candidate(model, p.required, fits=True))
-        if share is not None and p.required > share * model.context_window:
-            if backup is None:  # over the share: a model under it is preferred
-                backup, backup_cut = p, cut
-            continue
-        return replace(
-            _switched(layout, p, opts, started, tried), cut=cut, memory=memory, previous=previous
-        )
-    if backup is not None:
-        if backup.model is primary:
-            backup.warnings.append(
-                f"Required input is above fallback_input_share={share} of {primary.name}'s "
-                "window but no fallback model stays under it; kept "
-                f"{primary.name}."
-            )
-        return replace(
-            _switched(layout, backup, opts, started, tried),
-            cut=backup_cut,
-            memory=memory,
-            previous=previous,
-        )
+            return _candidate(model, exc.required_tokens or 0, fits=False)
+        solved[model.name] = (p, cut)
+        return _candidate(model, p.required, fits=True)
+
     floor = min(opts.min_output_tokens, opts.max_tokens or opts.min_output_tokens)
-    raise no_model_fits(tried, floor, opts.safety_margin, primary=primary.name)
+    pick = pick_model(
+        models,
+        check,
+        floor=floor,
+        margin=opts.safety_margin,
+        share=opts.fallback_input_share,
+        share_option="fallback_input_share",
+    )
+    if pick.index is None:
+        raise no_model_fits(pick.considered, floor, opts.safety_margin, primary=primary.name)
+    p, cut = solved[models[pick.index].name]
+    if pick.index == 0:
+        if pick.over_share:
+            p.warnings.append(pick.reason)
+        return Outcome(layout, p, opts, started, cut=cut, memory=memory, previous=previous)
+    p.warnings.insert(0, pick.reason)
+    log.warning("tokenflex: falling back from %s to %s", primary.name, p.model.name)
+    return Outcome(
+        layout,
+        p,
+        opts,
+        started,
+        fallback_from=primary.name,
+        cut=cut,
+        memory=memory,
+        previous=previous,
+    )
 
 
 def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Model) -> HistoryCut:
@@ -277,30 +278,6 @@ def _candidate(model: Model, required: int, *, fits: bool) -> Candidate:
     return Candidate(
         model.name, model.context_window, required, fits, model.input_price, model.max_output_tokens
     )
-
-
-def _switched(
-    layout: Layout, p: Pass, opts: FitOptions, started: float, tried: list[Candidate]
-) -> Outcome:
-    primary = layout.model
-    if p.model is primary:
-        return Outcome(layout, p, opts, started)
-    first = tried[0]
-    why = (
-        f"its required input is {first.required_input_tokens:,} tokens, "
-        f"{first.required_input_tokens / first.context_window:.0%} of its window, above "
-        f"fallback_input_share={opts.fallback_input_share}"
-        if first.fits
-        else f"{first.required_input_tokens:,} required input tokens do not fit its "
-        f"{first.context_window:,}-token window with the output floor and margin"
-    )
-    p.warnings.insert(
-        0,
-        f"{primary.name} cannot fit this request ({why}); using fallback model "
-        f"{p.model.name} ({p.model.context_window:,}-token window) for this request.",
-    )
-    log.warning("tokenflex: falling back from %s to %s", primary.name, p.model.name)
-    return Outcome(layout, p, opts, started, fallback_from=primary.name)
 
 
 def _calls(summarizer: Any, r: SummaryRequest, counter: Any) -> int:

@@ -46,7 +46,7 @@ from .body import (
     type_name,
     unknown_type,
 )
-from .native import Converted, NativeMessage
+from .native import Converted, one_per_item
 
 __all__ = [
     "ANTHROPIC",
@@ -176,11 +176,6 @@ def _internal(msg: Any) -> dict[str, Any]:
     return out
 
 
-def _rebuilt(items: Sequence[Any]) -> dict[str, Any]:
-    """The chat dict of one Anthropic message (a shrunk copy of a caller's message)."""
-    return _internal(plain_message(items[0]))
-
-
 def system_text(system: Any) -> dict[str, Any]:
     """The internal system message for a top-level ``system`` (string or text blocks)."""
     if isinstance(system, str):
@@ -202,20 +197,9 @@ def anthropic_to_internal(messages: Sequence[Any], system: Any = None) -> Conver
     Raises:
         BadMessage: a message or block that is not Anthropic-shaped (names its index).
     """
-    out: list[dict[str, Any]] = []
-    if system is not None:
-        system = plain_message(system) if not isinstance(system, str) else system
-        try:
-            out.append(NativeMessage(system_text(system), (), -1))
-        except BadMessage as exc:
-            raise BadMessage(exc.problem.removeprefix("has "), exc.fix) from None
-    for i, m in enumerate(messages):
-        try:
-            data = plain_message(m)
-            out.append(NativeMessage(_internal(data), [m], i, _rebuilt))
-        except BadMessage as exc:
-            raise exc.at(i) from None
-    return Converted("anthropic", out, system=system, count=len(messages))
+    return one_per_item(
+        "anthropic", messages, system, convert=_internal, system_message=system_text
+    )
 
 
 def with_system(system: Any, extra: Sequence[str]) -> Any:

@@ -69,6 +69,8 @@ class RequestFormat:
     """The request body's output-limit field."""
     limit_required: ClassVar[bool] = False
     """The API requires the output limit: the proxy always sets it."""
+    text_items: ClassVar[bool] = False
+    """A string in :attr:`items_key` is one user turn (the Responses ``input``)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -141,6 +143,24 @@ class RequestFormat:
         body[self.items_key] = items
         body[self.limit_key] = max_tokens
         return body
+
+    def items_of(self, body: Mapping[str, Any]) -> Any:
+        """The conversation a client's body holds in :attr:`items_key` (a string is one
+        user turn where :attr:`text_items` says so); not checked."""
+        items = body.get(self.items_key)
+        if isinstance(items, str) and self.text_items:
+            return [{"role": "user", "content": items}]
+        return items
+
+    def limit_fields(self) -> tuple[str, ...]:
+        """The top-level fields a client's body may set the output limit in, the
+        preferred one first (empty: the limit is nested, read and set it with
+        :meth:`limit_of` and :meth:`set_limit`)."""
+        return (self.limit_key,)
+
+    def limit_field(self, model: str) -> str:
+        """The field a body for ``model`` sets the output limit in."""
+        return self.limit_key
 
     def set_limit(self, body: dict[str, Any], max_tokens: int) -> None:
         """Set the output limit of a client's body (the proxy's fitted body)."""

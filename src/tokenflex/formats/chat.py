@@ -266,7 +266,13 @@ class Chat(RequestFormat):
         return None, [plain_message(m) for m in messages]
 
     def body(self, model: str, items: list[Any], system: Any, max_tokens: int) -> dict[str, Any]:
-        return {"model": model, "messages": items, completion_limit_field(model): max_tokens}
+        return {"model": model, "messages": items, self.limit_field(model): max_tokens}
+
+    def limit_fields(self) -> tuple[str, ...]:
+        return ("max_completion_tokens", "max_tokens")
+
+    def limit_field(self, model: str) -> str:
+        return completion_limit_field(model)
 
     def tool(self, function: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": "function", "function": dict(function)}

@@ -47,7 +47,7 @@ from .body import (
     positive_int,
     type_name,
 )
-from .native import Converted, NativeMessage
+from .native import Converted, one_per_item
 
 __all__ = [
     "GEMINI",
@@ -180,11 +180,6 @@ def _internal(content: Any) -> dict[str, Any]:
     return out
 
 
-def _rebuilt(items: Sequence[Any]) -> dict[str, Any]:
-    """The chat dict of one Gemini content (a shrunk copy of a caller's content)."""
-    return _internal(plain_message(items[0]))
-
-
 def system_text(system: Any) -> dict[str, Any]:
     """The internal system message for a ``systemInstruction`` (a content, or a string)."""
     if isinstance(system, str):
@@ -208,19 +203,7 @@ def gemini_to_internal(contents: Sequence[Any], system: Any = None) -> Converted
     Raises:
         BadMessage: a content or part that is not Gemini-shaped (names its index).
     """
-    out: list[dict[str, Any]] = []
-    if system is not None:
-        system = plain_message(system) if not isinstance(system, str) else system
-        try:
-            out.append(NativeMessage(system_text(system), (), -1))
-        except BadMessage as exc:
-            raise BadMessage(exc.problem.removeprefix("has "), exc.fix) from None
-    for i, m in enumerate(contents):
-        try:
-            out.append(NativeMessage(_internal(plain_message(m)), [m], i, _rebuilt))
-        except BadMessage as exc:
-            raise exc.at(i) from None
-    return Converted("gemini", out, system=system, count=len(contents))
+    return one_per_item("gemini", contents, system, convert=_internal, system_message=system_text)
 
 
 def with_system(system: Any, extra: Sequence[str]) -> Any:
@@ -590,6 +573,9 @@ class Gemini(RequestFormat):
             **(config if isinstance(config, Mapping) else {}),
             "maxOutputTokens": max_tokens,
         }
+
+    def limit_fields(self) -> tuple[str, ...]:
+        return ()  # nested in generationConfig
 
     def limit_of(self, body: Mapping[str, Any]) -> Any:
         config = body.get("generationConfig")

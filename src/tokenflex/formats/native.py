@@ -17,7 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Converted", "NativeMessage"]
+from ..message.checks import BadMessage
+from ..message.objects import plain_message
+
+__all__ = ["Converted", "ItemConverter", "NativeMessage", "one_per_item"]
 
 
 class NativeMessage(dict[str, Any]):
@@ -124,3 +127,54 @@ class Converted:
     """Items in the caller's list."""
     reasoning: list[tuple[int, str]] = field(default_factory=list)
     """``(index, text)`` of reasoning taken out of chat messages (not sent back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemConverter:
+    """The :attr:`NativeMessage.rebuild` of a format whose units are single items: the
+    chat dict of the (changed) item, by the format's own converter (a class, not a
+    closure, so a plan's messages pickle)."""
+
+    convert: Callable[[Mapping[str, Any]], dict[str, Any]]
+
+    def __call__(self, items: Sequence[Any]) -> dict[str, Any]:
+        return self.convert(plain_message(items[0]))
+
+
+def one_per_item(
+    fmt: str,
+    items: Sequence[Any],
+    system: Any,
+    *,
+    convert: Callable[[Mapping[str, Any]], dict[str, Any]],
+    system_message: Callable[[Any], dict[str, Any]],
+) -> Converted:
+    """A conversation of a format whose every item is one unit (an Anthropic message, a
+    Gemini content) as internal messages: the top-level system first (index -1), then
+    each item converted by ``convert`` at its own index.
+
+    Args:
+        fmt: The format's name.
+        items: The caller's items (dicts or SDK objects).
+        system: The top-level system prompt (a string or the format's own shape).
+        convert: One item (as a plain dict) to its internal chat dict; raises
+            :class:`~tokenflex.message.checks.BadMessage` for an item not of the format.
+        system_message: The top-level system to its internal system message.
+
+    Raises:
+        BadMessage: an item not of the format (names its index), or a bad system.
+    """
+    out: list[dict[str, Any]] = []
+    if system is not None:
+        system = plain_message(system) if not isinstance(system, str) else system
+        try:
+            out.append(NativeMessage(system_message(system), (), -1))
+        except BadMessage as exc:
+            raise BadMessage(exc.problem.removeprefix("has "), exc.fix) from None
+    rebuild = ItemConverter(convert)
+    for i, m in enumerate(items):
+        try:
+            out.append(NativeMessage(convert(plain_message(m)), [m], i, rebuild))
+        except BadMessage as exc:
+            raise exc.at(i) from None
+    return Converted(fmt, out, system=system, count=len(items))

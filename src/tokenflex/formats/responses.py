@@ -453,6 +453,7 @@ class Responses(RequestFormat):
     items_key = "input"
     system_key = "instructions"
     limit_key = "max_output_tokens"
+    text_items = True
 
     def marks(self, item: Any) -> bool:
         module = sdk_module(item)
@@ -468,9 +469,7 @@ class Responses(RequestFormat):
         its required fields (:data:`ITEMS`). Other fields (``previous_response_id``,
         ``store``) go through."""
         name = check_model(body)
-        items = body.get("input")
-        if isinstance(items, str):
-            items = [{"role": "user", "content": items}]
+        items = self.items_of(body)
         checked = check_items(items, "input", None)
         _check_items(checked)
         return RequestParts(

@@ -3,16 +3,20 @@
 :func:`summarize_span` / :func:`asummarize_span` summarize a span that does not fit the
 summarizer's own window in pieces, rolling: the summary of piece *k* is the previous
 summary of piece *k + 1*. The result is trimmed at a sentence boundary to ``max_tokens``
-of the caller's tokenizer. Any :class:`Summarizer` does the summarizing.
+of the caller's tokenizer. Any :class:`Summarizer` does the summarizing. The steps are
+written once, as a sans-I/O flow (one summarizer call per piece, then the trim), which
+the two functions drive, calling ``summarize`` or awaiting ``asummarize``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .._types import Message
+from ..drivers import adrive, drive
 from ..errors import SummarizerError
 from ..redact import redact
 from .extractive import ExtractiveSummarizer
@@ -82,6 +86,15 @@ def _pieces(span: Sequence[Message], budget: int, count: Count) -> list[list[Mes
     return pieces
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One summarizer call of a span's flow: a piece, rolled on the summary so far."""
+
+    piece: list[Message]
+    previous: str | None
+    max_tokens: int
+
+
 class _SpanJob:
     """Shared by the sync and async span functions: pieces, budgets, the final trim."""
 
@@ -133,6 +146,18 @@ class _SpanJob:
             self.pieces = _pieces(span, budget, self.piece_count)
         if len(self.pieces) > 1 and not quiet:
             log.info("tokenflex: summarizing %d messages in %d pieces", len(span), len(self.pieces))
+
+    def flow(self) -> Generator[_Call, str | None, str]:
+        """The summary, written once (sans I/O): each piece is a :class:`_Call` the
+        driver answers with the summarizer's text; the rolled summary is trimmed."""
+        summary = self.previous
+        for piece in self.pieces:
+            summary = yield _Call(piece, summary, self.max_tokens)
+        if summary is None:
+            raise SummarizerError(
+                "Nothing to summarize: the span is empty and there is no summary."
+            )
+        return self.finish(summary)
 
     def finish(self, text: str) -> str:
         if looks_like_error(text):
@@ -227,12 +252,12 @@ def summarize_span(
         check_facts=check_facts,
         sent=sent,
     )
-    summary = job.previous
-    for piece in job.pieces:
-        summary = job.summarizer.summarize(piece, previous_summary=summary, max_tokens=max_tokens)
-    if summary is None:
-        raise SummarizerError("Nothing to summarize: the span is empty and there is no summary.")
-    return job.finish(summary)
+    return drive(
+        job.flow(),
+        lambda call: job.summarizer.summarize(
+            call.piece, previous_summary=call.previous, max_tokens=call.max_tokens
+        ),
+    )
 
 
 async def asummarize_span(
@@ -257,11 +282,11 @@ async def asummarize_span(
         check_facts=check_facts,
         sent=sent,
     )
-    summary = job.previous
-    for piece in job.pieces:
-        summary = await job.summarizer.asummarize(
-            piece, previous_summary=summary, max_tokens=max_tokens
+
+    async def answer(call: _Call) -> str:
+        text: str = await job.summarizer.asummarize(
+            call.piece, previous_summary=call.previous, max_tokens=call.max_tokens
         )
-    if summary is None:
-        raise SummarizerError("Nothing to summarize: the span is empty and there is no summary.")
-    return job.finish(summary)
+        return text
+
+    return await adrive(job.flow(), answer)
