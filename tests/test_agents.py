@@ -287,6 +287,31 @@ def test_pinned_task_too_big_is_left_out_and_listed() -> None:
     assert any("pinned opening" in w for w in plan.warnings)
 
 
+@pytest.mark.parametrize("fmt", ["chat", "anthropic", "gemini"])
+def test_a_pinned_opening_too_big_for_any_format_is_left_out_not_refused(fmt: str) -> None:
+    """Every format falls back to sending the opening as history: Anthropic and Gemini
+    requests open with the user's turn, so the current turn starts at the last user
+    message and the cut history (here none) opens with a user message."""
+    big, short = output(1, 9_000), "short question"
+    if fmt == "gemini":
+        msgs: list[dict[str, Any]] = [
+            {"role": "user", "parts": [{"text": big}]},
+            {"role": "model", "parts": [{"text": "ok"}]},
+            {"role": "user", "parts": [{"text": short}]},
+        ]
+    else:
+        msgs = [
+            {"role": "user", "content": big},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": short},
+        ]
+    plan = tokenflex.fit(msgs, model="gpt-4", max_tokens=500, format=fmt)
+    promise(plan)
+    assert plan.messages == [msgs[2]]
+    assert {d.index for d in plan.dropped if d.section == "history"} == {0, 1}
+    assert any("pinned opening" in w for w in plan.warnings)
+
+
 # -- do no harm ---------------------------------------------------------------------------
 
 texts = st.integers(min_value=1, max_value=400).map(lambda n: output(n, n))

@@ -110,7 +110,7 @@ class FitLayout:
     user_first: bool = False
     """The API's requests open with the user's turn (Anthropic Messages): with nothing
     pinned, the current turn starts at the last user message and only a user message may
-    open a cut history; the pinned opening is never sent as history."""
+    open a cut history."""
     recall: Any = None
     """A :class:`~tokenflex.recall.Recaller`: the cut note, summary and cleared tool
     results name recall ids (``fit(..., recall=True)``)."""
@@ -178,10 +178,17 @@ class FitLayout:
 
     def unpinned(self) -> FitLayout | None:
         """This layout with nothing pinned (the engine's fallback when the pinned opening
-        does not fit with the newest round), or None when nothing is pinned."""
-        if self.pin_end <= self.hist_start or self.user_first:
+        does not fit with the newest round), or None when nothing is pinned. Where the
+        API's requests open with the user's turn, the current turn then starts at the last
+        user message; when that is the pinned opening's own, unpinning gains nothing."""
+        if self.pin_end <= self.hist_start:
             return None
-        return replace(self, pin_end=self.hist_start)
+        cur = self.cur_start
+        if self.user_first:
+            cur = _last_user(self.messages, self.hist_start, cur)
+            if cur < self.pin_end:
+                return None
+        return replace(self, pin_end=self.hist_start, cur_start=cur)
 
     def summary_target(self) -> SummaryTarget | None:
         return SummaryTarget(
