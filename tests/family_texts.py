@@ -127,6 +127,16 @@ def reference(name: str) -> Callable[[str], int]:
     raise KeyError(name)
 
 
+def token_texts(name: str) -> list[str]:
+    """The text of every token of a llama.cpp vocabulary GGUF reference (``gguf:NAME``)."""
+    if not name.startswith("gguf:"):
+        raise KeyError(f"{name}: only llama.cpp vocabularies list their tokens here")
+    from tokenflex.tokenizers.gguf import GGUFTokenizer
+
+    tok = GGUFTokenizer(VOCAB_DIR / f"ggml-vocab-{name[5:]}.gguf")
+    return [tok.decode([i]) for i in range(tok.vocab_size)]
+
+
 def family_count(family: str, text: str) -> int:
     """The largest count among the family's reference tokenizers (``all``: every one)."""
     if family == "all":

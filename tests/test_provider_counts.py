@@ -306,3 +306,52 @@ def test_the_proxy_counts_through_the_upstream_with_count_provider(fake: FakePro
     assert len(counted) == asked + 1  # the new message only
     sent = [c for c in fake.calls if c[0] == "/v1/chat/completions"]
     assert len(sent) == 2 and sent[0][1]["messages"] == msgs  # it fits: sent unchanged
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        pytest.param("messages/count_tokens", "messages", id="anthropic-count_tokens"),
+        pytest.param("responses/input_tokens", "input", id="responses-input_tokens"),
+    ],
+)
+def test_the_proxys_count_routes_answer_the_providers_count(
+    fake: FakeProvider, path: str, body: str
+) -> None:
+    from test_server import ServerThread
+
+    from tokenflex.server import ServerConfig, create_app
+
+    msgs = chat(6)[1:]  # a system prompt is a field of its own in both formats
+    local = get_counter(CLAUDE).count(msgs)  # the estimate: a bound, far over the fake's count
+    with provider_counts(ProviderCounts(fake.url, tenant="reference")):
+        expected = get_counter(CLAUDE).count(msgs)  # the library's count with the endpoint
+    assert expected < local
+    fake.calls.clear()
+
+    def ask(count: str) -> int:
+        config = ServerConfig.load(
+            upstream=fake.url, discover=False, cut_note=False, calibrate=False, count=count
+        )
+        with ServerThread(create_app(config)) as proxy, httpx.Client(trust_env=False) as client:
+            r = client.post(
+                f"{proxy.url}/v1/{path}",
+                json={"model": CLAUDE, body: msgs},
+                headers={"Authorization": "Bearer sk-client"},
+                timeout=20,
+            )
+        assert r.status_code == 200, r.text
+        n = r.json()["input_tokens"]
+        assert isinstance(n, int)
+        return n
+
+    assert ask("estimate") == local and not fake.calls  # the default asks nothing
+    assert ask("provider") == expected  # the provider's count, as a fit counts it
+    counted = [c for c in fake.calls if c[0] == "/v1/messages/count_tokens"]
+    assert counted and all(c[2]["x-api-key"] == "sk-client" for c in counted)
+    # the sum is never below the endpoint's own count of the whole request
+    assert expected >= whole_count(get_model(CLAUDE), msgs)
+    # a failing endpoint: the estimate, as when fitting
+    reset_provider_counts()
+    fake.mode = "error"
+    assert ask("provider") == local

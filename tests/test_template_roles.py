@@ -5,14 +5,16 @@ with the fix. Real templates: the ones llama.cpp's vocabulary GGUFs carry (``mak
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import family_texts
 import pytest
 
+from tokenflex import fit
 from tokenflex.counting import get_counter
-from tokenflex.counting.template import TemplateRejected
-from tokenflex.models import Model
+from tokenflex.counting.template import TemplateRejected, alternating_roles
+from tokenflex.models import Model, get_model
 from tokenflex.tokenizers import get_tokenizer
 from tokenflex.tokenizers.gguf import GGUFTokenizer
 
@@ -80,3 +82,62 @@ def test_the_plan_says_what_the_model_will_not_see() -> None:
     assert plan.input_tokens == tokenflex.fit([USER], model=model, max_tokens=100).input_tokens
     seen = tokenflex.fit([SYSTEM, USER], model="gpt-4o", max_tokens=100)
     assert not any("renders no" in w for w in seen.warnings)
+
+
+# -- templates that demand alternating roles (issue 26 item 5) ----------------------------
+
+
+def _chat(turns: int) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": "Be brief."}]
+    for i in range(turns):
+        role = "user" if i % 2 == 0 else "assistant"
+        msgs.append({"role": role, "content": f"turn {i}: " + "the quick brown fox " * 30})
+    return msgs
+
+
+def _template_model(name: str, vocab: str, bos: str, eos: str) -> Model:
+    source = family_texts.VOCAB_DIR / "templates" / f"{name}.jinja"
+    if not source.exists():
+        pytest.skip("llama.cpp's templates are not extracted (make vocab)")
+    return Model(
+        name=f"template-{name}",
+        context_window=2048,
+        tokenizer=f"gguf:{family_texts.VOCAB_DIR / f'ggml-vocab-{vocab}.gguf'}",
+        chat_format="template",
+        chat_template=source.read_text(encoding="utf-8"),
+        bos_token=bos,
+        eos_token=eos,
+    )
+
+
+NEMO = ("mistralai-Mistral-Nemo-Instruct-2407", "llama-spm", "<s>", "</s>")
+
+
+@pytest.mark.parametrize("registry", [False, True], ids=["template-model", "registry-entry"])
+def test_a_cut_keeps_the_roles_alternating_where_the_template_demands_it(
+    registry: bool,
+) -> None:
+    # Mistral Nemo's template raises "roles must alternate": a cut after the pinned
+    # question used to send user, user (35 of 40 cut chats in scripts/check_windows.py)
+    real = _template_model(*NEMO)
+    assert alternating_roles(real)
+    # the registry's mistral-nemo counts with an estimate (no template): its entry says so
+    model = get_model("mistral-nemo").replace(context_window=2048) if registry else real
+    assert alternating_roles(model)
+    msgs = _chat(41)
+    plan = fit(msgs, model=model, max_tokens=200, cut_note=False)
+    assert plan.dropped, "the chat is cut"
+    roles = [m["role"] for m in plan.messages if m["role"] != "system"]
+    assert all(a != b for a, b in itertools.pairwise(roles)), roles
+    # the pinned question and its answer open the plan; the template renders it
+    assert plan.messages[1:3] == msgs[1:3]
+    assert get_counter(real).count_rendered(plan.messages) + 200 <= 2048
+
+
+def test_a_template_that_accepts_user_after_user_pins_the_question_alone() -> None:
+    qwen = _template_model("Qwen-Qwen2.5-7B-Instruct", "qwen2", "", "<|im_end|>")
+    assert not alternating_roles(qwen)
+    assert not alternating_roles(get_model("qwen2.5:7b"))
+    msgs = _chat(41)
+    plan = fit(msgs, model=qwen, max_tokens=200, cut_note=False)
+    assert plan.messages[1] == msgs[1] and plan.messages[2]["role"] == "user"

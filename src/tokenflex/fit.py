@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from ._types import Message, Tool
 from .counting import get_counter
 from .counting.shape import check_one, check_shapes, shape_checker
+from .counting.template import alternating_roles
 from .engine import (
     DocumentsSection,
     GroupIndex,
@@ -132,6 +133,10 @@ class FitLayout:
         self.hist_start = i + 1 if self.summary_idx is not None else i
         self.cur_start = _current(msgs, self.hist_start, n)
         self.pin_end = _pinned(msgs, self.hist_start, self.cur_start, self.opts.pin)
+        if self.pin_end > self.hist_start and alternating_roles(self.model):
+            # a history cut after the pinned question would put user after user, which
+            # the template refuses: the answers to it are pinned too
+            self.pin_end = _next_user(msgs, self.pin_end, self.cur_start)
         if self.user_first and self.pin_end == self.hist_start:
             self.cur_start = _last_user(msgs, self.hist_start, self.cur_start)
 
@@ -242,6 +247,17 @@ def _pinned(msgs: Sequence[Message], lo: int, hi: int, pin: int) -> int:
             seen += 1
             end = i + 1
     return end
+
+
+def _next_user(msgs: Sequence[Message], start: int, stop: int) -> int:
+    """The first user message of ``msgs[start:stop]`` (``stop`` if none)."""
+    i = start
+    while i < stop:
+        m = msgs[i]
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            return i
+        i += 1
+    return stop
 
 
 def _with_history(

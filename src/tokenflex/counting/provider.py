@@ -18,11 +18,12 @@ the sum over a request is never below the endpoint's count of that request):
 
 - the request's base is the count of a one-message probe request (``[user "."]``), the
   probe's own turn included;
-- a plain text message (``{"role", "content": str}``) costs what it adds to a probe
-  request whose last turn has another role (``count(probe + [m]) - count(probe)``: a
-  turn of its own, never merged into the probe's), plus :data:`TURN_SLACK` tokens for
-  the framing its place in the real request may add; a system (or developer) message is
-  measured as Anthropic's top-level ``system`` / a Responses ``system`` item;
+- a plain text message (``{"role", "content": str}``, or a list of one text part)
+  costs what it adds to a probe request whose last turn has another role
+  (``count(probe + [m]) - count(probe)``: a turn of its own, never merged into the
+  probe's), plus :data:`TURN_SLACK` tokens for the framing its place in the real
+  request may add; a system (or developer) message is measured as Anthropic's
+  top-level ``system`` / a Responses ``system`` item;
 - anything else (tool calls and results, images, files, extra fields) and the tool
   schemas keep the model's estimate, which is a bound on its own.
 
@@ -222,6 +223,15 @@ def _client(config: ProviderCounts) -> httpx.Client:
         return _shared_client
 
 
+def _plain_text(content: Any) -> Any:
+    """``content`` as one text when it is one: a string, or a list of one text part."""
+    if type(content) is list and len(content) == 1:
+        part = content[0]
+        if type(part) is dict and len(part) == 2 and part.get("type") == "text":
+            return part.get("text")
+    return content
+
+
 class ProviderCounter(MessageCounter):
     """The model's counter, with plain text messages counted by the provider's endpoint.
 
@@ -329,8 +339,10 @@ class ProviderCounter(MessageCounter):
     # MessageCounter ---------------------------------------------------------------
 
     def message(self, msg: Message) -> int:
-        if type(msg) is dict and len(msg) == 2:
-            role, content = msg.get("role"), msg.get("content")
+        # a dict subclass too: Anthropic and Responses input arrive as chat-shaped
+        # NativeMessage dicts (a Responses text as a list of one text part)
+        if isinstance(msg, dict) and len(msg) == 2:
+            role, content = msg.get("role"), _plain_text(msg.get("content"))
             if (
                 type(role) is str
                 and type(content) is str

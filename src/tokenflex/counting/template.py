@@ -47,11 +47,52 @@ __all__ = [
     "RENDER_SECONDS",
     "TemplateCounter",
     "TemplateRejected",
+    "alternating_roles",
     "compile_template",
     "render",
 ]
 
 log = logging.getLogger("tokenflex")
+
+
+_alternates: dict[str, bool] = {}
+_ALTERNATES_MAX = 64
+
+
+def alternating_roles(model: Model) -> bool:
+    """Whether ``model`` refuses two turns of one role in a row: its registry entry says
+    so (:attr:`~tokenflex.Model.alternating_roles`), or it is a template model whose
+    template refuses ``user, user`` (rendered once per template, remembered).
+
+    >>> from tokenflex.models import Model
+    >>> alternating_roles(Model("m", 4096)), alternating_roles(
+    ...     Model("n", 4096, alternating_roles=True))
+    (False, True)
+    """
+    if model.alternating_roles:
+        return True
+    source = model.chat_template
+    if model.chat_format != "template" or not source:
+        return False
+    hit = _alternates.get(source)
+    if hit is None:
+        try:
+            render(
+                compile_template(source),
+                [_USER, {"role": "user", "content": "Again"}],
+                add_generation_prompt=True,
+                bos_token=model.bos_token,
+                eos_token=model.eos_token,
+            )
+            hit = False
+        except TemplateRejected:
+            hit = True
+        except ConfigError:  # a template that does not compile: the counter says so
+            hit = False
+        if len(_alternates) >= _ALTERNATES_MAX:
+            _alternates.clear()
+        _alternates[source] = hit
+    return hit
 
 
 _USER = {"role": "user", "content": "Hi"}

@@ -112,6 +112,11 @@ class Model:
     """A Jinja chat template (``chat_format='template'``)."""
     bos_token: str = ""
     eos_token: str = ""
+    alternating_roles: bool = False
+    """The model's chat template refuses two turns of one role in a row (Mistral Nemo:
+    "roles must alternate"): a cut pins the first exchange whole, so the history after
+    it opens with a user turn. A template model (``chat_format='template'``) whose
+    template refuses ``user, user`` is taken as alternating without it."""
     source: str = "registry"
     """Where this entry came from: registry, a TOML file, code, a server, a GGUF file, or
     ``default`` for an unknown model."""
@@ -212,6 +217,7 @@ _LIKE_FIELDS = (
     "chat_template",
     "bos_token",
     "eos_token",
+    "alternating_roles",
     "cache_min_tokens",
     "cache_ttl_s",
 )

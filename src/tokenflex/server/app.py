@@ -47,6 +47,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..calibration import Calibration
+from ..counting.provider import with_provider_counts
 from ..errors import TokenflexError
 from ..models import load_models_file
 from ..recall import MAX_ROUNDS
@@ -582,7 +583,9 @@ class Proxy:
 
     async def count_input(self, request: Request, route: str | None, wire: Wire) -> Response:
         """``POST /v1/messages/count_tokens`` and ``/v1/responses/input_tokens``: the
-        request's input tokens by the proxy's own count (in a worker thread)."""
+        request's input tokens as the proxy counts them when it fits (in a worker thread):
+        with ``count = "provider"``, through the upstream's count endpoint (the estimate
+        where it fails)."""
         raw = await read_body(request, self.config.max_body_bytes)
         req = wire.parse(raw, request.path_params.get("model"))
         api_key = bearer(self.upstream.request_headers(request.headers, peer(request)))
@@ -590,7 +593,10 @@ class Proxy:
         if self.fitter.calibration is not None:  # as fitting counts: the learned factor
             model = self.fitter.calibration.apply(model, self.config.upstream)
         async with self.large.turn(len(raw)):
-            work = functools.partial(count_input, req, model)
+            work: Callable[[], Response] = functools.partial(count_input, req, model)
+            if self.config.count == "provider":  # as fitting counts: asked per client
+                config = self.fitter.count_config(api_key, credential_hash(request.headers))
+                work = with_provider_counts(config, work)
             return await off_loop(self.fitter.limiter, work)
 
     async def plan(self, request: Request, route: str | None) -> Response:

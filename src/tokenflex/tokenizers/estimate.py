@@ -1183,6 +1183,74 @@ def family_indent_tokens(family: str) -> tuple[int, ...]:
     return tuple(int(n) for n in _runs_data().get("indents", {}).get(family, ()))
 
 
+_JOINS_FILE = "family_joins.json"
+_joins: dict[str, Callable[[str], int] | None] = {}
+
+JOIN_MARGIN = 1.05
+"""A piece of a family's joins block costs at least this times its join floor
+(:func:`family_join_floor`): the floor is a lower bound, and random letters cost about
+1.2 times it. The smallest of 1, 1.05, 1.1, ... with no random Thai text under for
+``gemma`` on a tuning draw (20 texts, seed 1; docs/estimator.md, "Random Thai")."""
+
+
+def join_gram(gram: str, first: int, last: int) -> bool:
+    """Whether ``gram`` is an n-gram the join floor checks: characters of the block
+    ``first``..``last`` (code points), a leading space allowed, the last in the block."""
+    return (
+        first <= ord(gram[-1]) <= last
+        and all(first <= ord(ch) <= last for ch in gram[1:-1])
+        and (gram[0] == " " or first <= ord(gram[0]) <= last)
+    )
+
+
+def family_join_floor(family: str) -> Callable[[str], int] | None:
+    """The join floor of ``family`` (``None`` for a family not in ``family_joins.json``):
+    how many tokens a piece needs at least, counted from the 2- and 3-grams of one block
+    that occur inside a token of the family's vocabulary (measured by
+    ``scripts/bench_families.py --joins``). Where two or three neighbouring characters of
+    the block form no such n-gram, no token can span them, so the tokenizer cuts there;
+    the floor is one plus those cuts (a greedy cut into the longest runs whose n-grams all
+    occur, which is the fewest such runs). Real words of the block merge, so their floor
+    is low; random letters mostly do not (gemma spends a token on each Thai letter alone,
+    none is dear, and random Thai words were under its real count by up to 18%).
+
+    >>> from tokenflex.tokenizers.estimate import family_join_floor
+    >>> floor = family_join_floor("gemma")
+    >>> floor is not None and floor("hello") == 0 and floor(" ฆฆฆฆ") > 1
+    True
+    """
+    if family in _joins:
+        return _joins[family]
+    raw = resources.files("tokenflex").joinpath("data", _JOINS_FILE).read_text("utf-8")
+    data = json.loads(raw)["joins"].get(family)
+    floor: Callable[[str], int] | None = None
+    if data is not None:
+        first, last = int(data["first"]), int(data["last"])
+        two, three = data["2"], data["3"]
+        pairs = frozenset(two[k : k + 2] for k in range(0, len(two), 2))
+        triples = frozenset(three[k : k + 3] for k in range(0, len(three), 3))
+        block = re.compile(f"[\\u{first:04x}-\\u{last:04x}]").search
+
+        def floor(piece: str) -> int:
+            if block(piece) is None:
+                return 0
+            cuts, start = 0, 0
+            for j in range(1, len(piece)):
+                pair = piece[j - 1 : j + 1]
+                if join_gram(pair, first, last) and pair not in pairs:
+                    cuts, start = cuts + 1, j
+                    continue
+                if j - 2 >= start:
+                    triple = piece[j - 2 : j + 1]
+                    if join_gram(triple, first, last) and triple not in triples:
+                        cuts, start = cuts + 1, j
+            return cuts + 1
+
+    with _lock:
+        _joins[family] = floor
+    return floor
+
+
 def _punct_runs(min_run: int) -> re.Pattern[str]:
     """Runs of one ASCII punctuation character, ``min_run`` long or more."""
     return re.compile(r"([!-/:-@\[-`{-~])\1{" + str(min_run - 1) + ",}")
@@ -1241,6 +1309,7 @@ class FamilyEstimator:
         self._single = (self._weighted(_SINGLE_TERMS), 0.0)
         self._dear_rate = DEAR_LETTERS.get(family, 0.0)
         self._dear = dear_letters(family) if self._dear_rate else None
+        self._join_floor = family_join_floor(family)
         self._costs = _Costs(self._cost)
 
     @property
@@ -1269,8 +1338,11 @@ class FamilyEstimator:
                 cost = max(cost, self._run_floor(piece))
             elif not piece.isascii() and _OUT_OF_FITTED(piece):
                 cost = max(cost, _ceiling(piece, family_char_tokens(self.family)))
-            elif self._dear is not None and not piece.isascii():
-                cost += self._dear_surcharge(piece)
+            elif not piece.isascii():
+                if self._dear is not None:
+                    cost += self._dear_surcharge(piece)
+                if self._join_floor is not None:
+                    cost = max(cost, JOIN_MARGIN * self._join_floor(piece))
             out = (cost, var)
         self._costs[piece] = out
         return out
