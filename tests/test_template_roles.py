@@ -141,3 +141,20 @@ def test_a_template_that_accepts_user_after_user_pins_the_question_alone() -> No
     msgs = _chat(41)
     plan = fit(msgs, model=qwen, max_tokens=200, cut_note=False)
     assert plan.messages[1] == msgs[1] and plan.messages[2]["role"] == "user"
+
+
+def test_an_agent_loop_keeps_its_task_pinned_where_the_template_demands_alternation() -> None:
+    # only the plain answers after the pinned question are pinned with it: an agent
+    # loop's tool rounds are not (a cut opens on a call, after the task's user turn)
+    model = get_model("mistral-nemo").replace(context_window=4096)
+    assert alternating_roles(model)
+    task = {"role": "user", "content": "Fix the failing test in the repository."}
+    msgs: list[dict[str, object]] = [SYSTEM, task]
+    for k in range(40):
+        call = {**CALL, "tool_calls": [{**CALL["tool_calls"][0], "id": f"c{k}"}]}
+        msgs += [call, {**RESULT, "tool_call_id": f"c{k}", "content": "a line of code\n" * 20}]
+    plan = fit(msgs, model=model, max_tokens=500)
+    assert plan.dropped, "the loop is cut"
+    assert plan.messages[1] == task
+    assert plan.messages[2]["role"] == "assistant" and plan.messages[2]["tool_calls"]
+    assert not any("pinned opening" in w for w in plan.warnings)

@@ -135,8 +135,9 @@ class FitLayout:
         self.pin_end = _pinned(msgs, self.hist_start, self.cur_start, self.opts.pin)
         if self.pin_end > self.hist_start and alternating_roles(self.model):
             # a history cut after the pinned question would put user after user, which
-            # the template refuses: the answers to it are pinned too
-            self.pin_end = _next_user(msgs, self.pin_end, self.cur_start)
+            # the template refuses: the plain answers that follow it are
+            # pinned too. An agent loop's tool rounds are not: a cut opens on a call.
+            self.pin_end = _answers_end(msgs, self.pin_end, self.cur_start)
         if self.user_first and self.pin_end == self.hist_start:
             self.cur_start = _last_user(msgs, self.hist_start, self.cur_start)
 
@@ -249,15 +250,21 @@ def _pinned(msgs: Sequence[Message], lo: int, hi: int, pin: int) -> int:
     return end
 
 
-def _next_user(msgs: Sequence[Message], start: int, stop: int) -> int:
-    """The first user message of ``msgs[start:stop]`` (``stop`` if none)."""
+def _answers_end(msgs: Sequence[Message], start: int, stop: int) -> int:
+    """The end of the run of plain assistant answers (no tool calls) that opens
+    ``msgs[start:stop]`` (``start`` if none)."""
     i = start
     while i < stop:
         m = msgs[i]
-        if isinstance(m, Mapping) and m.get("role") == "user":
-            return i
+        if (
+            not isinstance(m, Mapping)
+            or m.get("role") != "assistant"
+            or m.get("tool_calls")
+            or m.get("function_call")
+        ):
+            break
         i += 1
-    return stop
+    return i
 
 
 def _with_history(
