@@ -641,7 +641,11 @@ def _as_group(keyword: str, value: Any, where: str) -> OptionGroup:
     group = next(g for g in GROUPS if g.keyword == keyword)
     if isinstance(value, group):
         return value
-    if isinstance(value, OptionGroup) or (keyword == "cache" and not isinstance(value, bool)):
+    if (
+        isinstance(value, OptionGroup)
+        or keyword not in _AS_GROUP
+        or (keyword == "cache" and not isinstance(value, bool))
+    ):
         raise InvalidInputError(
             f"{where}: {keyword}={value!r:.80} is not valid: {keyword} takes "
             f"tokenflex.{group.__name__}(...)"
@@ -661,6 +665,7 @@ def gather(
     groups: Mapping[str, Any],
     *,
     takes: Collection[str] = ("history", "documents", "summarizer", "background_summaries"),
+    allowed: Collection[str] | None = None,
 ) -> Gathered:
     """Merge a call's groups (keyword -> group, plain form or None) and its flat options
     (FitOptions names, and the plain keywords of :data:`_PLAIN` such as ``summarizer``).
@@ -671,6 +676,7 @@ def gather(
         groups: The group keywords given (None: not given).
         takes: The objects this call takes (history source, chunks, summarizer,
             background summaries), by their plain keyword.
+        allowed: The FitOptions names this call takes (default: all).
 
     Raises:
         InvalidInputError: a group of the wrong type, a bad value (named with its group),
@@ -691,6 +697,12 @@ def gather(
         gname = type(group).__name__
         values = group.options()
         for name in values:
+            if allowed is not None and name not in allowed:
+                field = next((f for f, n in group.flat.items() if n == name), name)
+                raise InvalidInputError(
+                    f"{where} does not take {gname}({field}=...): it is not an option of "
+                    f"{where}. Leave {field} out (options: {', '.join(allowed)})."
+                )
             if name in flat:
                 field = next((f for f, n in group.flat.items() if n == name), None)
                 shown = f"{keyword}={value!r}" if field is None else f"{gname}({field}=...)"

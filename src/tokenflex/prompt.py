@@ -372,7 +372,7 @@ class Prompt:
         **options: Any,
     ) -> None:
         groups = {"summarize": summarize, "shrink": shrink, "cache": cache, "fallback": fallback}
-        given = gather("Prompt()", options, groups, takes=("summarizer",))
+        given = gather("Prompt()", options, groups, takes=("summarizer",), allowed=PROMPT_OPTIONS)
         self.options = FitOptions.from_kwargs(
             {"max_tokens": max_tokens, **given.options},
             where="Prompt()",
