@@ -697,15 +697,14 @@ def gather(
         gname = type(group).__name__
         values = group.options()
         for name in values:
+            field = next((f for f, n in group.flat.items() if n == name), None)
+            shown = f"{keyword}={value!r}" if field is None else f"{gname}({field}=...)"
             if allowed is not None and name not in allowed:
-                field = next((f for f, n in group.flat.items() if n == name), name)
                 raise InvalidInputError(
-                    f"{where} does not take {gname}({field}=...): it is not an option of "
-                    f"{where}. Leave {field} out (options: {', '.join(allowed)})."
+                    f"{where} does not take {shown}: {name} is not an option of {where}. "
+                    f"Leave it out (options: {', '.join(allowed)})."
                 )
             if name in flat:
-                field = next((f for f, n in group.flat.items() if n == name), None)
-                shown = f"{keyword}={value!r}" if field is None else f"{gname}({field}=...)"
                 raise InvalidInputError(
                     f"{where}: {name}={flat[name]!r} and {shown} both set {name}. Give "
                     f"one: the flat name or the {keyword}= group."
