@@ -67,9 +67,7 @@ def table() -> str:
             raise SystemExit(f"FitOptions.{field.name} has no docstring: document it.")
         default = field.default
         group = grouped.get(field.name, "")
-        rows.append(
-            f"| `{field.name}` | `{default!r}` | {group} | {markdown(docs[field.name])} |"
-        )
+        rows.append(f"| `{field.name}` | `{default!r}` | {group} | {markdown(docs[field.name])} |")
     return "\n".join(rows)
 
 

@@ -65,6 +65,7 @@ from .options import (
     Documents,
     Fallback,
     FitOptions,
+    Gathered,
     History,
     Shrink,
     Summarize,
@@ -626,15 +627,18 @@ def _fit_flow(
     it yields the work that may call a tokenizer server (:class:`Work`), the history
     reads and the layout fits, and receives their answers (an exception is thrown in)."""
     started = time.perf_counter()
-    bare = not options and all(v is None for v in groups.values())
-    opts = plain_options(max_tokens) if bare else None
+    given = (
+        gather("fit()", options, groups)
+        if options or any(v is not None for v in groups.values())
+        else Gathered({})
+    )
+    # a chat loop's call (no options but max_tokens, maybe a summarizer or chunks): its
+    # options are checked once per max_tokens value, not on every turn
+    opts = None if given.options else plain_options(max_tokens)
     if opts is None:
-        given = gather("fit()", options, groups)
         opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **given.options})
-        history, documents = given.history, given.chunks
-        summarizer, background_summaries = given.summarizer, given.background
-    else:  # the chat loop's call: no options but max_tokens, checked once per value
-        history = documents = summarizer = background_summaries = None
+    history, documents = given.history, given.chunks
+    summarizer, background_summaries = given.summarizer, given.background
     while True:
         messages = check_messages(messages)
         primary = get_model(model, strict=opts.strict)
