@@ -3,6 +3,7 @@ its own fields, and the settings and the proxy config read the same names."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -202,17 +203,34 @@ def test_conversation_and_prompt_take_the_groups() -> None:
     assert shape(over) == shape(by_name.fit(max_tokens=300, drop_reasoning=True))
     assert Conversation(model=MODEL).options["cache_stable"] is True  # its default stays
 
+    # a Conversation's summarizer is used by every fit that gives none
+    s = ExtractiveSummarizer()
+    kept = Conversation(msgs, model=MODEL, summarize=Summarize(s, keep_recent=2), cache=False)
+    given = Conversation(msgs, model=MODEL, keep_recent=2, cache_stable=False)
+    plan = kept.fit(max_tokens=300)
+    assert plan.summary is not None
+    assert shape(plan) == shape(given.fit(max_tokens=300, summarizer=s))
+
     def prompt(**kw: Any) -> Any:
         p = Prompt(MODEL, max_tokens=300, **kw)
         p.add("history", msgs[1:], shrink="summarize")
         return shape(p.fit())
 
-    s = ExtractiveSummarizer()
     assert prompt(summarize=Summarize(s, keep_recent=2)) == shape(
         Prompt(MODEL, max_tokens=300, keep_recent=2)
         .add("history", msgs[1:], shrink="summarize")
         .fit(summarizer=s)
     )
+
+
+def test_afit_takes_the_groups() -> None:
+    msgs = agent(12)
+    kw: dict[str, Any] = {"model": MODEL, "max_tokens": 300}
+    grouped = asyncio.run(
+        tokenflex.afit(msgs, shrink=Shrink(clear_tool_results=True), fallback=["gpt-4o"], **kw)
+    )
+    flat = tokenflex.fit(msgs, clear_tool_results=True, fallback_models=["gpt-4o"], **kw)
+    assert shape(grouped) == shape(flat)
 
 
 @pytest.mark.parametrize(
