@@ -392,6 +392,19 @@ def _as_option(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+def test_every_group_is_a_setting_and_every_field_is_drawn() -> None:
+    from tokenflex.settings import Settings
+
+    assert {g.keyword for g in GROUPS} <= set(Settings.model_fields)
+    drawn = {(k, f) for k, f, _ in VALUES} | {
+        ("history", "share"),  # (the older flat settings, tested below)
+        ("summarize", "keep_recent"),
+        ("summarize", "max_tokens"),
+    }
+    assert drawn == {(g.keyword, f) for g in GROUPS for f in g.flat}
+    assert repr(Shrink(keep_tools=["a"])) == "Shrink(keep_tools=('a',))"
+
+
 @pytest.mark.parametrize(("keyword", "field", "value"), VALUES)
 def test_settings_read_each_group_field_from_env_and_code(
     monkeypatch: pytest.MonkeyPatch, keyword: str, field: str, value: Any
