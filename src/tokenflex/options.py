@@ -596,11 +596,10 @@ GROUPS: tuple[type[OptionGroup], ...] = (
 """The option groups, by keyword: fit()'s arguments, the settings' and the proxy
 config's tables read their names from here (one registry of names)."""
 
-_PLAIN: dict[str, tuple[type[OptionGroup], str]] = {
-    plain: (g, field) for g in GROUPS for field, plain in g.payload.items()
-}
-"""The plain keywords that carry a group's object (``summarizer=``): keyword -> (group,
-field). ``history=`` and ``documents=`` take the group or the object itself."""
+_PLAIN = frozenset(plain for g in GROUPS for plain in g.payload.values())
+"""The plain keywords that carry a group's object (``summarizer=``,
+``background_summaries=``; ``history=`` and ``documents=`` take the group or the object
+itself)."""
 
 
 @dataclass(frozen=True)
@@ -687,7 +686,7 @@ def gather(
     carried: dict[str, Any] = {}
     for name in [k for k in flat if k in _PLAIN]:
         if name not in takes:
-            break  # FitOptions.from_kwargs names it with what this call takes
+            continue  # FitOptions.from_kwargs names it with what this call takes
         carried[name] = flat.pop(name)
     merged: dict[str, Any] = {}
     for keyword, value in groups.items():
