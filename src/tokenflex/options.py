@@ -312,6 +312,8 @@ class OptionGroup:
     A group remembers which fields it was given: only those are set, the others keep the
     entry point's defaults (a :class:`~tokenflex.Conversation`'s own, for one), and a
     flat name given beside its group for the same field is an error naming both.
+    ``dataclasses.replace`` gives every field (it passes them all); equality compares
+    the values only.
     """
 
     keyword: ClassVar[str]
