@@ -1,7 +1,8 @@
 """docs/fit.md's options table, generated from ``FitOptions`` itself.
 
 Each row is one field of :class:`tokenflex.FitOptions`: its name, its default (the
-dataclass's own) and its docstring (read from ``src/tokenflex/options.py``, where each
+dataclass's own), the option group that sets it (:data:`tokenflex.options.GROUPS`) and its
+docstring (read from ``src/tokenflex/options.py``, where each
 field is documented), so the table cannot drift from the code. The table sits between
 two markers in docs/fit.md.
 
@@ -56,12 +57,17 @@ def markdown(doc: str) -> str:
 
 def table() -> str:
     docs = docstrings()
-    rows = ["| option | default | meaning |", "|---|---|---|"]
+    grouped = {"cache_stable": "`cache=True`"}
+    for g in options.GROUPS:  # the group argument that sets each field (the registry's)
+        for f, name in g.flat.items():
+            grouped[name] = f"`{g.keyword}={g.__name__}({f}=)`"
+    rows = ["| option | default | group | meaning |", "|---|---|---|---|"]
     for field in dataclasses.fields(options.FitOptions):
         if field.name not in docs:
             raise SystemExit(f"FitOptions.{field.name} has no docstring: document it.")
         default = field.default
-        rows.append(f"| `{field.name}` | `{default!r}` | {markdown(docs[field.name])} |")
+        group = grouped.get(field.name, "")
+        rows.append(f"| `{field.name}` | `{default!r}` | {group} | {markdown(docs[field.name])} |")
     return "\n".join(rows)
 
 

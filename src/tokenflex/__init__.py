@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .models import Model, get_model, list_models, load_models_file, register_model
     from .models.discovery import adiscover_model, discover_model
     from .models.gguf import model_from_gguf
-    from .options import FitOptions
+    from .options import CacheStable, Documents, Fallback, FitOptions, History, Shrink, Summarize
     from .plan import DroppedItem, Plan, SummaryInfo
     from .prompt import Prompt
     from .recall import recall
@@ -93,7 +93,13 @@ _LAZY = {
     "adiscover_model": "models.discovery",
     "discover_model": "models.discovery",
     "model_from_gguf": "models.gguf",
+    "CacheStable": "options",
+    "Documents": "options",
+    "Fallback": "options",
     "FitOptions": "options",
+    "History": "options",
+    "Shrink": "options",
+    "Summarize": "options",
     "DroppedItem": "plan",
     "Plan": "plan",
     "SummaryInfo": "plan",
@@ -150,17 +156,21 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "SUMMARY_PREFIX",
+    "CacheStable",
     "ChatSummarizer",
     "Chunk",
     "ConfigError",
     "ContextOverflowError",
     "Conversation",
     "Cost",
+    "Documents",
     "DroppedChunk",
     "DroppedItem",
     "ExtractiveSummarizer",
+    "Fallback",
     "FallbackChoice",
     "FitOptions",
+    "History",
     "InvalidInputError",
     "InvalidMessagesError",
     "MessageCounter",
@@ -171,6 +181,8 @@ __all__ = [
     "SQLiteMessageStore",
     "Savings",
     "Settings",
+    "Shrink",
+    "Summarize",
     "Summarizer",
     "SummarizerError",
     "SummaryInfo",

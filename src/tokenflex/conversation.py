@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ._types import Message, Tool
 from .counting import get_counter
@@ -34,13 +34,26 @@ from .message.checks import BadMessage
 from .message.groups import joins_previous
 from .message.objects import plain_message
 from .models import Model, get_model
-from .options import FitOptions
+from .options import (
+    CacheStable,
+    Documents,
+    Fallback,
+    FitOptions,
+    History,
+    Shrink,
+    Summarize,
+    gather,
+)
 from .plan import Plan
 from .recall import Recaller, RecallFit, afit_recalling, fit_recalling
 from .roundtrip import Prepared, finish
 from .session import ObjectMemory
 from .state import MemoryStore
-from .summarize import is_summary_message
+from .summarize import Summarizer, is_summary_message
+
+if TYPE_CHECKING:
+    from .documents import Chunk
+    from .state import StateStore
 
 __all__ = ["Conversation"]
 
@@ -51,12 +64,12 @@ class Conversation:
     The caller's dicts are kept by reference, never modified. Options given here are
     defaults for every :meth:`fit`; keyword arguments to :meth:`fit` override them.
 
-    Plans are cache-stable by default (``cache_stable=True``): when history must be cut,
+    Plans are cache-stable by default (``cache=True``): when history must be cut,
     it is cut down to ``low_water`` of its room (by default chosen by expected cost where
     the model's cache prices are known: :func:`tokenflex.cost.stable_mark`) and that cut
     is held while it fits and the provider still caches it, so consecutive requests share
     a prefix a provider's prompt cache can reuse; each plan reports it in
-    ``prefix_tokens``. Pass ``cache_stable=False`` to keep as much history
+    ``prefix_tokens``. Pass ``cache=False`` to keep as much history
     as fits on every fit.
 
     Chat messages' ``reasoning_content`` is handled as :func:`tokenflex.fit` handles it:
@@ -77,12 +90,26 @@ class Conversation:
         *,
         model: str | Model,
         tools: Sequence[Tool] | None = None,
+        history: History | None = None,
+        summarize: Summarizer | Summarize | None = None,
+        shrink: Shrink | None = None,
+        cache: bool | CacheStable | None = None,
+        fallback: Sequence[str] | Fallback | None = None,
         keep_reasoning: bool = False,
         recall: bool = False,
-        state: Any = None,
+        state: StateStore | None = None,
         **options: Any,
     ) -> None:
-        options = {"cache_stable": True, **options}
+        groups = {
+            "history": history,
+            "summarize": summarize,
+            "shrink": shrink,
+            "cache": cache,
+            "fallback": fallback,
+        }
+        given = gather("Conversation()", options, groups, takes=("summarizer",))
+        options = {"cache_stable": True, **given.options}
+        self._summarizer = given.summarizer  # used when fit() is given none
         self.keep_reasoning = keep_reasoning
         self.recall, self.state = _recall_options(recall, state)
         self._reasoning: dict[int, str] = {}  # taken out of messages (fit()'s rule)
@@ -158,9 +185,15 @@ class Conversation:
 
     # -- fitting ---------------------------------------------------------------------
     def _layout(
-        self, max_tokens: int | None, documents: Sequence[Any] | None, overrides: dict[str, Any]
-    ) -> tuple[FitLayout, FitOptions]:
-        opts = self._opts
+        self, max_tokens: int | None, groups: dict[str, Any], overrides: dict[str, Any]
+    ) -> tuple[FitLayout, FitOptions, Summarizer | None]:
+        opts, documents, summarizer = self._opts, None, self._summarizer
+        if overrides or any(v is not None for v in groups.values()):
+            given = gather(
+                "Conversation.fit()", overrides, groups, takes=("documents", "summarizer")
+            )
+            overrides, documents = given.options, given.chunks
+            summarizer = given.summarizer or summarizer
         if overrides:
             options = {**self.options, **overrides}
             if max_tokens is not None:
@@ -178,24 +211,37 @@ class Conversation:
                 ),
             )
         layout = FitLayout(self._msgs, self.model, self.tools, opts, documents, index=self._index)
-        return layout, opts
+        return layout, opts, summarizer
 
     def fit(
         self,
         *,
         max_tokens: int | None = None,
-        summarizer: Any = None,
-        documents: Sequence[Any] | None = None,
+        documents: Sequence[Chunk] | Documents | None = None,
+        summarize: Summarizer | Summarize | None = None,
+        history: History | None = None,
+        shrink: Shrink | None = None,
+        cache: bool | CacheStable | None = None,
+        fallback: Sequence[str] | Fallback | None = None,
         **overrides: Any,
     ) -> Plan:
         """Fit the conversation: O(log n) plus the kept messages, whatever the length.
 
-        Takes what :func:`tokenflex.fit` takes (``summarizer``, ``documents``, any
-        :class:`~tokenflex.FitOptions` field); keyword options override the ones given
-        at construction for this call.
+        Takes what :func:`tokenflex.fit` takes (``documents``, ``summarize`` or
+        ``summarizer``, the option groups, any :class:`~tokenflex.FitOptions` field by
+        its flat name); keyword options override the ones given at construction for
+        this call (a group sets the fields it was given).
         """
         started = time.perf_counter()
-        layout, opts = self._layout(max_tokens, documents, overrides)
+        groups = {
+            "documents": documents,
+            "summarize": summarize,
+            "history": history,
+            "shrink": shrink,
+            "cache": cache,
+            "fallback": fallback,
+        }
+        layout, opts, summarizer = self._layout(max_tokens, groups, overrides)
         if self.recall:
             rf = self._recall_fit(layout, summarizer)
             plan = fit_recalling(
@@ -222,7 +268,7 @@ class Conversation:
         )
         return self._finish(plan)
 
-    def _recall_fit(self, layout: FitLayout, summarizer: Any) -> RecallFit:
+    def _recall_fit(self, layout: FitLayout, summarizer: Summarizer | None) -> RecallFit:
         """A fit's steps with recall: O(1) to set up (the recaller reads only what a cut
         newly leaves out)."""
         from .state import default_store
@@ -251,14 +297,26 @@ class Conversation:
         self,
         *,
         max_tokens: int | None = None,
-        summarizer: Any = None,
-        documents: Sequence[Any] | None = None,
+        documents: Sequence[Chunk] | Documents | None = None,
+        summarize: Summarizer | Summarize | None = None,
+        history: History | None = None,
+        shrink: Shrink | None = None,
+        cache: bool | CacheStable | None = None,
+        fallback: Sequence[str] | Fallback | None = None,
         **overrides: Any,
     ) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
         started = time.perf_counter()
-        layout, opts = self._layout(max_tokens, documents, overrides)
+        groups = {
+            "documents": documents,
+            "summarize": summarize,
+            "history": history,
+            "shrink": shrink,
+            "cache": cache,
+            "fallback": fallback,
+        }
+        layout, opts, summarizer = self._layout(max_tokens, groups, overrides)
         if self.recall:
             # the counter may call a tokenizer server: never on the event loop
             rf = await asyncio.to_thread(self._recall_fit, layout, summarizer)

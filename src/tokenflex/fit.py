@@ -61,14 +61,28 @@ from .history import (
 from .message.checks import BadMessage
 from .message.objects import plain_message
 from .models import Model, get_model
-from .options import FitOptions
+from .options import (
+    CacheStable,
+    Documents,
+    Fallback,
+    FitOptions,
+    Gathered,
+    History,
+    Shrink,
+    Summarize,
+    gather,
+    plain_options,
+)
 from .plan import Plan
 from .roundtrip import Prepared, check_prepared, finish, forget, fresh, prepare
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
 if TYPE_CHECKING:
+    from .documents import Chunk
     from .recall import RecallFit
+    from .state import StateStore
+    from .summarize import Summarizer
 
 __all__ = ["PINNED_ROLES", "FitLayout", "afit", "fit"]
 
@@ -379,14 +393,16 @@ def fit(
     model: str | Model,
     max_tokens: int | None = None,
     tools: Sequence[Tool] | None = None,
-    history: HistorySource | None = None,
-    summarizer: Any = None,
-    documents: Sequence[Any] | None = None,
-    state: Any = None,
     format: str | None = None,
     system: Any = None,
+    history: HistorySource | History | None = None,
+    documents: Sequence[Chunk] | Documents | None = None,
+    summarize: Summarizer | Summarize | None = None,
+    shrink: Shrink | None = None,
+    cache: bool | CacheStable | None = None,
+    fallback: Sequence[str] | Fallback | None = None,
+    state: StateStore | None = None,
     keep_reasoning: bool = False,
-    background_summaries: Any = None,
     recall: bool = False,
     **options: Any,
 ) -> Plan:
@@ -401,42 +417,58 @@ def fit(
         max_tokens: The output you want; negotiated down (never below
             ``min_output_tokens``) when the input needs the room.
         tools: Tool schemas sent with the request (counted).
-        history: A lazy source of older messages, newest first (see
-            :mod:`tokenflex.history`); read only as far as the budget needs.
-        summarizer: A :class:`tokenflex.summarize.Summarizer`; when history does not
-            fit, older messages are summarized instead of dropped.
-        documents: Retrieved :class:`tokenflex.Chunk` s, packed with their citations into
-            ``min(documents_cap, what is left)`` (default: half of what is left) and sent
-            as a system message after the pinned ones; dropped chunks are in ``dropped``.
         format: ``chat``, ``anthropic``, ``responses`` or ``gemini`` (any registered
             format, :mod:`tokenflex.formats.registry`); detected from the messages when
             not given (plain text messages read as chat, or Anthropic with ``system=``).
         system: Anthropic's top-level ``system`` (string or blocks), the Responses
             ``instructions`` or Gemini's ``systemInstruction``; always kept.
-        keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
-            out and listed in ``dropped``; most APIs reject or ignore it on input).
-        background_summaries: A
-            :class:`~tokenflex.summarize.background.BackgroundSummaries` (the proxy's):
-            with a ``state`` store, a summary that needs more than one summarizer call
-            is made there and stored, and this fit waits for none of them (its plan keeps
+        history: A :class:`History` (how much history is kept: ``share``,
+            ``min_messages``, ``max_messages``, ``pin``, ``page_size``, ``cut_note``), or
+            just a lazy source of older messages, newest first (see
+            :mod:`tokenflex.history`; also ``History(source, ...)``): read only as far as
+            the budget needs.
+        documents: Retrieved :class:`tokenflex.Chunk` s, or :class:`Documents`
+            ``(chunks, cap=, policy=, format=, safety_buffer=)``: packed with their
+            citations into ``min(cap, what is left)`` (default: half of what is left) and
+            sent as a system message after the pinned ones; dropped chunks are in
+            ``dropped``.
+        summarize: A :class:`tokenflex.Summarizer`, or :class:`Summarize`
+            ``(summarizer, keep_recent=, max_tokens=, facts=, background=)``: when
+            history does not fit, older messages are summarized instead of dropped.
+            With ``background=`` (a
+            :class:`~tokenflex.summarize.background.BackgroundSummaries`, the proxy's)
+            and a ``state`` store, a summary that needs more than one summarizer call is
+            made there and stored, and this fit waits for none of them (its plan keeps
             the previous stored summary, if any, and drops the oldest messages that do
-            not fit; a warning says so). Without it a fit waits for every call.
-        state: With ``cache_stable=True``: the :class:`~tokenflex.state.StateStore` that
+            not fit; a warning says so). ``summarizer=`` and ``background_summaries=``
+            are accepted as plain keywords.
+        shrink: A :class:`Shrink`: what is shrunk in old history before whole turns
+            are dropped (``clear_tool_results``, ``keep_tool_results``, ``keep_tools``,
+            ``drop_reasoning``, ``truncate_tool_results``).
+        cache: True or :class:`CacheStable` ``(low_water=)``: keep the prefix sent
+            stable across a conversation's turns so prompt caches hit (see ``state``);
+            False: off (the default here).
+        fallback: Model names tried, cheapest first, when the request does not fit, or
+            :class:`Fallback` ``(models, input_share=)``.
+        state: With ``cache``: the :class:`~tokenflex.state.StateStore` that
             remembers where this conversation's last cut fell, keyed by its tenant and
             leading messages, and its summaries (default: the process's in-memory
             store). Pass a :class:`~tokenflex.state.TenantStore` to keep each user's
             conversations apart; a plain store is one tenant. A cut is held only for a
             request that extends the previous one of its conversation. With
             ``recall=True``: where what the plan left out is kept.
+        keep_reasoning: Send chat messages' ``reasoning_content`` back (default: taken
+            out and listed in ``dropped``; most APIs reject or ignore it on input).
         recall: Keep what the plan leaves out (dropped, summarized, cleared) in
             ``state`` under short stable ids that the cut note, summary and placeholders
             name, and add the ``tokenflex_recall`` tool to the request (counted); only
             when something is left out. :func:`tokenflex.recall` reads an id back (see
             :mod:`tokenflex.recall`); ``plan.extras["recall"]["ids"]`` lists them.
-        **options: Any :class:`FitOptions` field (``policy``, ``min_output_tokens``,
-            ``safety_margin``, ``history_share``, ``min_messages``, ``max_messages``,
-            ``max_input_tokens``, ``keep_recent``, ``fallback_models``, ``strict``, ...);
-            an unknown name or an invalid value raises :class:`InvalidInputError`.
+        **options: The remaining :class:`FitOptions` fields (``policy``,
+            ``min_output_tokens``, ``safety_margin``, ``max_input_tokens``, ``strict``),
+            and any group's field by its flat name (``clear_tool_results=True``,
+            ``history_share=0.5``); an unknown name, an invalid value, or a flat name
+            given beside its group for the same field raises :class:`InvalidInputError`.
 
     Returns:
         A :class:`Plan` with ``input_tokens + max_tokens + safety_margin <= window``;
@@ -459,16 +491,20 @@ def fit(
         model=model,
         max_tokens=max_tokens,
         tools=tools,
-        history=history,
-        summarizer=summarizer,
-        documents=documents,
         state=state,
         format=format,
         system=system,
         keep_reasoning=keep_reasoning,
-        background_summaries=background_summaries,
         recall=recall,
         options=options,
+        groups={
+            "history": history,
+            "documents": documents,
+            "summarize": summarize,
+            "shrink": shrink,
+            "cache": cache,
+            "fallback": fallback,
+        },
     )
     answer: Any = None
     error: Exception | None = None
@@ -527,14 +563,16 @@ async def afit(
     model: str | Model,
     max_tokens: int | None = None,
     tools: Sequence[Tool] | None = None,
-    history: Any = None,
-    summarizer: Any = None,
-    documents: Sequence[Any] | None = None,
-    state: Any = None,
     format: str | None = None,
     system: Any = None,
+    history: HistorySource | History | None = None,
+    documents: Sequence[Chunk] | Documents | None = None,
+    summarize: Summarizer | Summarize | None = None,
+    shrink: Shrink | None = None,
+    cache: bool | CacheStable | None = None,
+    fallback: Sequence[str] | Fallback | None = None,
+    state: StateStore | None = None,
     keep_reasoning: bool = False,
-    background_summaries: Any = None,
     recall: bool = False,
     **options: Any,
 ) -> Plan:
@@ -546,16 +584,20 @@ async def afit(
         model=model,
         max_tokens=max_tokens,
         tools=tools,
-        history=history,
-        summarizer=summarizer,
-        documents=documents,
         state=state,
         format=format,
         system=system,
         keep_reasoning=keep_reasoning,
-        background_summaries=background_summaries,
         recall=recall,
         options=options,
+        groups={
+            "history": history,
+            "documents": documents,
+            "summarize": summarize,
+            "shrink": shrink,
+            "cache": cache,
+            "fallback": fallback,
+        },
     )
     answer: Any = None
     error: Exception | None = None
@@ -603,23 +645,31 @@ def _fit_flow(
     model: str | Model,
     max_tokens: int | None,
     tools: Sequence[Tool] | None,
-    history: Any,
-    summarizer: Any,
-    documents: Sequence[Any] | None,
-    state: Any,
+    state: StateStore | None,
     format: str | None,
     system: Any,
     keep_reasoning: bool,
-    background_summaries: Any,
     recall: bool,
     options: dict[str, Any],
+    groups: dict[str, Any],
 ) -> Generator[Work | _FitStep | _ReadHistory, Any, Plan]:
     """fit() and afit(), written once (sans I/O, as :func:`tokenflex.engine.layout_flow`):
     it yields the work that may call a tokenizer server (:class:`Work`), the history
     reads and the layout fits, and receives their answers (an exception is thrown in)."""
+    started = time.perf_counter()
+    given = (
+        gather("fit()", options, groups)
+        if options or any(v is not None for v in groups.values())
+        else Gathered({})
+    )
+    # a chat loop's call (no options but max_tokens, maybe a summarizer or chunks): its
+    # options are checked once per max_tokens value, not on every turn
+    opts = None if given.options else plain_options(max_tokens)
+    if opts is None:
+        opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **given.options})
+    history, documents = given.history, given.chunks
+    summarizer, background_summaries = given.summarizer, given.background
     while True:
-        started = time.perf_counter()
-        opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **options})
         messages = check_messages(messages)
         primary = get_model(model, strict=opts.strict)
         if history is not None:
@@ -689,6 +739,7 @@ def _fit_flow(
             return trace_fit(finish(plan, req))
         forget(messages)  # a kept message was edited in place: read the list afresh
         history = None  # (what it gave is in messages now)
+        started = time.perf_counter()
 
 
 def _recall_fit(

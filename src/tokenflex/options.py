@@ -1,9 +1,18 @@
-"""FitOptions: every knob of fitting, its default and its valid values, in one place.
+"""Every knob of fitting, its default and its valid values, in one place.
 
-``fit()``, :class:`~tokenflex.Prompt`, :class:`~tokenflex.Conversation`, the CLI, the
-settings and the proxy all take their defaults from here. :meth:`FitOptions.from_kwargs`
-builds one from keyword arguments: an unknown name is rejected with its closest match,
-and an invalid value is reported under its own name with the values it may take.
+The public surface groups the knobs by what they configure, as httpx groups a client's
+with ``Timeout`` and ``Limits``: :class:`History`, :class:`Documents`,
+:class:`Summarize`, :class:`Shrink`, :class:`CacheStable` and :class:`Fallback`, each a
+small frozen dataclass that checks its own fields (:data:`GROUPS` lists them; the
+settings and the proxy config read the same group and field names from it). The flat
+names (``clear_tool_results=True``) stay accepted as keyword arguments.
+
+:class:`FitOptions` is the one flat record the engine reads; the groups build it
+(:func:`gather`). ``fit()``, :class:`~tokenflex.Prompt`,
+:class:`~tokenflex.Conversation`, the CLI, the settings and the proxy all take their
+defaults from it. :meth:`FitOptions.from_kwargs` builds one from keyword arguments: an
+unknown name is rejected with its closest match, and an invalid value is reported under
+its own name with the values it may take.
 """
 
 from __future__ import annotations
@@ -11,14 +20,37 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-from collections.abc import Callable, Collection, Mapping
+import functools
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .budget import MIN_OUTPUT_TOKENS, SAFETY_MARGIN, Policy
 from .errors import InvalidInputError
 
-__all__ = ["AUTO_MARK_MAX", "DEFAULT_MAX_TOKENS", "LOW_WATER", "FitOptions"]
+if TYPE_CHECKING:
+    from .documents import Chunk
+    from .history import HistorySource
+    from .summarize import Summarizer
+    from .summarize.background import BackgroundSummaries
+
+__all__ = [
+    "AUTO_MARK_MAX",
+    "DEFAULT_MAX_TOKENS",
+    "GROUPS",
+    "LOW_WATER",
+    "CacheStable",
+    "Documents",
+    "Fallback",
+    "FitOptions",
+    "Gathered",
+    "History",
+    "OptionGroup",
+    "Shrink",
+    "Summarize",
+    "gather",
+    "plain_options",
+]
 
 DEFAULT_MAX_TOKENS = 4000
 """The output :class:`~tokenflex.settings.Settings` requests by default
@@ -253,3 +285,455 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
     "truncate_tool_results": (lambda v: isinstance(v, bool), "True or False"),
     "cut_note": (lambda v: isinstance(v, bool), "True or False"),
 }
+
+
+@functools.lru_cache(maxsize=64)
+def _plain(max_tokens: int | None) -> FitOptions:
+    return FitOptions(max_tokens=max_tokens)
+
+
+def plain_options(max_tokens: Any) -> FitOptions | None:
+    """The options of a call that gives none but ``max_tokens`` (a chat loop's call,
+    every turn), checked once per value; None when ``max_tokens`` is not a plain int or
+    None (:meth:`FitOptions.from_kwargs` reports it)."""
+    if max_tokens is None or type(max_tokens) is int:
+        return _plain(max_tokens)
+    return None
+
+
+# -- option groups ------------------------------------------------------------------------
+
+_G = TypeVar("_G", bound="OptionGroup")
+
+
+class OptionGroup:
+    """The options of one concern, given as one argument (``shrink=Shrink(...)``).
+
+    A group remembers which fields it was given: only those are set, the others keep the
+    entry point's defaults (a :class:`~tokenflex.Conversation`'s own, for one), and a
+    flat name given beside its group for the same field is an error naming both.
+    ``dataclasses.replace`` gives every field (it passes them all); equality compares
+    the values only.
+    """
+
+    keyword: ClassVar[str]
+    """The argument that takes the group (``shrink``), also its TOML table and the
+    ``TOKENFLEX_<KEYWORD>__<FIELD>`` env prefix."""
+    flat: ClassVar[Mapping[str, str]]
+    """Each field that sets a :class:`FitOptions` field: group field -> FitOptions name."""
+    payload: ClassVar[Mapping[str, str]] = {}
+    """Fields that carry an object, not a setting (a summarizer, the chunks): group field
+    -> the plain keyword that also takes it."""
+    given: frozenset[str] = frozenset()
+    """The fields given when the group was made."""
+
+    def options(self) -> dict[str, Any]:
+        """The FitOptions values of the fields given (the flat call it stands for)."""
+        return {flat: getattr(self, f) for f, flat in self.flat.items() if f in self.given}
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.name in self.given
+        )
+        return f"{type(self).__name__}({shown})"
+
+
+def _records_given(cls: type[_G]) -> type[_G]:
+    """``cls`` (a frozen dataclass) remembering the fields its caller gave."""
+    init = cls.__init__
+    names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+
+    @functools.wraps(init)
+    def __init__(self: _G, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        object.__setattr__(self, "given", frozenset(names[: len(args)]) | frozenset(kwargs))
+
+    cls.__init__ = __init__  # type: ignore[method-assign,assignment]
+    return cls
+
+
+def _check_fields(group: OptionGroup, tuples: Collection[str] = ()) -> None:
+    """Check each field of ``group`` as its FitOptions field is checked; the error names
+    the group, the field and the value (``Shrink(keep_tool_results=-1)``)."""
+    name = type(group).__name__
+    for field, flat in group.flat.items():
+        value = getattr(group, field)
+        if field in tuples and value is not None and not isinstance(value, str | bytes):
+            with contextlib.suppress(TypeError):  # reported by the check below
+                value = tuple(value)
+                object.__setattr__(group, field, value)
+        check, valid = _CHECKS[flat]
+        if flat == "cache_stable" or check(value):
+            continue
+        what = valid if isinstance(valid, str) else valid()
+        raise InvalidInputError(
+            f"{name}({field}={value!r}) is not valid: {field} must be {what}. "
+            f"Fix the value or leave {field} out for its default ({_default(flat)!r})."
+        )
+
+
+def _default(flat: str) -> Any:
+    return FitOptions.__dataclass_fields__[flat].default
+
+
+def _sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+@_records_given
+@dataclass(frozen=True, repr=False)
+class History(OptionGroup):
+    """How much of the conversation's history is kept, and how it is read.
+
+    >>> History(share=0.5, pin=0)
+    History(share=0.5, pin=0)
+    """
+
+    keyword: ClassVar[str] = "history"
+    flat: ClassVar[Mapping[str, str]] = {
+        "share": "history_share",
+        "min_messages": "min_messages",
+        "max_messages": "max_messages",
+        "pin": "pin",
+        "page_size": "page_size",
+        "cut_note": "cut_note",
+    }
+    payload: ClassVar[Mapping[str, str]] = {"source": "history"}
+
+    source: HistorySource | None = None
+    """A lazy source of older messages, newest first (fit() only; see
+    :mod:`tokenflex.history`)."""
+    share: float = FitOptions.history_share
+    """Soft target share of the room history may fill once it must be cut (1.0: all)."""
+    min_messages: int = FitOptions.min_messages
+    """Keep at least this many history groups if the window allows."""
+    max_messages: int | None = FitOptions.max_messages
+    """Keep at most this many history groups."""
+    pin: int = FitOptions.pin
+    """User messages at the opening of the history that are always sent (0: none)."""
+    page_size: int = FitOptions.page_size
+    """Page size when reading a lazy ``source``."""
+    cut_note: bool = FitOptions.cut_note
+    """Where history was cut, send a short system note saying so (counted)."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+
+@_records_given
+@dataclass(frozen=True, repr=False)
+class Documents(OptionGroup):
+    """Retrieved chunks and how they are packed and rendered.
+
+    >>> Documents(cap=2000, policy="optimal").options()
+    {'documents_cap': 2000, 'documents_policy': 'optimal'}
+    """
+
+    keyword: ClassVar[str] = "documents"
+    flat: ClassVar[Mapping[str, str]] = {
+        "cap": "documents_cap",
+        "policy": "documents_policy",
+        "format": "documents_format",
+        "safety_buffer": "documents_safety_buffer",
+    }
+    payload: ClassVar[Mapping[str, str]] = {"chunks": "documents"}
+
+    chunks: Sequence[Chunk] | None = None
+    """The :class:`~tokenflex.Chunk` s, best first or scored."""
+    cap: int | None = FitOptions.documents_cap
+    """Most tokens the documents may take; None: half of what the required input leaves."""
+    policy: str = FitOptions.documents_policy
+    """``skip``, ``stop`` or ``optimal`` (see :attr:`FitOptions.documents_policy`)."""
+    format: str = FitOptions.documents_format
+    """``markdown`` or ``xml``."""
+    safety_buffer: int = FitOptions.documents_safety_buffer
+    """Tokens kept free inside the documents budget."""
+
+    def __post_init__(self) -> None:
+        if self.chunks is not None and not _sequence(self.chunks):
+            raise InvalidInputError(
+                f"Documents(chunks={self.chunks!r:.80}) is not valid: chunks must be a list "
+                "of tokenflex.Chunk. Pass Documents([Chunk(...), ...])."
+            )
+        _check_fields(self)
+
+
+@_records_given
+@dataclass(frozen=True, repr=False)
+class Summarize(OptionGroup):
+    """Summarize old history instead of dropping it.
+
+    >>> Summarize(keep_recent=4, max_tokens=256).options()
+    {'keep_recent': 4, 'summary_max_tokens': 256}
+    """
+
+    keyword: ClassVar[str] = "summarize"
+    flat: ClassVar[Mapping[str, str]] = {
+        "keep_recent": "keep_recent",
+        "max_tokens": "summary_max_tokens",
+        "facts": "summary_facts",
+    }
+    payload: ClassVar[Mapping[str, str]] = {
+        "summarizer": "summarizer",
+        "background": "background_summaries",
+    }
+
+    summarizer: Summarizer | None = None
+    """The :class:`~tokenflex.Summarizer` called when history does not fit."""
+    keep_recent: int = FitOptions.keep_recent
+    """Messages kept verbatim when summarizing."""
+    max_tokens: int = FitOptions.summary_max_tokens
+    """Longest summary asked of the summarizer (at most a quarter of the window)."""
+    facts: bool = FitOptions.summary_facts
+    """Carry the span's facts the summary missed forward (see
+    :attr:`FitOptions.summary_facts`)."""
+    background: BackgroundSummaries | None = None
+    """Make long summaries in the background (fit() with a ``state`` store only; see
+    :func:`tokenflex.fit`)."""
+
+    def __post_init__(self) -> None:
+        s = self.summarizer
+        if s is not None and not callable(getattr(s, "summarize", None)):
+            raise InvalidInputError(
+                f"Summarize(summarizer={s!r:.80}) is not valid: summarizer must have a "
+                "summarize(messages, previous_summary=, max_tokens=) method "
+                "(tokenflex.Summarizer). Pass tokenflex.ExtractiveSummarizer() or a "
+                "tokenflex.ChatSummarizer."
+            )
+        _check_fields(self)
+
+
+@_records_given
+@dataclass(frozen=True, repr=False)
+class Shrink(OptionGroup):
+    """The shrink ladder: what is shrunk in old history before whole turns are dropped.
+
+    >>> Shrink(clear_tool_results=True, keep_tools=["read_file"]).keep_tools
+    ('read_file',)
+    """
+
+    keyword: ClassVar[str] = "shrink"
+    flat: ClassVar[Mapping[str, str]] = {
+        "clear_tool_results": "clear_tool_results",
+        "keep_tool_results": "keep_tool_results",
+        "keep_tools": "keep_tools",
+        "drop_reasoning": "drop_reasoning",
+        "truncate_tool_results": "truncate_tool_results",
+    }
+
+    clear_tool_results: bool = FitOptions.clear_tool_results
+    """Replace old tool results with a short placeholder (the call and its id stay)."""
+    keep_tool_results: int = FitOptions.keep_tool_results
+    """The newest tool results that are never cleared."""
+    keep_tools: Sequence[str] = FitOptions.keep_tools
+    """Names of the tools whose results are never cleared, however old."""
+    drop_reasoning: bool = FitOptions.drop_reasoning
+    """Drop old reasoning (``reasoning_content``, thinking parts) from history."""
+    truncate_tool_results: bool = FitOptions.truncate_tool_results
+    """Truncate a tool result longer than a quarter of the input room (head and tail
+    kept) instead of refusing the request."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, tuples=("keep_tools",))
+
+
+@_records_given
+@dataclass(frozen=True, repr=False)
+class CacheStable(OptionGroup):
+    """Keep the prefix sent stable across a conversation's turns so provider prompt
+    caches hit (``cache=True`` is ``cache=CacheStable()``; ``cache=False`` turns it off).
+
+    >>> CacheStable(low_water=0.5).options()
+    {'cache_stable': True, 'low_water': 0.5}
+    """
+
+    keyword: ClassVar[str] = "cache"
+    flat: ClassVar[Mapping[str, str]] = {"low_water": "low_water"}
+
+    low_water: float | str = FitOptions.low_water
+    """Share of the history's room a cut goes down to; ``"auto"``: by expected cost
+    (see :attr:`FitOptions.low_water`)."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+    def options(self) -> dict[str, Any]:
+        return {"cache_stable": True, **super().options()}
+
+
+@_records_given
+@dataclass(frozen=True, repr=False)
+class Fallback(OptionGroup):
+    """Models tried, cheapest first, when the request does not fit the primary.
+
+    >>> Fallback(["gpt-4o-mini", "gpt-4o"], input_share=0.9).options()
+    {'fallback_models': ('gpt-4o-mini', 'gpt-4o'), 'fallback_input_share': 0.9}
+    """
+
+    keyword: ClassVar[str] = "fallback"
+    flat: ClassVar[Mapping[str, str]] = {
+        "models": "fallback_models",
+        "input_share": "fallback_input_share",
+    }
+
+    models: Sequence[str] = FitOptions.fallback_models
+    """Model names, tried in order."""
+    input_share: float | None = FitOptions.fallback_input_share
+    """Switch early: above this share of the primary's window (e.g. 0.9)."""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, tuples=("models",))
+
+
+GROUPS: tuple[type[OptionGroup], ...] = (
+    History,
+    Documents,
+    Summarize,
+    Shrink,
+    CacheStable,
+    Fallback,
+)
+"""The option groups, by keyword: fit()'s arguments, the settings' and the proxy
+config's tables read their names from here (one registry of names)."""
+
+_PLAIN = frozenset(plain for g in GROUPS for plain in g.payload.values())
+"""The plain keywords that carry a group's object (``summarizer=``,
+``background_summaries=``; ``history=`` and ``documents=`` take the group or the object
+itself)."""
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A call's options, its groups and flat names merged: the flat values (the
+    :class:`FitOptions` names) and the objects the groups carry."""
+
+    options: dict[str, Any]
+    history: HistorySource | None = None
+    chunks: Sequence[Chunk] | None = None
+    summarizer: Summarizer | None = None
+    background: BackgroundSummaries | None = None
+
+
+_AS_GROUP: dict[str, Callable[[Any], OptionGroup]] = {
+    "history": lambda v: History(v),
+    "documents": lambda v: Documents(v),
+    "summarize": lambda v: Summarize(v),
+    "cache": lambda v: CacheStable() if v else _CacheOff(),
+    "fallback": lambda v: Fallback(v),
+}
+"""The plain form each keyword takes beside its group (``documents=[chunks]``,
+``summarize=summarizer``, ``cache=True``, ``fallback=["gpt-4o-mini"]``)."""
+
+
+class _CacheOff(OptionGroup):
+    """``cache=False``."""
+
+    keyword: ClassVar[str] = "cache"
+    flat: ClassVar[Mapping[str, str]] = {}
+    given = frozenset({"cache_stable"})
+
+    def options(self) -> dict[str, Any]:
+        return {"cache_stable": False}
+
+
+def _as_group(keyword: str, value: Any, where: str) -> OptionGroup:
+    group = next(g for g in GROUPS if g.keyword == keyword)
+    if isinstance(value, group):
+        return value
+    if (
+        isinstance(value, OptionGroup)
+        or keyword not in _AS_GROUP
+        or (keyword == "cache" and not isinstance(value, bool))
+    ):
+        raise InvalidInputError(
+            f"{where}: {keyword}={value!r:.80} is not valid: {keyword} takes "
+            f"tokenflex.{group.__name__}(...)"
+            + (" or True / False." if keyword == "cache" else " or its plain form.")
+        )
+    if keyword == "fallback" and isinstance(value, str):
+        raise InvalidInputError(
+            f"{where}: fallback={value!r} is not valid: pass a list of model names "
+            f"(fallback=[{value!r}]) or tokenflex.Fallback([...])."
+        )
+    return _AS_GROUP[keyword](value)
+
+
+def gather(
+    where: str,
+    options: Mapping[str, Any],
+    groups: Mapping[str, Any],
+    *,
+    takes: Collection[str] = ("history", "documents", "summarizer", "background_summaries"),
+    allowed: Collection[str] | None = None,
+) -> Gathered:
+    """Merge a call's groups (keyword -> group, plain form or None) and its flat options
+    (FitOptions names, and the plain keywords of :data:`_PLAIN` such as ``summarizer``).
+
+    Args:
+        where: The call, for the error message (``"fit()"``).
+        options: The flat keyword arguments.
+        groups: The group keywords given (None: not given).
+        takes: The objects this call takes (history source, chunks, summarizer,
+            background summaries), by their plain keyword.
+        allowed: The FitOptions names this call takes (default: all).
+
+    Raises:
+        InvalidInputError: a group of the wrong type, a bad value (named with its group),
+            a flat name given beside its group for the same field (both named), or an
+            object this call does not take.
+    """
+    flat = dict(options)
+    carried: dict[str, Any] = {}
+    for name in [k for k in flat if k in _PLAIN]:
+        if name not in takes:
+            continue  # FitOptions.from_kwargs names it with what this call takes
+        carried[name] = flat.pop(name)
+    merged: dict[str, Any] = {}
+    for keyword, value in groups.items():
+        if value is None:
+            continue
+        group = _as_group(keyword, value, where)
+        gname = type(group).__name__
+        values = group.options()
+        for name in values:
+            field = next((f for f, n in group.flat.items() if n == name), None)
+            shown = f"{keyword}={value!r}" if field is None else f"{gname}({field}=...)"
+            if allowed is not None and name not in allowed:
+                raise InvalidInputError(
+                    f"{where} does not take {shown}: {name} is not an option of {where}. "
+                    f"Leave it out (options: {', '.join(allowed)})."
+                )
+            if name in flat:
+                raise InvalidInputError(
+                    f"{where}: {name}={flat[name]!r} and {shown} both set {name}. Give "
+                    f"one: the flat name or the {keyword}= group."
+                )
+        merged.update(values)
+        for field, plain in group.payload.items():
+            obj = getattr(group, field)
+            if obj is None:
+                continue
+            if plain in carried:
+                raise InvalidInputError(
+                    f"{where}: {plain}= and {gname}({field}=...) both give the {field}. Give one."
+                )
+            if plain not in takes:
+                raise InvalidInputError(
+                    f"{where} does not take {gname}({field}=...): "
+                    + (
+                        "it reads its own messages; pass the history's options only."
+                        if field == "source"
+                        else f"leave {field} out here."
+                    )
+                )
+            carried[plain] = obj
+    merged.update(flat)
+    return Gathered(
+        merged,
+        history=carried.get("history"),
+        chunks=carried.get("documents"),
+        summarizer=carried.get("summarizer"),
+        background=carried.get("background_summaries"),
+    )

@@ -74,12 +74,14 @@ from .formats.native import NativeMessage
 from .message.checks import BadMessage
 from .message.objects import plain_message
 from .models import Model, get_model
-from .options import FitOptions
+from .options import CacheStable, Fallback, FitOptions, Summarize, gather
+from .options import Shrink as ShrinkOptions  # Shrink here is a section's mode
 from .plan import DropRun, Plan
-from .summarize import is_summary_message
+from .summarize import Summarizer, is_summary_message
 
 if TYPE_CHECKING:
     from .recall import RecallFit
+    from .state import StateStore
 
 __all__ = ["PROMPT_OPTIONS", "Boundary", "Prompt", "Shrink", "segments"]
 
@@ -341,11 +343,17 @@ class Prompt:
         model: Model name or :class:`~tokenflex.Model`.
         max_tokens: Output request; None: the model's max output, else 4,000.
         tools: Tool schemas sent with the request (counted in the base cost).
+        summarize: For a ``summarize`` section: a :class:`~tokenflex.Summarizer` or
+            :class:`~tokenflex.Summarize` (``keep_recent``, ``max_tokens``, ``facts``);
+            :meth:`fit`'s ``summarizer`` takes precedence.
+        shrink: A :class:`~tokenflex.Shrink` (not ``truncate_tool_results``).
+        cache: True or :class:`~tokenflex.CacheStable`: the history section's cut is
+            held across fits (see :func:`tokenflex.fit`).
+        fallback: Model names or :class:`~tokenflex.Fallback`.
         **options: The :class:`~tokenflex.FitOptions` that apply to a prompt
-            (:data:`PROMPT_OPTIONS`): ``policy``, ``min_output_tokens``,
-            ``safety_margin``, ``max_input_tokens``, ``keep_recent`` and
-            ``summary_max_tokens`` (for a ``summarize`` section), ``fallback_models``,
-            ``fallback_input_share``, ``strict``.
+            (:data:`PROMPT_OPTIONS`) by their flat names: ``policy``,
+            ``min_output_tokens``, ``safety_margin``, ``max_input_tokens``, ``strict``,
+            and the groups' fields (``keep_recent``, ``fallback_models``, ...).
         keep_reasoning: Send messages' ``reasoning_content`` back (default: taken out
             and listed in ``plan.dropped``, section ``reasoning``, as fit() does).
     """
@@ -356,14 +364,21 @@ class Prompt:
         *,
         max_tokens: int | None = None,
         tools: Sequence[Tool] | None = None,
+        summarize: Summarizer | Summarize | None = None,
+        shrink: ShrinkOptions | None = None,
+        cache: bool | CacheStable | None = None,
+        fallback: Sequence[str] | Fallback | None = None,
         keep_reasoning: bool = False,
         **options: Any,
     ) -> None:
+        groups = {"summarize": summarize, "shrink": shrink, "cache": cache, "fallback": fallback}
+        given = gather("Prompt()", options, groups, takes=("summarizer",), allowed=PROMPT_OPTIONS)
         self.options = FitOptions.from_kwargs(
-            {"max_tokens": max_tokens, **options},
+            {"max_tokens": max_tokens, **given.options},
             where="Prompt()",
             allowed=("max_tokens", *PROMPT_OPTIONS),
         )
+        self._summarizer = given.summarizer  # used when fit() is given none
         self.model = (
             model if isinstance(model, Model) else get_model(model, strict=self.options.strict)
         )
@@ -574,7 +589,13 @@ class Prompt:
         recaller = Recaller(store, target.source, "chat", sections=(target.section,))
         return RecallFit(layout, recaller, session.get("memory"), summ, self.tools)
 
-    def fit(self, *, summarizer: Any = None, state: Any = None, recall: bool = False) -> Plan:
+    def fit(
+        self,
+        *,
+        summarizer: Summarizer | None = None,
+        state: StateStore | None = None,
+        recall: bool = False,
+    ) -> Plan:
         """Fit the sections into the model's window.
 
         Args:
@@ -597,6 +618,7 @@ class Prompt:
         from .recall import fit_recalling
 
         started = time.perf_counter()
+        summarizer = summarizer if summarizer is not None else self._summarizer
         layout = self._layout()
         session = self._session(state)
         rf = self._recall_fit(layout, state, session, summarizer) if _flag(recall) else None
@@ -625,7 +647,11 @@ class Prompt:
         return self._finish(plan, rf.tools)
 
     async def afit(
-        self, *, summarizer: Any = None, state: Any = None, recall: bool = False
+        self,
+        *,
+        summarizer: Summarizer | None = None,
+        state: StateStore | None = None,
+        recall: bool = False,
     ) -> Plan:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
@@ -634,6 +660,7 @@ class Prompt:
         from .recall import afit_recalling
 
         started = time.perf_counter()
+        summarizer = summarizer if summarizer is not None else self._summarizer
         layout = self._layout()
         session = self._session(state)
         rf = None

@@ -44,6 +44,7 @@ from .state.tenant import TenantStore, tenant_view
 
 if TYPE_CHECKING:
     from .plan import Plan
+    from .state import StateStore
 
 __all__ = [
     "ITEM_REASONS",
@@ -314,7 +315,7 @@ def left_out(runs: Sequence[tuple[str, int, int, str]]) -> bool:
     return any(s in RECALLED_SECTIONS and b > a for s, a, b, _ in runs)
 
 
-def recall(id: str, *, state: Any = None) -> list[Any] | None:
+def recall(id: str, *, state: StateStore | None = None) -> list[Any] | None:
     """What a plan left out under ``id``, in the caller's format (chat messages,
     Anthropic messages or Responses items, oldest first); None when the id is unknown
     to this tenant or expired.

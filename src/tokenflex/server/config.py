@@ -23,7 +23,13 @@ A config file::
     [routes.trial]                          # forwarded as sent, the plan only reported
     mode = "observe"
 
-Option tables merge in the order ``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]``.
+    [fit.shrink]                            # an option group (tokenflex.Shrink): its fields
+    clear_tool_results = true               # are the flat options they set
+
+Option tables merge in the order ``[fit]`` < ``[models.NAME]`` < ``[routes.NAME]``, field
+by field. An option table takes fit()'s option groups under their own names
+(``[fit.shrink]``, ``[models."x".history]``, ``cache = {low_water = 0.4}``,
+``fallback = {models = ["gpt-4o-mini"]}``) or their flat names (``clear_tool_results``).
 Three keys are the proxy's own, not fit() options: ``default_max_tokens`` (the request
 for output when the client asks for none), ``max_tokens_field`` (``max_tokens`` or
 ``max_completion_tokens``, the field added in that case) and ``add_max_tokens`` (false to
@@ -51,6 +57,8 @@ from pydantic_settings import (
 
 from ..errors import ConfigError
 from ..models import Model
+from ..options import GROUPS
+from ..settings import group_values
 
 __all__ = ["MODEL_FIELDS", "MODES", "PROXY_OPTIONS", "ROUTE_OPTIONS", "ServerConfig"]
 
@@ -266,12 +274,14 @@ class ServerConfig(BaseSettings):
     @field_validator("fit")
     @classmethod
     def _check_fit(cls, value: dict[str, Any]) -> dict[str, Any]:
+        value = flat_groups(value)
         _check_table(value)
         return value
 
     @field_validator("models", "routes")
     @classmethod
     def _check_tables(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        value = {name: flat_groups(table) for name, table in value.items()}
         for table in value.values():
             _check_table(table)
         return value
@@ -340,6 +350,32 @@ class ServerConfig(BaseSettings):
         if route is not None:
             merged.update(self.routes.get(route, {}))
         return merged
+
+
+def flat_groups(table: dict[str, Any]) -> dict[str, Any]:
+    """An option table with its group tables (``[fit.shrink]``, ``cache = true``, see
+    :data:`tokenflex.options.GROUPS`) read as the flat fit() options they set; a group
+    field given beside its flat name is an error naming both. A ``summarize`` table
+    turns summarizing on (``summarize = true``) with its fields."""
+    out = dict(table)
+    for group in GROUPS:
+        value = out.get(group.keyword)
+        if value is None or (group.keyword == "summarize" and not isinstance(value, dict)):
+            continue  # summarize = true / false: the proxy's own switch (checked there)
+        values = group_values(group, value, group.keyword)
+        flat = {group.flat[f]: (f, v) for f, v in values.items()}
+        if group.keyword == "cache":
+            flat["cache_stable"] = (group.keyword, value is not False)
+        for name, (field, _v) in flat.items():
+            if name in out:
+                raise ValueError(
+                    f"{name} and {group.keyword}.{field} set the same option; give one"
+                )
+        del out[group.keyword]
+        out.update((name, v) for name, (_f, v) in flat.items())
+        if group.keyword == "summarize":
+            out["summarize"] = True
+    return out
 
 
 def _check_table(table: dict[str, Any]) -> None:
@@ -443,10 +479,8 @@ def check_fit_options(config: ServerConfig) -> None:
         check_summary_options(where, table)
         merged = config.fit | table
         values = {k: v for k, v in merged.items() if k in fit_names}
-        if "fallback_models" in values:
-            values["fallback_models"] = tuple(values["fallback_models"])
         try:
-            FitOptions(**values)
+            FitOptions.from_kwargs(values, where=f"proxy config {where}")
         except (InvalidInputError, TypeError) as exc:
             raise ConfigError(f"Proxy config {where}: {exc}") from exc
 
