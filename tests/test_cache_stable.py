@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import tokenflex
 from tokenflex import Conversation, count_messages
-from tokenflex.options import AUTO_MARK_MAX
+from tokenflex.engine.ladder import LADDER
+from tokenflex.options import AUTO_MARK_MAX, SHRINK_STEPS
 from tokenflex.session import KEY_MESSAGES
 from tokenflex.state import MemoryStore
 
@@ -247,6 +248,92 @@ def test_the_shrink_ladder_keeps_the_promise_and_lists_every_step(
             for d in plan.dropped:
                 if d.reason in ("cleared", "reasoning", "truncated"):
                     assert id(d.item) not in sent_ids
+
+
+STEP_REASONS = {"clear": "cleared", "truncate": "truncated", "reasoning": "reasoning"}
+
+
+@SETTINGS
+@given(
+    turns=sessions(),
+    window=st.sampled_from([1500, 2500]),
+    steps=st.lists(st.sampled_from(sorted(STEP_REASONS)), unique=True, max_size=3),
+    stable=st.booleans(),
+)
+def test_shrink_steps_pick_and_order_the_ladder(
+    turns: list[list[dict[str, Any]]], window: int, steps: list[str], stable: bool
+) -> None:
+    """Shrink(steps=[...]) takes only the steps it names; naming them in the ladder's
+    own order is the same fit as turning each on by its option (the reference)."""
+    m = model(window)
+    flags = {
+        "clear_tool_results": "clear" in steps,
+        "drop_reasoning": "reasoning" in steps,
+        "truncate_tool_results": "truncate" in steps,
+    }
+    ladder_order = [n for n in ("clear", "truncate", "reasoning") if n in steps]
+    # the truncate step rides on the others when turned on by its option
+    same_as_flags = "truncate" not in steps or len(steps) > 1
+    history: list[dict[str, Any]] = [SYSTEM]
+    for turn in turns:
+        history += turn
+        try:
+            plan = tokenflex.fit(
+                history,
+                model=m,
+                max_tokens=300,
+                pin=0,
+                cache=stable,
+                shrink=tokenflex.Shrink(steps=steps),
+            )
+        except tokenflex.ContextOverflowError:
+            return
+        check_plan(plan, m, history)
+        named = {STEP_REASONS[n] for n in steps}
+        shrunk = {d.reason for d in plan.dropped if d.section == "history"} & set(
+            STEP_REASONS.values()
+        )
+        assert shrunk <= named, (shrunk, steps)
+        if same_as_flags and steps == ladder_order and not stable:
+            reference = tokenflex.fit(history, model=m, max_tokens=300, pin=0, **flags)
+            assert plan.messages == reference.messages
+            assert [(d.reason, d.index) for d in plan.dropped] == [
+                (d.reason, d.index) for d in reference.dropped
+            ]
+
+
+@pytest.mark.parametrize("order", [["clear", "reasoning"], ["reasoning", "clear"]])
+def test_the_first_step_named_is_taken_first(order: list[str]) -> None:
+    """Either step alone would make room: only the first one named is taken."""
+    msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Audit the files."}]
+    for k in range(8):
+        call = {"id": f"c{k}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": text(150, k),
+                "tool_calls": [call],
+            }
+        )
+        msgs.append({"role": "tool", "tool_call_id": f"c{k}", "content": text(150, 50 + k)})
+    msgs.append({"role": "user", "content": "Summarize what you found."})
+    m = model(count_messages(msgs, model=model(10**6)) + 300 + 100 - 400)
+    plan = tokenflex.fit(
+        msgs, model=m, max_tokens=300, keep_reasoning=True, shrink=tokenflex.Shrink(steps=order)
+    )
+    reasons = plan.dropped.by_reason()
+    first, second = (STEP_REASONS[n] for n in order)
+    assert reasons.get(first) and not reasons.get(second), reasons
+    assert not reasons.get("budget") and not reasons.get("share"), reasons
+
+
+@pytest.mark.parametrize("steps", [["clean"], ["clear", "clear"]])
+def test_a_bad_shrink_step_names_the_steps(steps: list[str]) -> None:
+    assert [s.name for s in LADDER] == list(SHRINK_STEPS)  # the names options checks
+    msgs = [SYSTEM, {"role": "user", "content": text(4000, 1)}, {"role": "user", "content": "q"}]
+    with pytest.raises(tokenflex.InvalidInputError, match="'clear', 'truncate', 'reasoning'"):
+        tokenflex.fit(msgs, model=model(1500), max_tokens=300, shrink_steps=steps)
 
 
 def test_only_as_far_as_needed_then_dropping() -> None:

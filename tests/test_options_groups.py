@@ -85,6 +85,7 @@ FIELDS: dict[type[Any], dict[str, st.SearchStrategy[Any]]] = {
         "keep_tools": st.sampled_from([(), ("read_file",), ["grep"]]),
         "drop_reasoning": st.booleans(),
         "truncate_tool_results": st.booleans(),
+        "steps": st.none() | st.sampled_from([(), ("reasoning", "clear"), ["truncate"]]),
     },
     Documents: {
         "cap": st.none() | st.integers(0, 400),
@@ -113,6 +114,7 @@ FLAT = {
     ("Shrink", "keep_tools"): "keep_tools",
     ("Shrink", "drop_reasoning"): "drop_reasoning",
     ("Shrink", "truncate_tool_results"): "truncate_tool_results",
+    ("Shrink", "steps"): "shrink_steps",
     ("Documents", "cap"): "documents_cap",
     ("Documents", "policy"): "documents_policy",
     ("Documents", "format"): "documents_format",
@@ -378,6 +380,7 @@ VALUES: list[tuple[str, str, Any]] = [
     ("shrink", "keep_tools", ["read_file", "grep"]),
     ("shrink", "drop_reasoning", True),
     ("shrink", "truncate_tool_results", False),
+    ("shrink", "steps", ["reasoning", "clear"]),
     ("cache", "low_water", 0.5),
     ("fallback", "models", ["gpt-4o-mini"]),
     ("fallback", "input_share", 0.9),

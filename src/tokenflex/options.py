@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "GROUPS",
     "LOW_WATER",
+    "SHRINK_STEPS",
     "CacheStable",
     "Documents",
     "Fallback",
@@ -66,6 +67,11 @@ chat sessions (8K and 32K windows) a mark above this one cost more, in one of th
 compactor that summarizes from 70% of the window down to 40%. Under it, the mark by
 expected cost (:func:`tokenflex.cost.stable_mark`) decides how much deeper to cut (a
 fast-growing conversation in a small room)."""
+
+
+SHRINK_STEPS = ("clear", "truncate", "reasoning")
+"""The names of the shrink ladder's steps (:data:`tokenflex.engine.ladder.LADDER`, which
+a test keeps equal), for ``shrink_steps`` / ``Shrink(steps=...)``."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,12 @@ class FitOptions:
     tail kept, with a counted marker) instead of refusing the request, when it is in
     the newest tool round and the request cannot be served otherwise, and as a step of
     the shrink ladder (with ``clear_tool_results`` or ``drop_reasoning``)."""
+    shrink_steps: tuple[str, ...] | None = None
+    """The shrink ladder's steps by name, in the order they are taken (``"clear"``,
+    ``"truncate"``, ``"reasoning"``: :data:`tokenflex.engine.ladder.LADDER`); a step
+    named here is on whatever its own option says. None: the default ladder, each step
+    on by its option (``clear_tool_results``, ``truncate_tool_results``,
+    ``drop_reasoning``); ``()``: no step, whole turns are dropped at once."""
     cut_note: bool = False
     """Tell the model: where history was cut, send a short system note ("12 earlier
     messages omitted to fit the context window"), counted like any message."""
@@ -203,7 +215,7 @@ class FitOptions:
                 f"Unknown {where} option {', '.join(hints)}. Options: {', '.join(takes)}."
             )
         values = dict(options)
-        for name in ("fallback_models", "keep_tools"):
+        for name in ("fallback_models", "keep_tools", "shrink_steps"):
             listed = values.get(name)
             if listed is not None and not isinstance(listed, str | bytes):
                 with contextlib.suppress(TypeError):  # reported by the check below
@@ -283,6 +295,15 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str | Callable[[], str]]] = {
     "drop_reasoning": (lambda v: isinstance(v, bool), "True or False"),
     "pin": (_int(0), "an int >= 0"),
     "truncate_tool_results": (lambda v: isinstance(v, bool), "True or False"),
+    "shrink_steps": (
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, tuple) and all(x in SHRINK_STEPS for x in v) and len(set(v)) == len(v)
+            )
+        ),
+        "None or a list of distinct step names: " + ", ".join(map(repr, SHRINK_STEPS)),
+    ),
     "cut_note": (lambda v: isinstance(v, bool), "True or False"),
 }
 
@@ -521,6 +542,7 @@ class Shrink(OptionGroup):
         "keep_tools": "keep_tools",
         "drop_reasoning": "drop_reasoning",
         "truncate_tool_results": "truncate_tool_results",
+        "steps": "shrink_steps",
     }
 
     clear_tool_results: bool = FitOptions.clear_tool_results
@@ -534,9 +556,12 @@ class Shrink(OptionGroup):
     truncate_tool_results: bool = FitOptions.truncate_tool_results
     """Truncate a tool result longer than a quarter of the input room (head and tail
     kept) instead of refusing the request."""
+    steps: Sequence[str] | None = FitOptions.shrink_steps
+    """The ladder's steps by name, in order (``"clear"``, ``"truncate"``,
+    ``"reasoning"``); a step named is on. None: each step on by its own option."""
 
     def __post_init__(self) -> None:
-        _check_fields(self, tuples=("keep_tools",))
+        _check_fields(self, tuples=("keep_tools", "steps"))
 
 
 @_records_given

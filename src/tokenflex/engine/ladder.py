@@ -42,6 +42,7 @@ __all__ = [
     "DropReasoning",
     "ShrinkStep",
     "TruncateToolResults",
+    "ladder",
     "solve_history",
     "tool_result_cap",
 ]
@@ -119,7 +120,7 @@ class TruncateToolResults(ShrinkStep):
         self, hist: MessageSection, opts: FitOptions, counter: MessageCounter, cap: int
     ) -> list[int]:
         src = hist.source
-        cleared = set(_candidates(hist, opts)[0]) if opts.clear_tool_results else set()
+        cleared = set(_candidates(hist, opts)[0])  # the clearing step's (none if off)
         return [
             i
             for i in range(hist.lo, hist.hi)
@@ -152,7 +153,19 @@ class DropReasoning(ShrinkStep):
 
 LADDER: tuple[ShrinkStep, ...] = (ClearToolResults(), TruncateToolResults(), DropReasoning())
 """The shrink ladder, in the order its steps are taken before whole turns are dropped
-(a summary, then dropping, follow it)."""
+(a summary, then dropping, follow it). ``shrink_steps`` (``Shrink(steps=...)``) picks
+and orders them by name for one fit."""
+
+
+def ladder(opts: FitOptions) -> list[ShrinkStep]:
+    """The steps one fit takes, in order: ``opts.shrink_steps`` by name (each named step
+    on), else :data:`LADDER`'s steps that their options turn on."""
+    names = opts.shrink_steps
+    if names is None:
+        return [step for step in LADDER if step.on(opts)]
+    by_name = {step.name: step for step in LADDER}  # names checked by FitOptions
+    return [by_name[n] for n in names]
+
 
 TOOL_RESULT_PARTS = 4
 """A tool result longer than this part (a quarter) of the input room (the window less the margin
@@ -240,7 +253,7 @@ def solve_history(
     oversized message): the next request of the conversation starts afresh.
     """
     stable = opts.cache_stable
-    steps = [step for step in LADDER if step.on(opts)]
+    steps = ladder(opts)
     cold = previous is not None and not _cache_kept(model, previous)
     hold = None if cold else previous
     mark = 1.0 if cold else _low_water(model, opts, previous)
@@ -469,4 +482,9 @@ def _candidates(hist: MessageSection, opts: FitOptions) -> tuple[list[int], list
         keep_results=opts.keep_tool_results,
         keep_tools=opts.keep_tools,
     )
-    return (clear if opts.clear_tool_results else []), (think if opts.drop_reasoning else [])
+    return (clear if _taken(opts, "clear") else []), (think if _taken(opts, "reasoning") else [])
+
+
+def _taken(opts: FitOptions, name: str) -> bool:
+    """Whether the step ``name`` is on the ladder of a fit with ``opts``."""
+    return any(step.name == name for step in ladder(opts))
