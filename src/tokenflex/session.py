@@ -218,9 +218,11 @@ class StoreMemory:
             "cut:" + hashlib.blake2b(json.dumps([model, lead]).encode(), digest_size=16).hexdigest()
         )
         self._loaded: dict[str, Any] | None = None
+        self._read = False  # the store was read (a miss is not read again)
 
     def _load(self) -> dict[str, Any] | None:
-        if self._loaded is None:
+        if self._loaded is None and not self._read:
+            self._read = True
             raw = self.store.get(self.key)
             if raw is None:
                 return None
