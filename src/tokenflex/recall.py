@@ -560,12 +560,14 @@ class RecallFit:
             added += plan.summary.tokens
         slack = room - (plan.input_tokens - added)
         total = 0
-        for d in plan.dropped:
-            if d.section == TakenOut.section or d.reason in (*ITEM_REASONS, "summarized"):
+        dropped = plan.dropped
+        for section, a, b, reason in dropped.runs():  # by run: no record per item
+            if section == TakenOut.section or reason in (*ITEM_REASONS, "summarized"):
                 continue  # never sent, or sent shrunk (its stand-in is in the input)
-            total += d.tokens
-            if total > slack:
-                return True
+            for i in range(a, b):
+                total += dropped.cost_of(section, i)
+                if total > slack:
+                    return True
         return False
 
     def _fresh_cut(self, plan: Plan) -> int | None:

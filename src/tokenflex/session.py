@@ -427,6 +427,10 @@ def _one_by_one(
             before: Any = [(None, str(item[0]))]
         else:
             j, k = int(item[0]), int(item[1])
+            if j + k <= trusted and run_length(messages, p, source, j) >= k:
+                shared += int(item[2])  # the same objects: the run's kept tokens
+                p += k
+                continue
             before = ((source[i], None) if i < trusted else (None, None) for i in range(j, j + k))
         for value, digest in before:
             if p >= len(messages):
