@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from tokenflex.models import Model
 from tokenflex.server import ServerConfig, create_app
+from tokenflex.server.plans import LAZY_DROPPED
 
 # -- servers in threads -------------------------------------------------------------------
 
@@ -313,6 +314,32 @@ def test_chat_is_fitted_and_says_so(proxy: ServerThread, fake: Fake, client: htt
     assert data["max_tokens"] == 200
     assert data["dropped_count"] == int(h["x-tokenflex-dropped"])
     assert data["messages"] == sent["messages"]
+
+
+def test_a_long_cut_plan_lists_its_dropped_items_when_asked(
+    proxy: ServerThread, fake: Fake, client: httpx.Client
+) -> None:
+    """A plan that left out many messages is kept live: its dropped items are listed and
+    counted on GET (not on the request's path), and read back complete and consistent
+    with what was sent and the input count."""
+    msgs = conversation(300, words=10)
+    r = client.post(
+        f"{proxy.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": msgs, "max_tokens": 200},
+    )
+    assert r.status_code == 200, r.text
+    sent = fake.last()["body"]["messages"]
+    h = r.headers
+    assert int(h["x-tokenflex-dropped"]) == len(msgs) - len(sent) > LAZY_DROPPED
+    data = client.get(f"{proxy.url}/tokenflex/plans/{h['x-tokenflex-plan-id']}").json()
+    assert data["messages"] == sent
+    dropped = data["dropped"]
+    assert data["dropped_count"] == len(dropped) == len(msgs) - len(sent)
+    kept = {i for i, m in enumerate(msgs) if m in sent}  # every message's text differs
+    assert {d["index"] for d in dropped} == set(range(len(msgs))) - kept
+    assert all(d["tokens"] > 0 for d in dropped), {d["reason"] for d in dropped}
+    assert data["full_input_tokens"] == data["input_tokens"] + sum(d["tokens"] for d in dropped)
+    assert data["savings"]["saved_tokens"] == data["full_input_tokens"] - data["input_tokens"]
 
 
 def test_unknown_plan_is_404(proxy: ServerThread, client: httpx.Client) -> None:

@@ -29,7 +29,7 @@ from tokenflex.server import PlanStore, ProxyError, ServerConfig, create_app
 from tokenflex.server._models import ModelResolver
 from tokenflex.server.app import kept_plan
 from tokenflex.server.config import patch_model, split_options
-from tokenflex.server.plans import credential_hash
+from tokenflex.server.plans import LAZY_DROPPED, DeferredPlan, LivePlan, credential_hash
 from tokenflex.server.protocols import wire_for
 from tokenflex.summarize import ExtractiveSummarizer
 
@@ -420,15 +420,25 @@ def _request(fmt: str, turns: int, system: bool) -> dict[str, Any]:
     system=st.booleans(),
     clear=st.booleans(),
     summarize=st.booleans(),
+    lazy=st.sampled_from([LAZY_DROPPED, 0, None]),
 )
-@example(fmt="chat", turns=20, window=6000, system=True, clear=True, summarize=False)
-@example(fmt="anthropic", turns=20, window=3000, system=True, clear=False, summarize=True)
+@example(fmt="chat", turns=20, window=6000, system=True, clear=True, summarize=False, lazy=0)
+@example(fmt="anthropic", turns=20, window=3000, system=True, clear=False, summarize=True, lazy=0)
+@example(fmt="responses", turns=40, window=1200, system=True, clear=False, summarize=False, lazy=0)
 def test_a_kept_plan_reads_back_as_plan_to_dict(
-    fmt: str, turns: int, window: int, system: bool, clear: bool, summarize: bool
+    fmt: str,
+    turns: int,
+    window: int,
+    system: bool,
+    clear: bool,
+    summarize: bool,
+    lazy: int | None,
 ) -> None:
     """The plan store keeps the request body and the plan without its conversation
-    (:class:`DeferredPlan`); what GET serves is ``plan.to_dict()``, warnings redacted,
-    whether the plan sent the request as it came, cut it, cleared or summarized it."""
+    (:class:`DeferredPlan`), or a plan that left out more than ``lazy`` items as the plan
+    itself (:class:`LivePlan`, its dropped items listed and counted when asked for); what
+    GET serves is ``plan.to_dict()``, warnings redacted, whether the plan sent the
+    request as it came, cut it, cleared or summarized it."""
     wire = wire_for(get_format(fmt))[0]  # the format's main route
     raw = json.dumps(_request(fmt, turns, system)).encode()
     req = wire.parse(raw)
@@ -442,9 +452,66 @@ def test_a_kept_plan_reads_back_as_plan_to_dict(
         keep_tool_results=1,
         summarizer=ExtractiveSummarizer() if summarize else None,
     )
-    kept = kept_plan(plan, req, raw, wire)
+    kept = kept_plan(plan, req, raw, wire, lazy_dropped=lazy)
     assert kept is not None
+    live = lazy is not None and len(plan.dropped) > lazy
+    assert isinstance(kept, LivePlan if live else DeferredPlan)
     expected = plan.to_dict()
     expected["warnings"] = [redact(str(w)) for w in expected["warnings"]]
     assert json.loads(kept.render()) == json.loads(json.dumps(expected))
     event(f"plan sent the request as it came: {not len(plan.dropped)}")
+    event(f"kept live: {live}")
+
+
+def _body(shape: str, n: int) -> bytes:
+    """A chat body of ``n`` messages: long ASCII text, tiny texts (the objects cost most
+    against their JSON), content parts, or non-ASCII text."""
+    text = {
+        "long": "lorem ipsum dolor " * 20,
+        "tiny": "",
+        "parts": "",
+        "wide": "déjà vu, 東京 " * 10,
+    }[shape]
+    msgs: list[dict[str, Any]] = []
+    for i in range(n):
+        content: Any = f"{i}{text}"
+        if shape == "parts":
+            content = [{"type": "text", "text": str(i)} for _ in range(6)]
+        msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": content})
+    msgs.append({"role": "user", "content": "and now?"})
+    return json.dumps({"model": "gpt-4o", "messages": msgs}).encode()
+
+
+@pytest.mark.parametrize("shape", ["long", "tiny", "parts", "wide"])
+def test_a_live_plan_is_charged_at_least_what_it_holds(shape: str) -> None:
+    """A plan kept live holds the request's parsed messages and the fit's records of
+    them (recall and a cache-stable cut, as the proxy fits): the bytes it is charged
+    against the store's bound (:func:`held_bytes`) are at least what ``tracemalloc``
+    sees it keep, for long, tiny, multi-part and non-ASCII messages alike."""
+    from tokenflex.state import MemoryStore, TenantStore
+
+    wire = wire_for(get_format("chat"))[0]
+    raw = _body(shape, 1500)
+    store = TenantStore(MemoryStore(), "tenant")
+    options: dict[str, Any] = dict(
+        model="gpt-4o", max_tokens=100, max_input_tokens=2000, recall=True, state=store
+    )
+
+    def kept() -> Any:
+        req = wire.parse(raw)
+        plan = tokenflex.fit(req.messages, cache_stable=True, **options)
+        return kept_plan(plan, req, raw, wire, lazy_dropped=0)
+
+    kept()  # counts cached, recall records and the held cut stored: what is kept is new
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        live = kept()
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert isinstance(live, LivePlan) and len(live.plan.dropped) > 1000
+    assert held <= live.nbytes, f"{shape}: holds {held:,} bytes, charged {live.nbytes:,}"
+    assert live.nbytes < 4 * held  # an upper estimate, not a wild one

@@ -456,6 +456,9 @@ class RecallFit:
     :class:`~tokenflex.Conversation`), driven by :func:`fit_recalling` and
     :func:`afit_recalling`.
 
+    0. Fit without the tool (and without a summarizer). When that plan leaves nothing
+       out it is the one sent, and nothing else is made: a request that fits costs one
+       pass (:func:`recall_flow`).
     1. Fit with the ``tokenflex_recall`` tool counted and the ids named. A
        cache-stable cut pays for the tool and the note below its low-water mark
        (:meth:`Recaller.low_water`).
@@ -512,6 +515,22 @@ class RecallFit:
         """The memory the plan without recall was made with (settled if it is sent)."""
         self.tools: list[Any] | None = None
         """After :meth:`chosen`: the tools to send when the plan has recall, else None."""
+        self.cut_before = self._held(memory)
+        """The conversation's previous plan cut its history (a cut this plan may hold):
+        :func:`recall_flow` makes the plan with the tool first."""
+
+    def _held(self, memory: Any) -> bool:
+        """Whether ``memory`` holds a cut of the layout's history (read once: the fit
+        reads the same memory)."""
+        if memory is None:
+            return False
+        from .engine.layout import stable_target
+
+        target = stable_target(self.layout, self.layout.model)
+        if target is None:
+            return False
+        cut = memory.previous_cut(target.source)
+        return cut is not None and cut.start > target.lo
 
     def first(self) -> tuple[Any, Any, Any]:
         return self.with_tool, self.mem1, self.summarizer
@@ -542,12 +561,14 @@ class RecallFit:
             added += plan.summary.tokens
         slack = room - (plan.input_tokens - added)
         total = 0
-        for d in plan.dropped:
-            if d.section == TakenOut.section or d.reason in (*ITEM_REASONS, "summarized"):
+        dropped = plan.dropped
+        for section, a, b, reason in dropped.runs():  # by run: no record per item
+            if section == TakenOut.section or reason in (*ITEM_REASONS, "summarized"):
                 continue  # never sent, or sent shrunk (its stand-in is in the input)
-            total += d.tokens
-            if total > slack:
-                return True
+            for i in range(a, b):
+                total += dropped.cost_of(section, i)
+                if total > slack:
+                    return True
         return False
 
     def _fresh_cut(self, plan: Plan) -> int | None:
@@ -602,17 +623,44 @@ def recall_flow(
 ) -> Generator[tuple[Any, Any, Any], Plan | None, tuple[Any, Any]]:
     """The steps of ``rf``, written once (sans I/O): it yields ``(layout, memory,
     summarizer)`` for each plan it needs and receives the plan (a
-    :class:`~tokenflex.errors.ContextOverflowError` thrown in for the first one means the
-    required input does not fit with the tool); it returns the plans for
-    :meth:`RecallFit.chosen`. :func:`fit_recalling`, :func:`afit_recalling` and fit()'s own
-    flow drive it."""
-    tried: Plan | None = None
+    :class:`~tokenflex.errors.ContextOverflowError` thrown in means that plan's required
+    input does not fit); it returns the plans for :meth:`RecallFit.chosen`.
+    :func:`fit_recalling`, :func:`afit_recalling` and fit()'s own flow drive it.
+
+    The plan without the tool comes first (no summarizer: it may not be the one sent),
+    unless the conversation's previous plan cut its history (:attr:`RecallFit.cut_before`:
+    this one most likely cuts too). When it leaves nothing out, it is sent and nothing
+    else is made: a request that fits costs one pass, as without recall. Otherwise the
+    steps of :class:`RecallFit` follow, reusing that plan wherever they would make the
+    same one again. Either order sends the same plan.
+    """
     layout, memory, summarizer = rf.first()
+    plain_layout, plain_memory = rf.layout, rf.mem2
+    made: Plan | None = None  # the plan without the tool and without a summarizer
+    if not rf.cut_before:
+        try:
+            made = yield plain_layout, plain_memory, None
+        except ContextOverflowError:
+            # Without the tool the required input does not fit, so with it neither (the
+            # tool only adds): the flow below would send the plan without recall,
+            # summarized where there is a summarizer.
+            if summarizer is None:
+                raise
+            summarized = yield plain_layout, plain_memory, summarizer
+            return None, summarized
+        assert made is not None
+        if not rf.recaller.left_out(made.dropped.runs()):
+            return None, made  # fits without the tool (rf.sends_alt): sent as it is
+    tried: Plan | None = None
     with contextlib.suppress(ContextOverflowError):  # the tool's tokens: fit without
         # no summary yet: the plan without the tool may be the one sent
         tried = yield layout, memory, None
     again = rf.second(tried)
-    alt = (yield again) if again is not None else None
+    alt: Plan | None = None
+    if again is not None and made is not None and _same(again, plain_layout, plain_memory):
+        alt = made  # the plan without the tool made above
+    elif again is not None:
+        alt = yield again
     if summarizer is not None and tried is not None and not rf.sends_alt(tried, alt):
         with contextlib.suppress(ContextOverflowError):
             tried = yield layout, memory, summarizer  # the plan sent: summarized now
@@ -620,6 +668,11 @@ def recall_flow(
     if lower is not None:
         tried = yield lower
     return tried, alt
+
+
+def _same(step: tuple[Any, Any, Any], layout: Any, memory: Any) -> bool:
+    """Whether ``step`` is ``(layout, memory, None)`` (by identity: layouts hold lists)."""
+    return step[0] is layout and step[1] is memory and step[2] is None
 
 
 def fit_recalling(rf: RecallFit, solve: Callable[[Any, Any, Any], Plan]) -> Plan:

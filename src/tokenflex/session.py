@@ -19,6 +19,7 @@ import operator
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from itertools import compress, count, repeat
 from typing import Any, Protocol
 
 from ._types import Message
@@ -218,9 +219,11 @@ class StoreMemory:
             "cut:" + hashlib.blake2b(json.dumps([model, lead]).encode(), digest_size=16).hexdigest()
         )
         self._loaded: dict[str, Any] | None = None
+        self._read = False  # the store was read (a miss is not read again)
 
     def _load(self) -> dict[str, Any] | None:
-        if self._loaded is None:
+        if self._loaded is None and not self._read:
+            self._read = True
             raw = self.store.get(self.key)
             if raw is None:
                 return None
@@ -305,6 +308,7 @@ class StoreMemory:
 # the new messages: the cost is proportional to what changed.
 
 Item = list[Any]
+_SCANS = 4  # messages looked for by a scan of the source before it is indexed
 
 
 def sent_items(raw: Any) -> list[Item]:
@@ -334,13 +338,19 @@ def describe_sent(
     (the cut)."""
     runs = {int(it[0]): it for it in previous if len(it) == 3}
     where: dict[int, int] | None = None
+    scans = 0
     out: list[Item] = []
     i, end = 0, len(messages)
     expect = 0
     while i < end:
         m = messages[i]
         j = next((x for x in (expect, hint) if x < len(source) and source[x] is m), None)
-        if j is None:
+        if j is None and scans < _SCANS:
+            # a message the plan made (a cut note, a summary) is in no place of the
+            # source: the first few are looked for at C speed, not with an index of it
+            scans += 1
+            j = next(compress(count(), map(operator.is_, source, repeat(m))), None)
+        elif j is None:
             if where is None:
                 where = {id(x): idx for idx, x in enumerate(source)}
             j = where.get(id(m))
@@ -425,6 +435,10 @@ def _one_by_one(
             before: Any = [(None, str(item[0]))]
         else:
             j, k = int(item[0]), int(item[1])
+            if j + k <= trusted and run_length(messages, p, source, j) >= k:
+                shared += int(item[2])  # the same objects: the run's kept tokens
+                p += k
+                continue
             before = ((source[i], None) if i < trusted else (None, None) for i in range(j, j + k))
         for value, digest in before:
             if p >= len(messages):

@@ -67,10 +67,13 @@ from .metrics import ProxyMetrics, exc_kind
 from .paths import aliases, fitted_variant, path_allowed, upstream_path
 from .plans import (
     CREDENTIAL_HEADERS,
-    DeferredPlan,
+    LAZY_DROPPED,
+    KeptPlan,
+    LivePlan,
     PlanStore,
     credential_hash,
     defer,
+    held_bytes,
     new_plan_id,
 )
 from .protocols import Wire, as_sent, count_input, fitted_body, openai_error, wires
@@ -520,7 +523,9 @@ class Proxy:
         id, or '' when the store is off or the plan was not kept."""
         if not self.keeps_plans:
             return ""
-        make = functools.partial(kept_plan, plan, req, raw, wire)
+        local = self.config.count != "provider" and not plan.model.tokenizer.startswith("server:")
+        lazy = LAZY_DROPPED if local else None  # counted later only where counted here
+        make = functools.partial(kept_plan, plan, req, raw, wire, lazy_dropped=lazy)
         data = await off_loop(self.fitter.limiter, make) if len(raw) > _OFFLOAD_BYTES else make()
         plan_id = new_plan_id()
         if data is None or not self.plans.put(plan_id, data, owner=owner):
@@ -610,7 +615,9 @@ class Proxy:
                 param="plan_id",
                 code="plan_not_found",
             )
-        data = self.plans.get(plan_id, owner=credential_hash(request.headers))
+        # serialized when read (a long plan's dropped items counted then): off the loop
+        read = functools.partial(self.plans.get, plan_id, owner=credential_hash(request.headers))
+        data = await off_loop(self.fitter.limiter, read)
         if data is None:
             raise ProxyError(
                 404,
@@ -695,17 +702,31 @@ class Proxy:
         return Response(body, headers={"content-type": METRICS_CONTENT_TYPE})
 
 
-def kept_plan(plan: Any, req: ChatRequest, raw: bytes, wire: Wire) -> DeferredPlan | None:
+def kept_plan(
+    plan: Any, req: ChatRequest, raw: bytes, wire: Wire, *, lazy_dropped: int | None = LAZY_DROPPED
+) -> KeptPlan | None:
     """The plan made for ``req`` (the body ``raw`` on ``wire``'s route) as the plan store
     keeps it: serialized when asked for, warnings redacted; None (logged) when it cannot
-    be kept, which request validation should make impossible."""
+    be kept, which request validation should make impossible.
+
+    A plan that left out more than ``lazy_dropped`` items is kept live (its dropped items
+    listed and counted when asked for, :class:`~tokenflex.server.plans.LivePlan`); None:
+    never (its counts must be made now: they come from a provider or a tokenizer server).
+    """
     try:
-        meta = plan.to_dict(include_messages=False)
-        meta["warnings"] = [redact(str(w)) for w in meta.get("warnings", [])]
+        if lazy_dropped is not None and len(plan.dropped) > lazy_dropped:
+            return LivePlan(plan, held_bytes(raw, len(req.messages)), _redacted)
+        meta = _redacted(plan.to_dict(include_messages=False))
         return defer(plan, meta, req.messages, req.system, raw, wire.reparse)
     except TokenflexError as exc:
         log.warning("Cannot keep a plan: %s", exc)
         return None
+
+
+def _redacted(data: dict[str, Any]) -> dict[str, Any]:
+    """A plan's dict with its warnings redacted (they may quote the request)."""
+    data["warnings"] = [redact(str(w)) for w in data.get("warnings", [])]
+    return data
 
 
 async def _inline(func: Callable[[], Any]) -> Any:

@@ -8,6 +8,13 @@ request's own body (already in memory), the plan without its conversation, and w
 the request's messages it sent; the JSON is made only when the plan is asked for, so
 keeping a plan costs what the plan changed, not a serialization of the conversation.
 
+A plan that left out many items (more than :data:`LAZY_DROPPED`: a long conversation cut
+to fit) is kept as the plan itself (:class:`LivePlan`): listing its dropped items and
+counting them (``plan.to_dict()``'s ``dropped`` and ``full_input_tokens``, a tokenizer
+pass over every message the fit never had to read) waits until the plan is asked for,
+which most plans never are. It holds the request's parsed messages, so it is charged an
+upper estimate of their memory (:func:`held_bytes`) against the store's byte bound.
+
 Each plan is bound to the credentials of the client that made it (a hash of its
 ``Authorization``, ``x-api-key``, ``api-key`` and ``x-tokenflex-key`` headers): a request
 with other credentials, or none, gets the same answer as for an unknown id. Ids are
@@ -28,11 +35,15 @@ from typing import Any, Protocol
 
 __all__ = [
     "CREDENTIAL_HEADERS",
+    "LAZY_DROPPED",
     "DeferredPlan",
+    "KeptPlan",
+    "LivePlan",
     "PlanLike",
     "PlanStore",
     "credential_hash",
     "defer",
+    "held_bytes",
     "new_plan_id",
     "serialize",
     "serialize_list",
@@ -40,6 +51,11 @@ __all__ = [
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "x-tokenflex-key")
 """Request headers whose values own a plan."""
+LAZY_DROPPED = 64
+"""A plan that left out more items than this is kept as a :class:`LivePlan` (its dropped
+items listed and counted when it is asked for); one that left out fewer, as a
+:class:`DeferredPlan` (listed when it is kept: a few items cost less than holding the
+request's parsed messages)."""
 
 
 class PlanLike(Protocol):
@@ -165,6 +181,46 @@ class DeferredPlan:
         return serialize(data)
 
 
+def held_bytes(raw: bytes, messages: int) -> int:
+    """An upper estimate of the memory a :class:`LivePlan` holds: the objects parsed from
+    the request body ``raw`` (each character at up to four bytes, one for an ASCII body;
+    each string, object and array at more than Python's cost for it) and the fit's own
+    records of its ``messages`` (fingerprints, groups, counts), with room to spare.
+    Counted at C speed (a few ``bytes.count``); ``tests/test_server_config.py`` checks it
+    against what ``tracemalloc`` sees for bodies of long, tiny, multi-part and non-ASCII
+    messages.
+
+    >>> held_bytes(b'{"messages": [{"role": "user", "content": "hi"}]}', 1) > 1000
+    True
+    """
+    width = 1 if raw.isascii() else 4
+    strings = raw.count(b'"') // 2
+    containers = raw.count(b"{") + raw.count(b"[")
+    return width * len(raw) + 112 * strings + 256 * containers + 768 * messages
+
+
+@dataclass(frozen=True, slots=True)
+class LivePlan:
+    """A plan kept as the object itself; ``plan.to_dict()`` is made when it is asked for
+    (see the module's docstring)."""
+
+    plan: Any
+    """The plan (its messages and dropped items still refer to the request's)."""
+    nbytes: int
+    """What keeping it costs, at most (:func:`held_bytes`; the store's byte bound counts
+    this)."""
+    finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
+    """Applied to ``plan.to_dict()`` before it is served (the proxy redacts warnings)."""
+
+    def render(self) -> bytes:
+        """The plan's JSON, as ``plan.to_dict()`` writes it (then :attr:`finish`)."""
+        return serialize(self.finish(self.plan.to_dict()))
+
+
+KeptPlan = DeferredPlan | LivePlan
+"""A plan the store serializes when it is asked for."""
+
+
 class PlanStore:
     """The last ``max_plans`` plans, at most ``max_bytes`` of their JSON in all.
 
@@ -178,7 +234,7 @@ class PlanStore:
     def __init__(self, *, max_plans: int = 1000, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_plans = max_plans
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, tuple[str, bytes | DeferredPlan]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[str, bytes | KeptPlan]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -190,11 +246,11 @@ class PlanStore:
         """The bytes of JSON held now (never more than ``max_bytes``)."""
         return self._bytes
 
-    def put(self, plan_id: str, plan: PlanLike | bytes | DeferredPlan, *, owner: str = "") -> bool:
-        """Keep ``plan`` (a plan, its JSON bytes, or a :class:`DeferredPlan`) under
+    def put(self, plan_id: str, plan: PlanLike | bytes | KeptPlan, *, owner: str = "") -> bool:
+        """Keep ``plan`` (a plan, its JSON bytes, or a :data:`KeptPlan`) under
         ``plan_id`` for ``owner`` (a :func:`credential_hash`). False when it was not kept:
         the store is off, or the plan alone is over ``max_bytes``."""
-        data = plan if isinstance(plan, bytes | DeferredPlan) else serialize(plan.to_dict())
+        data = plan if isinstance(plan, bytes | KeptPlan) else serialize(plan.to_dict())
         if self.max_plans <= 0 or _size(data) > self.max_bytes:
             return False
         with self._lock:
@@ -219,14 +275,14 @@ class PlanStore:
         >>> [plan_id for plan_id, _ in store.recent(owner="me")]
         ['plan_2', 'plan_0']
         """
-        out: list[tuple[str, bytes | DeferredPlan]] = []
+        out: list[tuple[str, bytes | KeptPlan]] = []
         with self._lock:
             for plan_id, (who, data) in reversed(self._items.items()):
                 if len(out) >= limit:
                     break
                 if hmac.compare_digest(who, owner):
                     out.append((plan_id, data))
-        return [(i, d.render() if isinstance(d, DeferredPlan) else d) for i, d in out]
+        return [(i, d if isinstance(d, bytes) else d.render()) for i, d in out]
 
     def get(self, plan_id: str, *, owner: str = "") -> bytes | None:
         """The JSON of the plan kept under ``plan_id``; None when unknown, evicted or
@@ -236,8 +292,8 @@ class PlanStore:
         if item is None or not hmac.compare_digest(item[0], owner):
             return None
         data = item[1]
-        return data.render() if isinstance(data, DeferredPlan) else data
+        return data if isinstance(data, bytes) else data.render()
 
 
-def _size(data: bytes | DeferredPlan) -> int:
-    return data.nbytes if isinstance(data, DeferredPlan) else len(data)
+def _size(data: bytes | KeptPlan) -> int:
+    return len(data) if isinstance(data, bytes) else data.nbytes
