@@ -88,7 +88,8 @@ class SectionSpec:
     and trying the next (documents, memories)."""
     cumulative: Sequence[int] | None = None
     """For contiguous sections without required items: ``cumulative[k]`` is the tokens of
-    the first ``k`` items (``len`` = items + 1). The solver then bisects instead of
+    the first ``k`` items (``len`` = items + 1); it may have a ``within(room)`` method that
+    gives the largest ``k`` with ``cumulative[k] <= room``. The solver then bisects instead of
     iterating, so a growing conversation re-fits in O(log n)."""
     offset: int = 0
     """Leading items that are not the caller's items (a text section's message envelope):
@@ -293,7 +294,7 @@ def _bisect_section(
     n = len(cum) - 1
     k = _soft_prefix(cum, soft_room)
     if k < min_items:
-        k = max(k, min(min_items, max(0, bisect.bisect_right(cum, hard_room) - 1)))
+        k = max(k, min(min_items, _soft_prefix(cum, hard_room)))
     if max_items is not None and k > max_items:
         return max_items, "max_items"
     if k >= n:
@@ -306,8 +307,14 @@ def _bisect_section(
     return k, "cap" if nxt <= window_room else "budget"
 
 
-def _soft_prefix(cum: Sequence[int], soft_room: int) -> int:
-    return max(0, bisect.bisect_right(cum, soft_room) - 1)
+def _soft_prefix(cum: Sequence[int], room: int) -> int:
+    """The most leading items within ``room``: the largest ``k`` with ``cum[k] <= room``
+    (0 when none is), by the sums' own ``within`` where they have one (a view over
+    running sums bisects them in C)."""
+    within = getattr(cum, "within", None)
+    if within is not None:
+        return int(within(room))
+    return max(0, bisect.bisect_right(cum, room) - 1)
 
 
 def _stable_count(
@@ -357,7 +364,7 @@ def _contiguous(
     yielded_soft = k > _soft_prefix(cum, soft_room)
     if s.low_water is not None and reason is not None:
         fit_k = k
-        hard_k = max(0, bisect.bisect_right(cum, hard_room) - 1)
+        hard_k = _soft_prefix(cum, hard_room)
         if max_items is not None:
             hard_k = min(hard_k, max_items)
         if s.hold is not None and fit_k < s.hold <= hard_k:

@@ -340,6 +340,14 @@ class _NewestFirst(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return (self[i] for i in range(len(self)))
 
+    def within(self, room: int) -> int:
+        """The most newest groups within ``room`` tokens (the largest ``k`` with
+        ``self[k] <= room``): one C bisect over the running sums."""
+        cum, hi = self._cum, self._hi
+        if room < 0:
+            return 0
+        return hi - bisect.bisect_left(cum, cum[hi] - room, self._lo, hi + 1)
+
 
 class _Replayed(Iterable[int]):
     """Lazy groups' tokens, newest first, read as far as a solve needs; a second solve
