@@ -64,6 +64,10 @@ def _story(draw: Any) -> tuple[list[Any], dict[str, Any], list[tuple[str, int, A
     }
     if draw(st.booleans()):
         options["history_share"] = draw(st.sampled_from([0.5, 1.0]))
+    if draw(st.booleans()):  # the index holds more groups than kept, not a window's worth
+        options["max_messages"] = draw(st.sampled_from([2, 7]))
+    if draw(st.booleans()):
+        options["max_input_tokens"] = draw(st.sampled_from([300, 700]))
     steps: list[tuple[str, int, Any]] = []
     for _ in range(draw(st.integers(3, 8))):
         steps.append((draw(st.sampled_from(OPS)), draw(st.integers(0, 10_000)), draw(_turn(k))))

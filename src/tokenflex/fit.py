@@ -154,7 +154,14 @@ class FitLayout:
         lo = max(self.pin_end, self.recent)
         index = self.index
         if isinstance(index, ListIndex):
-            index = index.view(msgs, lo, self.cur_start, get_counter(model))
+            bound = min(
+                c
+                for c in (model.context_window, model.max_input_tokens, o.max_input_tokens)
+                if c is not None
+            )
+            index = index.view(
+                msgs, lo, self.cur_start, get_counter(model), bound=bound, most=o.max_messages
+            )
         out.append(
             MessageSection(
                 "history",

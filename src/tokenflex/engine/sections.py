@@ -179,6 +179,13 @@ class GroupIndex:
         return g_lo, g_hi
 
 
+def _beyond(gi: GroupIndex, limits: tuple[int, int | None]) -> bool:
+    """Whether ``gi`` holds more than a solve within ``limits`` can keep (so the
+    solver never reaches the groups before it)."""
+    bound, most = limits
+    return gi.cum[-1] > bound or (most is not None and len(gi.starts) > most)
+
+
 def _boundary(src: Sequence[Message], i: int) -> bool:
     """Whether a group starts at ``src[i]`` (``i`` > 0): not a tool result following a
     tool result or the call that made it (the rule :func:`~tokenflex.history.iter_groups`
@@ -197,14 +204,14 @@ def _boundary(src: Sequence[Message], i: int) -> bool:
 
 class ListIndex:
     """The running counts of a caller's list that :func:`tokenflex.fit` has seen: the
-    history's newest groups, as far back as one window's worth of tokens (more than any
-    room of the model) and every group appended since, as a :class:`GroupIndex` the
-    solver bisects. A fit of the same list grown by one message counts that message and
-    bisects: O(new message), not O(kept).
+    history's newest groups, as far back as more than any room of the fit (a window's
+    worth of tokens, or ``max_messages`` groups), and every group appended since, as a
+    :class:`GroupIndex` the solver bisects. A fit of the same list grown by one message
+    counts that message and bisects: O(new message), not O(kept).
 
     Never trusted blindly: each message it counted is kept with a copy of its top-level
-    fields, and before every use the messages a solve could read (a window's worth,
-    newest first) are compared with them (one C-speed list comparison); a message edited
+    fields, and before every use the messages a solve could read (newest first, as far
+    as those limits) are compared with them (one C-speed list comparison); a message edited
     in place, or replaced by one that is not equal, makes it count afresh. An edit inside a
     nested value is not seen (as :mod:`tokenflex.roundtrip` says). Bound to one model and
     one history start: any other asks the lazy path (None). Thread-safe.
@@ -218,10 +225,19 @@ class ListIndex:
         self._copies: list[Any] = []
 
     def view(
-        self, src: Sequence[Message], lo: int, hi: int, counter: MessageCounter
+        self,
+        src: Sequence[Message],
+        lo: int,
+        hi: int,
+        counter: MessageCounter,
+        *,
+        bound: int,
+        most: int | None = None,
     ) -> GroupIndex | None:
         """The index for history ``src[lo:hi]`` counted by ``counter`` (None: use the
-        lazy path; an invalid message is left to it to name)."""
+        lazy path; an invalid message is left to it to name). ``bound``: no room of this
+        fit is larger (the window, or a smaller input cap); ``most``: no more groups
+        are kept (``max_messages``). The index holds more than either, or all."""
         model = counter.model
         with self._lock:
             if self._model is None:
@@ -229,7 +245,7 @@ class ListIndex:
             elif model is not self._model or lo != self._lo:
                 return None
             try:
-                return self._view(src, lo, hi, counter.message, model)
+                return self._view(src, lo, hi, counter.message, model, (bound, most))
             except BadMessage:
                 self._reset()
                 return None
@@ -244,27 +260,33 @@ class ListIndex:
         hi: int,
         count: Callable[[Message], int],
         model: Model,
+        limits: tuple[int, int | None],
     ) -> GroupIndex:
-        bound = model.context_window
         gi = self._index
         if gi is not None:
             end = gi.first + len(gi.tokens)
-            if hi < end or not self._valid(src, gi, end, bound):
+            if hi < end or not self._valid(src, gi, end, limits):
                 self._reset()
                 gi = None
             elif hi > end:
                 self._append(src, gi, end, hi, count)
         if gi is None:
             gi = self._index = GroupIndex(model, [], [0], [], hi, owned=False)
-        if gi.first > lo and gi.cum[-1] <= bound:
-            gi = self._index = self._older(src, gi, lo, count, bound)
+        if gi.first > lo and not _beyond(gi, limits):
+            gi = self._index = self._older(src, gi, lo, count, limits)
         return gi
 
-    def _valid(self, src: Sequence[Message], gi: GroupIndex, end: int, bound: int) -> bool:
-        """Whether the messages a solve could read (a window's worth, newest first, and
-        the one before them: it decides where their group starts) are as counted."""
+    def _valid(
+        self, src: Sequence[Message], gi: GroupIndex, end: int, limits: tuple[int, int | None]
+    ) -> bool:
+        """Whether the messages a solve could read (newest first, the fewest groups
+        beyond ``limits``, and the message before them: it decides where their group
+        starts) are as counted."""
         cum = gi.cum
+        bound, most = limits
         g = max(0, bisect.bisect_left(cum, cum[-1] - bound) - 1)
+        if most is not None:
+            g = max(g, len(gi.starts) - most - 1)
         a = max(gi.first, gi.starts[g] - 1) if gi.starts else end
         first = gi.first
         return src[a:end] == self._copies[a - first : end - first]
@@ -296,16 +318,17 @@ class ListIndex:
         gi: GroupIndex,
         lo: int,
         count: Callable[[Message], int],
-        bound: int,
+        limits: tuple[int, int | None],
     ) -> GroupIndex:
-        """``gi`` with older groups counted until it holds more than ``bound`` tokens or
-        reaches ``lo``."""
-        total = gi.cum[-1]
+        """``gi`` with older groups counted until it holds more than ``limits`` allow
+        or reaches ``lo``."""
+        bound, most = limits
+        total, n = gi.cum[-1], len(gi.starts)
         groups: list[tuple[int, int, int]] = []
         for start, stop, t in iter_groups(src, lo, gi.first, count):
             groups.append((start, stop, t))
             total += t
-            if total > bound:
+            if total > bound or (most is not None and n + len(groups) > most):
                 break
         groups.reverse()
         first = groups[0][0] if groups else gi.first
