@@ -68,7 +68,7 @@ class Prepared:
     plain: bool = False
     """Every message holds string content only (no part can be an estimate)."""
     index: Any = None
-    """Running counts of a remembered plain-chat list (made by ``prepare``'s
+    """Running counts of a remembered list's internal messages (made by ``prepare``'s
     ``new_index``: fit()'s :class:`~tokenflex.engine.ListIndex`), shared by every read
     of that list."""
 
@@ -162,7 +162,7 @@ def prepare(
     With ``reuse`` (fit() and afit()), a list read before is read again only where it is
     new (appended items; the last unit of a converted request is converted again, as a
     Responses turn may go on); see the module doc. ``new_index`` makes the running
-    counts a remembered plain-chat list keeps (:attr:`Prepared.index`).
+    counts a remembered list keeps (:attr:`Prepared.index`).
 
     Raises:
         InvalidInputError: an unknown ``format``, or ``system=`` / ``history=`` with a
@@ -195,7 +195,7 @@ def prepare(
             _MEMO.put(_Read(messages, list(messages), key, system, grown))
             return grown
     prepared = _prepare(messages, format, system, counted, tools, keep_reasoning, False)
-    index = new_index() if new_index is not None and prepared.converted is None else None
+    index = new_index() if new_index is not None else None
     prepared = replace(prepared, given=messages, index=index)
     if prepared.converted is not None:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
@@ -278,7 +278,9 @@ def _grown(
         ],
     )
     checked = {k: min(v, keep) for k, v in old.checked.items()}
-    prepared = Prepared(grown.messages, counted, tools, grown, checked, marks, messages)
+    prepared = Prepared(
+        grown.messages, counted, tools, grown, checked, marks, messages, index=old.index
+    )
     prepared.marks.update(_marks(grown, messages, restart))
     return prepared
 
