@@ -158,3 +158,26 @@ def test_a_kept_message_edited_in_place_is_counted_afresh() -> None:
     plan = tokenflex.fit(msgs, model=MODEL, max_tokens=200)
     assert msgs[-3] not in plan.messages
     _same(plan, tokenflex.fit(list(msgs), model=MODEL, max_tokens=200))
+
+
+POOL = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "pump"},
+    {"role": "assistant", "content": "valve"},
+    {"role": "user", "content": "pump"},  # equal to another, not the same dict
+    {"role": "user", "content": "x", "foo": 1},  # an unknown field: estimated
+    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]},
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, len(POOL) - 1), max_size=12), min_size=1, max_size=6))
+def test_exact_for_reads_again_only_what_is_new_and_answers_as_each_message_does(
+    lists: list[list[int]],
+) -> None:
+    """The runs shared with the last list found exact are skipped, never the answer:
+    exact_for is True exactly when every message is counted exactly."""
+    counter = tokenflex.get_counter("gpt-4o")
+    for picks in lists:
+        msgs = [POOL[i] for i in picks]
+        assert counter.exact_for(msgs) == all(counter.message_exact(m) for m in msgs)
