@@ -265,7 +265,13 @@ class ListIndex:
         gi = self._index
         if gi is not None:
             end = gi.first + len(gi.tokens)
-            if hi < end or not self._valid(src, gi, end, limits):
+            if (
+                hi < end
+                or not self._valid(src, gi, end, limits)
+                or (hi > end and gi.starts and not _boundary(src, end))
+            ):
+                # (a message joining the newest group counted would change a sum a
+                # solve in another thread may be reading: counted afresh instead)
                 self._reset()
                 gi = None
             elif hi > end:
@@ -299,6 +305,8 @@ class ListIndex:
         hi: int,
         count: Callable[[Message], int],
     ) -> None:
+        """Count ``src[end:hi]`` into ``gi``: only new entries are written, and sums of
+        groups started here (the lists only grow, so a view given out stays valid)."""
         starts, cum, tokens, copies = gi.starts, gi.cum, gi.tokens, self._copies
         assert isinstance(starts, list) and isinstance(cum, list) and isinstance(tokens, list)
         for i in range(end, hi):
