@@ -181,3 +181,23 @@ def test_exact_for_reads_again_only_what_is_new_and_answers_as_each_message_does
     for picks in lists:
         msgs = [POOL[i] for i in picks]
         assert counter.exact_for(msgs) == all(counter.message_exact(m) for m in msgs)
+
+
+def test_the_running_counts_hold_no_more_than_the_fit_can_keep() -> None:
+    """With max_messages, a large window's list is counted only as far as the lazy
+    path would count it (the newest groups beyond the limit), not a window's worth."""
+    forget()
+    enc = tokenflex.get_tokenizer("o200k_base")
+    big = MODEL.replace(name="gpt-4o-index-big", context_window=1_000_000)
+    msgs: list[Any] = [{"role": "system", "content": "Be brief."}]
+    for k in range(100):
+        msgs += [
+            {"role": "user", "content": f"q {k} " + "pump " * 30},
+            {"role": "assistant", "content": f"a {k} " + "valve " * 30},
+        ]
+    msgs.append({"role": "user", "content": "and now?"})
+    before = enc.hits + enc.misses
+    plan = tokenflex.fit(msgs, model=big, max_tokens=200, max_messages=4)
+    assert enc.hits + enc.misses - before < 20
+    forget()
+    _same(plan, tokenflex.fit(list(msgs), model=big, max_tokens=200, max_messages=4))
