@@ -88,7 +88,8 @@ class SectionSpec:
     and trying the next (documents, memories)."""
     cumulative: Sequence[int] | None = None
     """For contiguous sections without required items: ``cumulative[k]`` is the tokens of
-    the first ``k`` items (``len`` = items + 1). The solver then bisects instead of
+    the first ``k`` items (``len`` = items + 1); it may have a ``within(room)`` method that
+    gives the largest ``k`` with ``cumulative[k] <= room``. The solver then bisects instead of
     iterating, so a growing conversation re-fits in O(log n)."""
     offset: int = 0
     """Leading items that are not the caller's items (a text section's message envelope):
@@ -282,55 +283,163 @@ def _over_input_cap(spec: BudgetSpec, required: int, cap: int, model: str) -> Co
 
 
 def _bisect_section(
-    s: SectionSpec, cum: Sequence[int], soft_room: int, hard_room: int, window_room: int
+    cum: Sequence[int],
+    soft_room: int,
+    hard_room: int,
+    window_room: int,
+    min_items: int,
+    max_items: int | None,
 ) -> tuple[int, str | None]:
     """Largest contiguous prefix within the rooms, by bisection; and why it stopped."""
     n = len(cum) - 1
     k = _soft_prefix(cum, soft_room)
-    if k < s.min_items:
-        k = max(k, min(s.min_items, max(0, bisect.bisect_right(cum, hard_room) - 1)))
-    if s.max_items is not None and k > s.max_items:
-        return s.max_items, "max_items"
+    if k < min_items:
+        k = max(k, min(min_items, _soft_prefix(cum, hard_room)))
+    if max_items is not None and k > max_items:
+        return max_items, "max_items"
     if k >= n:
         return n, None
     nxt = cum[k + 1]
-    if s.max_items is not None and k == s.max_items:
+    if max_items is not None and k == max_items:
         return k, "max_items"
     if nxt <= hard_room:
         return k, "share"
     return k, "cap" if nxt <= window_room else "budget"
 
 
-def _soft_prefix(cum: Sequence[int], soft_room: int) -> int:
-    return max(0, bisect.bisect_right(cum, soft_room) - 1)
+def _soft_prefix(cum: Sequence[int], room: int) -> int:
+    """The most leading items within ``room``: the largest ``k`` with ``cum[k] <= room``
+    (0 when none is), by the sums' own ``within`` where they have one (a view over
+    running sums bisects them in C)."""
+    within = getattr(cum, "within", None)
+    if within is not None:
+        return int(within(room))
+    return max(0, bisect.bisect_right(cum, room) - 1)
 
 
-def _unorphan(
-    s: SectionSpec, positions: list[int], taken: list[int], dropped: list[DropRecord]
+def _stable_count(
+    s: SectionSpec, cum: Sequence[int], k: int, soft_room: int, min_items: int
 ) -> int:
-    """Drop the oldest kept optional items of a cut contiguous section while they may not
-    open it; returns their tokens."""
-    cut, freed = len(positions), 0
-    while taken and s.opens is not None and not s.opens(positions[-1]):
-        positions.pop()
-        freed += taken.pop()
-    if len(positions) < cut:
-        dropped.append(DropRecord(s.name, len(positions), cut - len(positions), "orphan"))
-    return freed
-
-
-def _stable_count(s: SectionSpec, cum: Sequence[int], k: int, cut: bool, soft_room: int) -> int:
-    """How many of the ``k`` newest items that fit a cache-stable section keeps: the
-    previous cut while it fits, else (when the section must be cut) the newest items
-    within the low-water mark; never fewer than ``min_items`` allows."""
-    if s.hold is not None and s.hold <= k and (cut or s.hold < k):
+    """How many of the ``k`` newest items that fit a cache-stable section keeps, once it
+    must be cut: the previous cut while it fits, else the newest items within the
+    low-water mark; never fewer than ``min_items`` allows."""
+    if s.hold is not None and s.hold <= k:
         return s.hold
-    if not cut or s.low_water is None:
+    if s.low_water is None:
         return k
     room = max(0, soft_room)
     mark = s.low_water(room) if callable(s.low_water) else int(s.low_water * room)
     low = _soft_prefix(cum, mark)
-    return max(min(low, k), min(s.min_items, k))
+    return max(min(low, k), min(min_items, k))
+
+
+def _contiguous(
+    s: SectionSpec,
+    n_req: int,
+    items: Iterable[int],
+    soft_room: int,
+    hard_room: int,
+    window_room: int,
+) -> tuple[int, int, list[DropRecord], bool]:
+    """A contiguous section (history, a truncated text), solved over the prefix sums of
+    its optional items (given as :attr:`SectionSpec.cumulative`, else summed from the
+    items read lazily as far as the hard room): how many optional items it keeps after
+    its ``n_req`` required ones, their tokens, its drop records, and whether it kept
+    items beyond its soft share. The one place of the low-water mark, the held cut and
+    the orphan rule."""
+    name = s.name
+    min_items = max(0, s.min_items - n_req)
+    max_items = None if s.max_items is None else max(0, s.max_items - n_req)
+    cum = s.cumulative if s.cumulative is not None and not n_req else None
+    if cum is None:
+        cum = _prefix_sums(_within(items, hard_room, max_items))
+    n = len(cum) - 1
+    records: list[DropRecord] = []
+    if not n_req and cum[n] <= hard_room and (max_items is None or n <= max_items):
+        # Do no harm: the whole section fits, so it is kept as it is: a soft share, a
+        # low-water mark or a held cut apply only when it must be cut. (A section with a
+        # required head, a text's envelope, is joined text: its share holds whole too.)
+        return n, cum[n], records, False
+    k, reason = _bisect_section(cum, soft_room, hard_room, window_room, min_items, max_items)
+    yielded_soft = k > _soft_prefix(cum, soft_room)
+    if s.low_water is not None and reason is not None:
+        fit_k = k
+        hard_k = _soft_prefix(cum, hard_room)
+        if max_items is not None:
+            hard_k = min(hard_k, max_items)
+        if s.hold is not None and fit_k < s.hold <= hard_k:
+            # The held cut still fits the window: kept, beyond the soft share, so the
+            # prefix sent does not change.
+            k, reason = s.hold, "held"
+        else:
+            k = _stable_count(s, cum, k, soft_room, min_items)
+        if k < fit_k:
+            stable = "held" if k == s.hold else "low_water"
+            records.append(DropRecord(name, n_req + k, fit_k - k, stable))
+            records.append(DropRecord(name, n_req + fit_k, None, reason))
+            reason = "moved"
+        yielded_soft = k > _soft_prefix(cum, soft_room) and reason != "held"
+    if reason is not None:
+        cut = k
+        while k > 0 and s.opens is not None and not s.opens(n_req + k - 1):
+            k -= 1
+        if k < cut:
+            records.append(DropRecord(name, n_req + k, cut - k, "orphan"))
+        if reason != "moved":
+            records.append(DropRecord(name, n_req + cut, None, reason))
+    return k, cum[k], records, yielded_soft
+
+
+def _skipping(
+    s: SectionSpec,
+    n_req: int,
+    items: Iterable[int],
+    soft_room: int,
+    hard_room: int,
+    window_room: int,
+) -> tuple[tuple[int, ...], int, list[DropRecord], bool]:
+    """A section that skips an item that does not fit and tries the next (documents,
+    memories, ranked messages): the kept positions (its ``n_req`` required ones first),
+    the optional tokens kept, its drop records, and whether it kept items beyond its
+    soft share."""
+    positions = list(range(n_req))
+    records: list[DropRecord] = []
+    taken = 0
+    pos = n_req
+    yielded_soft = False
+    for tokens in items:
+        n_kept = len(positions)
+        if s.max_items is not None and n_kept >= s.max_items:
+            records.append(DropRecord(s.name, pos, 1, "max_items"))
+            pos += 1
+            continue
+        fits_hard = taken + tokens <= hard_room
+        fits_soft = taken + tokens <= soft_room
+        if fits_soft or (fits_hard and n_kept < s.min_items):
+            yielded_soft = yielded_soft or not fits_soft
+            positions.append(pos)
+            taken += tokens
+        else:
+            reason = "share" if fits_hard else "cap" if taken + tokens <= window_room else "budget"
+            records.append(DropRecord(s.name, pos, 1, reason))
+        pos += 1
+    return tuple(positions), taken, records, yielded_soft
+
+
+def _section_note(s: SectionSpec, n_kept: int, cut: bool, yielded_soft: bool) -> str | None:
+    """The note a section's solve leaves: ``min_items`` yielded to the window, or items
+    kept beyond the soft share to honour it (counts without the section's ``offset``)."""
+    if s.min_items and n_kept < s.min_items and cut:
+        return (
+            f"{s.name}: min_items={s.min_items - s.offset} yields to the window; kept "
+            f"{n_kept - s.offset}."
+        )
+    if yielded_soft:
+        return (
+            f"{s.name}: kept {n_kept - s.offset} items beyond its soft share "
+            f"({s.share}) to honour min_items={s.min_items - s.offset}."
+        )
+    return None
 
 
 def _within(items: Iterable[int], room: int, max_items: int | None) -> list[int]:
@@ -434,109 +543,21 @@ def solve(sections: Sequence[SectionSpec], spec: BudgetSpec, *, model: str = "")
             soft_room = int(s.share * max(0, soft_room))
         soft_room = min(soft_room, hard_room)
 
-        cum = s.cumulative if s.contiguous and not req else None
-        if cum is None and s.contiguous and not req:
-            cum = _prefix_sums(_within(iters[s.name], hard_room, s.max_items))
-        if cum is not None:
-            n = len(cum) - 1
-            if cum[n] <= hard_room and (s.max_items is None or n <= s.max_items):
-                # Do no harm: the whole section fits, so it is kept as it is: a soft
-                # share, a low-water mark or a held cut apply only when it must be cut.
-                k, reason, yielded_soft = n, None, False
-            else:
-                k, reason = _bisect_section(s, cum, soft_room, hard_room, window_room)
-                yielded_soft = k > _soft_prefix(cum, soft_room)
-            if s.low_water is not None and reason is not None:
-                fit_k = k
-                hard_k = max(0, bisect.bisect_right(cum, hard_room) - 1)
-                if s.max_items is not None:
-                    hard_k = min(hard_k, s.max_items)
-                if s.hold is not None and fit_k < s.hold <= hard_k:
-                    # The held cut still fits the window: kept, beyond the soft share,
-                    # so the prefix sent does not change.
-                    k, reason = s.hold, "held"
-                else:
-                    k = _stable_count(s, cum, k, True, soft_room)
-                if k < fit_k:
-                    stable = "held" if k == s.hold else "low_water"
-                    dropped.append(DropRecord(s.name, k, fit_k - k, stable))
-                    dropped.append(DropRecord(s.name, fit_k, None, reason))
-                    reason = "moved"
-                yielded_soft = k > _soft_prefix(cum, soft_room) and reason != "held"
-            if reason is not None:
-                cut = k
-                while k > 0 and s.opens is not None and not s.opens(k - 1):
-                    k -= 1
-                if k < cut:
-                    dropped.append(DropRecord(s.name, k, cut - k, "orphan"))
-                if reason != "moved":
-                    dropped.append(DropRecord(s.name, cut, None, reason))
-            if s.min_items and k < s.min_items and reason is not None:
-                notes.append(f"{s.name}: min_items={s.min_items} yields to the window; kept {k}.")
-            elif yielded_soft:  # the same notes as the item-by-item path below
-                notes.append(
-                    f"{s.name}: kept {k} items beyond its soft share "
-                    f"({s.share}) to honour min_items={s.min_items}."
-                )
-            taken = cum[k]
-            used += taken
-            kept[s.name] = tuple(range(k))
-            section_tokens[s.name] = taken
-            continue
-
-        positions = list(range(len(req)))
-        taken_items: list[int] = []  # optional tokens taken, per kept position
-        taken = 0
-        n_req = len(req)
-        pos = n_req
-        yielded_soft = False
-        for tokens in iters[s.name]:
-            n_kept = len(positions)
-            if s.max_items is not None and n_kept >= s.max_items:
-                if s.contiguous:
-                    taken -= _unorphan(s, positions, taken_items, dropped)
-                    dropped.append(DropRecord(s.name, pos, None, "max_items"))
-                    break
-                dropped.append(DropRecord(s.name, pos, 1, "max_items"))
-                pos += 1
-                continue
-            fits_hard = taken + tokens <= hard_room
-            fits_soft = taken + tokens <= soft_room
-            if fits_soft or (fits_hard and n_kept < s.min_items):
-                if not fits_soft:
-                    yielded_soft = True
-                positions.append(pos)
-                taken_items.append(tokens)
-                taken += tokens
-            else:
-                if fits_hard:
-                    reason = "share"
-                elif taken + tokens <= window_room:
-                    reason = "cap"
-                else:
-                    reason = "budget"
-                if s.contiguous:
-                    taken -= _unorphan(s, positions, taken_items, dropped)
-                    dropped.append(DropRecord(s.name, pos, None, reason))
-                    break
-                dropped.append(DropRecord(s.name, pos, 1, reason))
-            pos += 1
-        if (
-            s.min_items
-            and len(positions) < s.min_items
-            and any(d.section == s.name for d in dropped)
-        ):
-            notes.append(
-                f"{s.name}: min_items={s.min_items - s.offset} yields to the window; kept "
-                f"{len(positions) - s.offset}."
+        if s.contiguous:
+            k, taken, records, yielded_soft = _contiguous(
+                s, len(req), iters[s.name], soft_room, hard_room, window_room
             )
-        elif yielded_soft:
-            notes.append(
-                f"{s.name}: kept {len(positions) - s.offset} items beyond its soft share "
-                f"({s.share}) to honour min_items={s.min_items - s.offset}."
+            positions: tuple[int, ...] = tuple(range(len(req) + k))
+        else:
+            positions, taken, records, yielded_soft = _skipping(
+                s, len(req), iters[s.name], soft_room, hard_room, window_room
             )
+        dropped += records
+        note = _section_note(s, len(positions), bool(records), yielded_soft)
+        if note:
+            notes.append(note)
         used += taken
-        kept[s.name] = tuple(positions)
+        kept[s.name] = positions
         section_tokens[s.name] = sum(req) + taken
 
     max_tokens, note = _output(spec, used)

@@ -41,6 +41,7 @@ from .engine import (
     DocumentsSection,
     GroupIndex,
     Layout,
+    ListIndex,
     MessageSection,
     Section,
     SummaryTarget,
@@ -109,8 +110,9 @@ class FitLayout:
     tools: Sequence[Tool] | None
     opts: FitOptions
     documents: Sequence[Any] | None = None
-    index: GroupIndex | None = None
-    """Running counts a Conversation keeps (the history section bisects them)."""
+    index: GroupIndex | ListIndex | None = None
+    """Running counts a Conversation keeps, or fit() keeps of a list it has seen (the
+    history section bisects them)."""
     summary: Message | None = None
     """A new summary standing for the history before ``hist_start``."""
     sys_end: int = -1
@@ -169,11 +171,22 @@ class FitLayout:
             out.append(MessageSection("summary", msgs, i, i + 1, priority=80, role="summary"))
         if self.pin_end > self.hist_start:
             out.append(MessageSection("pinned", msgs, self.hist_start, self.pin_end, priority=85))
+        lo = max(self.pin_end, self.recent)
+        index = self.index
+        if isinstance(index, ListIndex):
+            bound = min(
+                c
+                for c in (model.context_window, model.max_input_tokens, o.max_input_tokens)
+                if c is not None
+            )
+            index = index.view(
+                msgs, lo, self.cur_start, get_counter(model), bound=bound, most=o.max_messages
+            )
         out.append(
             MessageSection(
                 "history",
                 msgs,
-                max(self.pin_end, self.recent),
+                lo,
                 self.cur_start,
                 mode="newest",
                 priority=10,
@@ -182,7 +195,7 @@ class FitLayout:
                 share=o.history_share if o.max_tokens is not None else None,
                 min_items=o.min_messages,
                 max_items=o.max_messages,
-                index=self.index,
+                index=index,
             )
         )
         history = out[-1]
@@ -685,6 +698,7 @@ def _fit_flow(
             keep_reasoning=keep_reasoning,
             lazy_history=history is not None,
             reuse=True,
+            new_index=ListIndex,
         )
         if history is None:
             yield Work(functools.partial(check_prepared, req, primary))
@@ -696,6 +710,7 @@ def _fit_flow(
                 req.tools,
                 opts,
                 documents,
+                index=req.index,
                 user_first=_user_first(req),
             )
         )

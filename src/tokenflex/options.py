@@ -198,6 +198,17 @@ class FitOptions:
         ...
         tokenflex.errors.InvalidInputError: documents_policy='best' is not valid: documents_policy must be one of 'skip', 'stop', 'optimal'.
         """  # noqa: E501
+        # The fast path: the same keywords, values and types as a call before (a chat
+        # loop's every call) give the same checked, frozen options.
+        key: Any = None
+        if allowed is None and cls is FitOptions:
+            key = tuple((k, type(v), v) for k, v in options.items())
+            try:
+                made = _MADE.get(key)
+            except TypeError:  # an unhashable value: checked as below
+                key = made = None
+            if made is not None:
+                return made
         names = [f.name for f in dataclasses.fields(cls)]
         takes = names if allowed is None else [n for n in names if n in allowed]
         bad = [k for k in options if k not in takes]
@@ -220,7 +231,17 @@ class FitOptions:
             if listed is not None and not isinstance(listed, str | bytes):
                 with contextlib.suppress(TypeError):  # reported by the check below
                     values[name] = tuple(listed)
-        return cls(**values)
+        made = cls(**values)
+        if key is not None:
+            if len(_MADE) >= _MADE_SIZE:
+                _MADE.clear()
+            _MADE[key] = made
+        return made
+
+
+_MADE: dict[Any, FitOptions] = {}
+"""Options made from keywords (:meth:`FitOptions.from_kwargs`'s fast path)."""
+_MADE_SIZE = 64
 
 
 def _int(low: int, *, none: bool = False) -> Callable[[Any], bool]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import operator
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,6 +67,10 @@ class Prepared:
     """The caller's list, when this request came from the memo (see :func:`fresh`)."""
     plain: bool = False
     """Every message holds string content only (no part can be an estimate)."""
+    index: Any = None
+    """Running counts of a remembered list's internal messages (made by ``prepare``'s
+    ``new_index``: fit()'s :class:`~tokenflex.engine.ListIndex`), shared by every read
+    of that list."""
 
 
 _MEMO_MIN = 32
@@ -151,12 +155,14 @@ def prepare(
     keep_reasoning: bool = False,
     lazy_history: bool = False,
     reuse: bool = False,
+    new_index: Callable[[], Any] | None = None,
 ) -> Prepared:
     """The caller's request as internal messages.
 
     With ``reuse`` (fit() and afit()), a list read before is read again only where it is
     new (appended items; the last unit of a converted request is converted again, as a
-    Responses turn may go on); see the module doc.
+    Responses turn may go on); see the module doc. ``new_index`` makes the running
+    counts a remembered list keeps (:attr:`Prepared.index`).
 
     Raises:
         InvalidInputError: an unknown ``format``, or ``system=`` / ``history=`` with a
@@ -189,7 +195,8 @@ def prepare(
             _MEMO.put(_Read(messages, list(messages), key, system, grown))
             return grown
     prepared = _prepare(messages, format, system, counted, tools, keep_reasoning, False)
-    prepared = replace(prepared, given=messages)
+    index = new_index() if new_index is not None else None
+    prepared = replace(prepared, given=messages, index=index)
     if prepared.converted is not None:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
     _MEMO.put(_Read(messages, list(messages), key, system, prepared))
@@ -234,7 +241,14 @@ def _grown(
         if not is_plain_chat(messages[n:]):
             return None
         return Prepared(
-            messages, counted, tools, None, dict(old.checked), given=messages, plain=True
+            messages,
+            counted,
+            tools,
+            None,
+            dict(old.checked),
+            given=messages,
+            plain=True,
+            index=old.index,
         )
     units = conv.messages
     keep = len(units)
@@ -264,7 +278,9 @@ def _grown(
         ],
     )
     checked = {k: min(v, keep) for k, v in old.checked.items()}
-    prepared = Prepared(grown.messages, counted, tools, grown, checked, marks, messages)
+    prepared = Prepared(
+        grown.messages, counted, tools, grown, checked, marks, messages, index=old.index
+    )
     prepared.marks.update(_marks(grown, messages, restart))
     return prepared
 

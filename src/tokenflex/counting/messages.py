@@ -61,6 +61,10 @@ GENERIC_BASE = 32
 GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
 
 
+_EXACT_SEARCHES = 4
+"""Runs of the last exact list :meth:`MessageCounter.exact_for` looks for in a new one."""
+
+
 def shared_prefix(a: list[Any], b: list[Any]) -> int:
     """How many leading items lists ``a`` and ``b`` share (``is`` or ``==``), found by
     bisecting list comparisons, which run at C speed (``==`` tries ``is`` first).
@@ -166,15 +170,28 @@ class MessageCounter:
         """
         if not self.exact or not self.tools_exact(tools):
             return False
-        # A plan's kept messages are mostly the previous plan's: the prefix shared with
-        # the last list found exact (found at C speed) is not read again.
+        # A plan's kept messages are mostly the previous plan's: the runs shared with the
+        # last list found exact (found at C speed: the same pinned opening, the kept
+        # history moved by a cut, a few searches) are not read again.
         given = list(messages)
         seen = self._exact_seen
-        k = shared_prefix(seen, given) if seen else 0
-        if all(map(self.message_exact, given[k:])):
-            self._exact_seen = given
-            return True
-        return False
+        exact = self.message_exact
+        i, searches = 0, _EXACT_SEARCHES if seen else 0
+        while i < len(given):
+            if searches:
+                searches -= 1
+                try:
+                    j = seen.index(given[i])  # (``==`` tries ``is`` first)
+                except ValueError:
+                    j = -1
+                if j >= 0:
+                    i += shared_prefix(seen[j:], given[i:])
+                    continue
+            if not exact(given[i]):
+                return False
+            i += 1
+        self._exact_seen = given
+        return True
 
     def _role_exact(self, role: Any) -> bool:
         """Whether a plain text message of this role is counted exactly."""

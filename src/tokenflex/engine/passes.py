@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .._types import Message, Tool
 from ..budget import Allocation, BudgetSpec, SectionSpec, solve
+from ..cost import cached_tokens
 from ..counting import MessageCounter, get_counter
 from ..errors import ContextOverflowError
 from ..models import Model, unknown_model_warning
@@ -322,10 +323,14 @@ def build_plan(
     summary: SummaryInfo | None = None,
     fallback_from: str | None = None,
     taken_out: TakenOut | None = None,
+    prefix: Callable[[Sequence[Message], int], int | None] | None = None,
 ) -> Plan:
     """The :class:`~tokenflex.Plan` of a pass; ``runs`` adds items dropped before it
     (a summarized span), ``taken_out`` the reasoning the caller's messages lost before
-    the engine. ``plan.dropped`` reads each item from its section by name (a dict)."""
+    the engine; ``prefix`` records the plan's messages and input tokens in a
+    conversation's memory and gives the tokens of the prefix it shares with the plan
+    before (``plan.prefix_tokens``). ``plan.dropped`` reads each item from its section by
+    name (a dict)."""
     order = {s.name: i for i, s in enumerate(p.sections)}
     sources: dict[str, ItemSource] = {s.name: s for s in p.sections}
     all_runs = list(runs)
@@ -358,6 +363,7 @@ def build_plan(
     alloc = p.alloc
     spec = alloc.spec
     assert spec is not None
+    shared = prefix(messages, alloc.input_tokens) if prefix is not None else None
     plan = Plan(
         messages=messages,
         max_tokens=alloc.max_tokens,
@@ -376,6 +382,8 @@ def build_plan(
         elapsed_ms=(time.perf_counter() - started) * 1000,
         fallback_from=fallback_from,
         extras=extras,
+        prefix_tokens=shared,
+        cached_tokens=cached_tokens(p.model, shared) if shared is not None else None,
     )
     log.debug("tokenflex: %r", plan)
     return plan

@@ -11,6 +11,7 @@ text is :class:`tokenflex.prompt.TextSection`.
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,6 +47,7 @@ __all__ = [
     "ROLES",
     "DocumentsSection",
     "GroupIndex",
+    "ListIndex",
     "MessageSection",
     "Section",
     "cut_note",
@@ -141,7 +143,8 @@ class Section:
 @dataclass(frozen=True, slots=True)
 class GroupIndex:
     """Running counts over a conversation's atomic groups, kept by a
-    :class:`~tokenflex.Conversation` so the solver can bisect instead of iterating."""
+    :class:`~tokenflex.Conversation` (or, for a caller's list, by a :class:`ListIndex`)
+    so the solver can bisect instead of iterating."""
 
     model: Model
     """The model the counts are for."""
@@ -150,18 +153,203 @@ class GroupIndex:
     cum: Sequence[int]
     """``cum[g]``: tokens of groups ``[0, g)`` (``len`` = groups + 1)."""
     tokens: Sequence[int]
-    """Tokens of each message by index (0 for messages outside the groups)."""
+    """Tokens of each message by index from :attr:`first` (0 for messages outside the
+    groups)."""
+    first: int = 0
+    """The first message the index covers. A section that opens before it is seen from
+    here only: the index holds more than any room of its model (see :class:`ListIndex`),
+    so the solver never reaches the older groups."""
+    owned: bool = True
+    """The messages are the index owner's (a Conversation's): a dropped message's tokens
+    are read back from :attr:`tokens` (False: a caller's list, counted afresh)."""
 
     def groups(self, lo: int, hi: int) -> tuple[int, int] | None:
-        """Group numbers ``[g_lo, g_hi)`` that exactly tile messages ``[lo, hi)``."""
-        g_lo = bisect.bisect_left(self.starts, lo)
-        g_hi = bisect.bisect_left(self.starts, hi)
+        """Group numbers ``[g_lo, g_hi)`` that exactly tile messages ``[lo, hi)`` (from
+        :attr:`first` when ``lo`` is before it)."""
         n = len(self.starts)
-        if lo < hi and (g_lo >= n or self.starts[g_lo] != lo):
-            return None
-        if (self.starts[g_hi] if g_hi < n else len(self.tokens)) != hi:
+        g_hi = bisect.bisect_left(self.starts, hi)
+        if lo < self.first:
+            g_lo = 0
+        else:
+            g_lo = bisect.bisect_left(self.starts, lo)
+            if lo < hi and (g_lo >= n or self.starts[g_lo] != lo):
+                return None
+        if (self.starts[g_hi] if g_hi < n else self.first + len(self.tokens)) != hi:
             return None  # hi cuts a group
         return g_lo, g_hi
+
+
+def _beyond(gi: GroupIndex, limits: tuple[int, int | None]) -> bool:
+    """Whether ``gi`` holds more than a solve within ``limits`` can keep (so the
+    solver never reaches the groups before it)."""
+    bound, most = limits
+    return gi.cum[-1] > bound or (most is not None and len(gi.starts) > most)
+
+
+def _boundary(src: Sequence[Message], i: int) -> bool:
+    """Whether a group starts at ``src[i]`` (``i`` > 0): not a tool result following a
+    tool result or the call that made it (the rule :func:`~tokenflex.history.iter_groups`
+    reads newest first; it depends on two messages only)."""
+    m, prev = src[i], src[i - 1]
+    if not isinstance(m, Mapping) or m.get("role") not in ("tool", "function"):
+        return True
+    if not isinstance(prev, Mapping):
+        return True
+    if prev.get("role") in ("tool", "function"):
+        return False
+    return not (
+        prev.get("role") == "assistant" and (prev.get("tool_calls") or prev.get("function_call"))
+    )
+
+
+class ListIndex:
+    """The running counts of a caller's list that :func:`tokenflex.fit` has seen: the
+    history's newest groups, as far back as more than any room of the fit (a window's
+    worth of tokens, or ``max_messages`` groups), and every group appended since, as a
+    :class:`GroupIndex` the solver bisects. A fit of the same list grown by one message
+    counts that message and bisects: O(new message), not O(kept).
+
+    Never trusted blindly: each message it counted is kept with a copy of its top-level
+    fields, and before every use the messages a solve could read (newest first, as far
+    as those limits) are compared with them (one C-speed list comparison); a message edited
+    in place, or replaced by one that is not equal, makes it count afresh. An edit inside a
+    nested value is not seen (as :mod:`tokenflex.roundtrip` says). Bound to one model and
+    one history start: any other asks the lazy path (None). Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._model: Model | None = None
+        self._lo = -1
+        self._index: GroupIndex | None = None
+        self._copies: list[Any] = []
+
+    def view(
+        self,
+        src: Sequence[Message],
+        lo: int,
+        hi: int,
+        counter: MessageCounter,
+        *,
+        bound: int,
+        most: int | None = None,
+    ) -> GroupIndex | None:
+        """The index for history ``src[lo:hi]`` counted by ``counter`` (None: use the
+        lazy path; an invalid message is left to it to name). ``bound``: no room of this
+        fit is larger (the window, or a smaller input cap); ``most``: no more groups
+        are kept (``max_messages``). The index holds more than either, or all."""
+        model = counter.model
+        with self._lock:
+            if self._model is None:
+                self._model, self._lo = model, lo
+            elif model is not self._model or lo != self._lo:
+                return None
+            try:
+                return self._view(src, lo, hi, counter.message, model, (bound, most))
+            except BadMessage:
+                self._reset()
+                return None
+
+    def _reset(self) -> None:
+        self._index, self._copies = None, []
+
+    def _view(
+        self,
+        src: Sequence[Message],
+        lo: int,
+        hi: int,
+        count: Callable[[Message], int],
+        model: Model,
+        limits: tuple[int, int | None],
+    ) -> GroupIndex:
+        gi = self._index
+        if gi is not None:
+            end = gi.first + len(gi.tokens)
+            if (
+                hi < end
+                or not self._valid(src, gi, end, limits)
+                or (hi > end and gi.starts and not _boundary(src, end))
+            ):
+                # (a message joining the newest group counted would change a sum a
+                # solve in another thread may be reading: counted afresh instead)
+                self._reset()
+                gi = None
+            elif hi > end:
+                self._append(src, gi, end, hi, count)
+        if gi is None:
+            gi = self._index = GroupIndex(model, [], [0], [], hi, owned=False)
+        if gi.first > lo and not _beyond(gi, limits):
+            gi = self._index = self._older(src, gi, lo, count, limits)
+        return gi
+
+    def _valid(
+        self, src: Sequence[Message], gi: GroupIndex, end: int, limits: tuple[int, int | None]
+    ) -> bool:
+        """Whether the messages a solve could read (newest first, the fewest groups
+        beyond ``limits``, and the message before them: it decides where their group
+        starts) are as counted."""
+        cum = gi.cum
+        bound, most = limits
+        g = max(0, bisect.bisect_left(cum, cum[-1] - bound) - 1)
+        if most is not None:
+            g = max(g, len(gi.starts) - most - 1)
+        a = max(gi.first, gi.starts[g] - 1) if gi.starts else end
+        first = gi.first
+        return src[a:end] == self._copies[a - first : end - first]
+
+    def _append(
+        self,
+        src: Sequence[Message],
+        gi: GroupIndex,
+        end: int,
+        hi: int,
+        count: Callable[[Message], int],
+    ) -> None:
+        """Count ``src[end:hi]`` into ``gi``: only new entries are written, and sums of
+        groups started here (the lists only grow, so a view given out stays valid)."""
+        starts, cum, tokens, copies = gi.starts, gi.cum, gi.tokens, self._copies
+        assert isinstance(starts, list) and isinstance(cum, list) and isinstance(tokens, list)
+        for i in range(end, hi):
+            m = src[i]
+            t = count(m)
+            tokens.append(t)
+            copies.append(dict(m) if isinstance(m, Mapping) else m)
+            if not starts or _boundary(src, i):
+                starts.append(i)
+                cum.append(cum[-1] + t)
+            else:
+                cum[-1] += t
+
+    def _older(
+        self,
+        src: Sequence[Message],
+        gi: GroupIndex,
+        lo: int,
+        count: Callable[[Message], int],
+        limits: tuple[int, int | None],
+    ) -> GroupIndex:
+        """``gi`` with older groups counted until it holds more than ``limits`` allow
+        or reaches ``lo``."""
+        bound, most = limits
+        total, n = gi.cum[-1], len(gi.starts)
+        groups: list[tuple[int, int, int]] = []
+        for start, stop, t in iter_groups(src, lo, gi.first, count):
+            groups.append((start, stop, t))
+            total += t
+            if total > bound or (most is not None and n + len(groups) > most):
+                break
+        groups.reverse()
+        first = groups[0][0] if groups else gi.first
+        starts = [g[0] for g in groups] + list(gi.starts)
+        cum = [0]
+        for _, _, t in groups:
+            cum.append(cum[-1] + t)
+        base = cum[-1]
+        cum += [base + c for c in gi.cum[1:]]
+        older = [src[i] for i in range(first, gi.first)]
+        tokens = [count(m) for m in older] + list(gi.tokens)
+        self._copies = [dict(m) if isinstance(m, Mapping) else m for m in older] + self._copies
+        return GroupIndex(gi.model, starts, cum, tokens, first, owned=False)
 
 
 class _NewestFirst(Sequence[int]):
@@ -182,6 +370,14 @@ class _NewestFirst(Sequence[int]):
 
     def __iter__(self) -> Iterator[int]:
         return (self[i] for i in range(len(self)))
+
+    def within(self, room: int) -> int:
+        """The most newest groups within ``room`` tokens (the largest ``k`` with
+        ``self[k] <= room``): one C bisect over the running sums."""
+        cum, hi = self._cum, self._hi
+        if room < 0:
+            return 0
+        return hi - bisect.bisect_left(cum, cum[hi] - room, self._lo, hi + 1)
 
 
 class _Replayed(Iterable[int]):
@@ -459,8 +655,9 @@ class MessageSection(Section):
             if first is not None and index >= first:  # sent shrunk: what shrinking saved
                 return full - counter.message(self.source[index])
             return full
-        if self.index is not None and self.index.model is counter.model:
-            return self.index.tokens[index]
+        gi = self.index
+        if gi is not None and gi.owned and gi.model is counter.model:
+            return gi.tokens[index - gi.first]
         return counter.message(item)
 
 

@@ -66,25 +66,33 @@ class Outcome:
     request: SummaryRequest | None = field(default=None, init=False)
 
     def plan(self) -> Plan:
-        return self.remembered(
-            build_plan(
-                self.first,
-                opts=self.opts,
-                started=self.started,
-                fallback_from=self.fallback_from,
-                taken_out=self.taken_out,
-            ),
-            self.cut,
+        return build_plan(
+            self.first,
+            opts=self.opts,
+            started=self.started,
+            fallback_from=self.fallback_from,
+            taken_out=self.taken_out,
+            prefix=functools.partial(self._remember, cut=self.cut),
         )
 
     def remembered(self, plan: Plan, cut: HistoryCut | None) -> Plan:
         """``plan`` with the prefix it shares with the conversation's previous plan, and
         this plan recorded as the previous one."""
-        if self.memory is None:
+        prefix = self._remember(plan.messages, plan.input_tokens, cut=cut)
+        if prefix is None:
             return plan
+        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
+
+    def _remember(
+        self, messages: Sequence[Message], input_tokens: int, *, cut: HistoryCut | None
+    ) -> int | None:
+        """Record a plan of ``messages`` as the conversation's previous one; the tokens of
+        the prefix it shares with the plan before (None: no memory, or no plan before)."""
+        if self.memory is None:
+            return None
         target = stable_target(self.layout, self.first.model)
         if target is None:
-            return plan
+            return None
         if cut is None:
             hist = history_section(self.layout, self.first.sections)
             kept = () if hist is None else self.first.alloc.kept.get(hist.name, ())
@@ -95,11 +103,8 @@ class Outcome:
                 growth=before.growth,
                 grown=before.grown,
             )
-        cut = replace(cut, at=time.time(), input_tokens=plan.input_tokens)
-        prefix = self.memory.remember(target.source, cut, plan.messages, self.first.counter)
-        if prefix is None:
-            return plan
-        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
+        cut = replace(cut, at=time.time(), input_tokens=input_tokens)
+        return self.memory.remember(target.source, cut, messages, self.first.counter)
 
     def summary_request(self, summarizer: Any, summaries: Any = None) -> SummaryRequest | None:
         """What to summarize, or None. With a store of ``summaries``, a span summarized
