@@ -5,7 +5,7 @@ and cached until the model registry changes; and the one-call helpers over it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._types import Messages, Tool
@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..message.checks import BadMessage
 from ..message.objects import plain_message
 from ..models import Model, get_model, registry_generation
-from ..tokenizers import get_tokenizer
+from ..tokenizers import CountCache, get_tokenizer
 from .messages import (
     GENERIC_BASE,
     GENERIC_BASE_BY_FAMILY,
@@ -24,32 +24,41 @@ from .messages import (
 from .provider import wrap
 from .template import TemplateCounter
 
-__all__ = ["count_messages", "count_tokens", "get_counter"]
+__all__ = ["COUNTERS", "count_messages", "count_tokens", "get_counter"]
 
 
-def _build(model: Model) -> MessageCounter:
-    model = model.counting()  # its exact tokenizer, where that loads here
-    tokenizer = get_tokenizer(model.tokenizer)
-    fmt = model.chat_format
-    if fmt == "openai":
-        return EnvelopeCounter(
-            model, tokenizer, exact=tokenizer.exact, per_message=3, per_name=1, priming=3
+Builder = Callable[[Model, CountCache], MessageCounter]
+"""Makes the counter of a model with one chat format (its tokenizer loaded)."""
+
+
+def _openai(model: Model, tokenizer: CountCache) -> MessageCounter:
+    return EnvelopeCounter(
+        model, tokenizer, exact=tokenizer.exact, per_message=3, per_name=1, priming=3
+    )
+
+
+def _openai_0301(model: Model, tokenizer: CountCache) -> MessageCounter:
+    return EnvelopeCounter(
+        model, tokenizer, exact=tokenizer.exact, per_message=4, per_name=-1, priming=3
+    )
+
+
+def _template(model: Model, tokenizer: CountCache) -> MessageCounter:
+    if not model.chat_template:
+        raise ConfigError(
+            f"Model {model.name!r} has chat_format 'template' but no chat_template. Set "
+            "chat_template (from the model's tokenizer_config.json) or use 'generic'."
         )
-    if fmt == "openai-0301":
-        return EnvelopeCounter(
-            model, tokenizer, exact=tokenizer.exact, per_message=4, per_name=-1, priming=3
-        )
-    if fmt == "template":
-        if not model.chat_template:
-            raise ConfigError(
-                f"Model {model.name!r} has chat_format 'template' but no chat_template. Set "
-                "chat_template (from the model's tokenizer_config.json) or use 'generic'."
-            )
-        return TemplateCounter(model, tokenizer)
-    if fmt == "mistral":
-        from .mistral import MistralCounter  # imports mistral-common's wrapper: on use
+    return TemplateCounter(model, tokenizer)
 
-        return MistralCounter(model, tokenizer)
+
+def _mistral(model: Model, tokenizer: CountCache) -> MessageCounter:
+    from .mistral import MistralCounter  # imports mistral-common's wrapper: on use
+
+    return MistralCounter(model, tokenizer)
+
+
+def _generic(model: Model, tokenizer: CountCache) -> MessageCounter:
     base = GENERIC_BASE_BY_FAMILY.get(model.family, GENERIC_BASE)
     return EnvelopeCounter(
         model,
@@ -59,6 +68,23 @@ def _build(model: Model) -> MessageCounter:
         per_name=1,
         priming=base,
     )
+
+
+COUNTERS: dict[str, Builder] = {
+    "openai": _openai,
+    "openai-0301": _openai_0301,
+    "template": _template,
+    "mistral": _mistral,
+    "generic": _generic,
+}
+"""The counter of each chat format (``Model.chat_format``); a format not listed counts
+as ``generic``. Add an entry to count a new chat format."""
+
+
+def _build(model: Model) -> MessageCounter:
+    model = model.counting()  # its exact tokenizer, where that loads here
+    tokenizer = get_tokenizer(model.tokenizer)
+    return COUNTERS.get(model.chat_format, _generic)(model, tokenizer)
 
 
 _counters: dict[str | Model, tuple[int, MessageCounter]] = {}
