@@ -22,7 +22,6 @@ of a content list changed in place) is not seen; give a new dict instead.
 from __future__ import annotations
 
 import json
-import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -131,17 +130,15 @@ def forget(messages: Sequence[Any] | None = None) -> None:
 
 
 def _same_prefix(read: _Read, messages: list[Any]) -> bool:
-    """Whether ``messages`` opens with the items ``read`` saw (a C-speed pass: the
-    plain-chat fast path compares with ``==``, which is ``is`` for the same dicts and
-    equality for equal copies; a converted request keeps the caller's own objects, so
-    it takes the same objects)."""
+    """Whether ``messages`` opens with the items ``read`` saw (one C-speed pass of
+    ``==``, which is ``is`` for the same objects and equality for equal copies: an
+    equal copy converts to the same internal message, and :func:`finish` gives back
+    the caller's objects from the list itself)."""
     n = len(read.items)
     if len(messages) < n:
         return False
     try:
-        if read.prepared.converted is None:
-            return (messages if len(messages) == n else messages[:n]) == read.items
-        return all(map(operator.is_, messages, read.items))
+        return (messages if len(messages) == n else messages[:n]) == read.items
     except Exception:  # an item whose == raises: read it afresh
         return False
 
@@ -443,7 +440,7 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
             return plan
         return replace(plan, warnings=tuple(dict.fromkeys([*plan.warnings, *notes])), tools=tools)
     fmt = get_format(conv.format)
-    messages, system = fmt.back(plan.messages, conv.system)
+    messages, system = fmt.back(plan.messages, conv.system, prepared.given)
     old = plan.dropped
     runs: list[DropRun] = []
     sources: dict[str, ItemSource] = {}

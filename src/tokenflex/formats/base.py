@@ -108,14 +108,24 @@ class RequestFormat:
         """``system`` with the plan's added system texts (when :meth:`added` says None)."""
         return system
 
-    def back(self, messages: Sequence[Any], system: Any) -> tuple[list[Any], Any]:
+    def back(
+        self, messages: Sequence[Any], system: Any, given: Sequence[Any] | None = None
+    ) -> tuple[list[Any], Any]:
         """A plan's messages as the caller's items (each kept unit gives back the
-        caller's own items), and the top-level system with what the plan added."""
+        caller's own items), and the top-level system with what the plan added.
+        ``given``: the caller's list now: where its items equal those a unit was read
+        from, they are given back (an equal copy put in since is the caller's object
+        now); a unit read from an altered copy (reasoning taken out) gives back that."""
         out: list[Any] = []
         extra: list[str] = []
         for m in messages:
             if isinstance(m, NativeMessage):
-                out += m.native
+                caller = (
+                    tuple(given[m.start : m.start + len(m.native)])
+                    if given is not None and m.start >= 0
+                    else None
+                )
+                out += caller if caller == m.native else m.native
                 continue
             item = self.added(m)
             if item is not None:
