@@ -76,7 +76,8 @@ class Prepared:
     of that list."""
     vouched: int = 0
     """How many leading messages need no check for any model: their items were checked
-    by the format's parse (the proxy's route), at least as strictly."""
+    by the format's parse (the proxy's route), at least as strictly (the units of
+    ``system=`` among them are checked all the same: the parse vouches for the items)."""
 
 
 _MEMO_MIN = 32
@@ -390,12 +391,33 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
     """
     _check_sent_as_given(prepared)
     key = _model_key(model)
-    start = max(prepared.checked.get(key, 0), prepared.vouched)
+    start = prepared.checked.get(key, 0)
     messages = prepared.messages
     if start >= len(messages):
         return
     checker = shape_checker(model)
-    for k in range(start, len(messages)):
+    vouched = prepared.vouched
+    if vouched > start:
+        # the parse checked the caller's items, not ``system=``: the units that stand
+        # for it (they lead the list) are checked all the same
+        system = start
+        while system < vouched and _is_system_unit(messages[system]):
+            system += 1
+        _check_units(messages, checker, start, system)
+        start = vouched
+    _check_units(messages, checker, start, len(messages))
+    if len(prepared.checked) >= 8:
+        prepared.checked.clear()
+    prepared.checked[key] = len(messages)
+
+
+def _is_system_unit(m: Any) -> bool:
+    return isinstance(m, NativeMessage) and m.start < 0
+
+
+def _check_units(messages: Sequence[Any], checker: Any, lo: int, hi: int) -> None:
+    """Check ``messages[lo:hi]`` (see :func:`check_prepared`)."""
+    for k in range(lo, hi):
         m = messages[k]
         try:
             check_one(checker, m)
@@ -413,9 +435,6 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
             if m.start < 0:
                 raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
             raise exc.at(m.start) from None
-    if len(prepared.checked) >= 8:
-        prepared.checked.clear()
-    prepared.checked[key] = len(messages)
 
 
 def _check_sent_as_given(prepared: Prepared) -> None:
