@@ -13,10 +13,12 @@ of chat messages (``Converted.reasoning``) is listed by the engine's plan itself
 Pay for what is read, once: :func:`prepare` remembers the last few lists it read (by
 identity, with a copy of their items), so a list fitted again, or grown by appending,
 is converted and checked only where it is new; :func:`check_prepared` checks each unit
-once per model. A message edited in place (the same dict given a new ``content``) is
-caught where the fit reads it: :func:`fresh` compares the kept units with what was read
-before, and fit() starts over when one changed. An edit inside a nested value (a block
-of a content list changed in place) is not seen; give a new dict instead.
+once per model, and not at all where the proxy's parser checked the list as strictly
+(:func:`~tokenflex.formats.body.vouched`). A message edited in place (the same dict
+given a new ``content``) is caught where the fit reads it: :func:`fresh` compares the
+kept units with what was read before, and fit() starts over when one changed. An edit
+inside a nested value (a block of a content list changed in place) is not seen; give a
+new dict instead.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from .counting.media import estimate_notes
 from .counting.shape import check_one, shape_checker
 from .errors import InvalidInputError
+from .formats.body import vouched
 from .formats.chat import REASONING_FIELD, is_plain_chat
 from .formats.detect import detect_format, format_marks
 from .formats.native import Converted, NativeMessage
@@ -70,6 +73,10 @@ class Prepared:
     """Running counts of a remembered list's internal messages (made by ``prepare``'s
     ``new_index``: fit()'s :class:`~tokenflex.engine.ListIndex`), shared by every read
     of that list."""
+    vouched: int = 0
+    """How many leading messages need no check for any model: their items were checked
+    by the format's parse (the proxy's route), at least as strictly (the units of
+    ``system=`` among them are checked all the same: the parse vouches for the items)."""
 
 
 _MEMO_MIN = 32
@@ -175,8 +182,10 @@ def prepare(
         and not all(isinstance(t, Mapping) and "function" in t for t in tools)
         else tools
     )
+    checked_as = vouched(messages) if type(messages) is list else None
     if not (reuse and type(messages) is list and len(messages) >= _MEMO_MIN) or lazy_history:
-        return _prepare(messages, format, system, counted, tools, keep_reasoning, lazy_history)
+        prepared = _prepare(messages, format, system, counted, tools, keep_reasoning, lazy_history)
+        return _trusted(prepared, checked_as)
     key = (format, keep_reasoning)
     read = _MEMO.get(messages)
     if (
@@ -186,18 +195,30 @@ def prepare(
         and _same_prefix(read, messages)
     ):
         if len(messages) == len(read.items):
-            return replace(read.prepared, tools=counted, given_tools=tools)
+            return _trusted(replace(read.prepared, tools=counted, given_tools=tools), checked_as)
         grown = _grown(read, messages, counted, tools)
         if grown is not None:
+            grown = _trusted(grown, checked_as)
             _MEMO.put(_Read(messages, list(messages), key, system, grown))
             return grown
-    prepared = _prepare(messages, format, system, counted, tools, keep_reasoning, False)
+    prepared = _trusted(
+        _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
+    )
     index = new_index() if new_index is not None else None
     prepared = replace(prepared, given=messages, index=index)
     if prepared.converted is not None:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
     _MEMO.put(_Read(messages, list(messages), key, system, prepared))
     return prepared
+
+
+def _trusted(prepared: Prepared, checked_as: str | None) -> Prepared:
+    """``prepared`` with all its messages vouched for, when the format's parse checked
+    the caller's list (``checked_as``) in the format it was read in."""
+    read_as = prepared.converted.format if prepared.converted is not None else "chat"
+    if checked_as is None or checked_as != read_as:
+        return prepared
+    return replace(prepared, vouched=len(prepared.messages))
 
 
 def _same_system(a: Any, b: Any) -> bool:
@@ -246,6 +267,7 @@ def _grown(
             given=messages,
             plain=True,
             index=old.index,
+            vouched=old.vouched,
         )
     units = conv.messages
     keep = len(units)
@@ -276,7 +298,15 @@ def _grown(
     )
     checked = {k: min(v, keep) for k, v in old.checked.items()}
     prepared = Prepared(
-        grown.messages, counted, tools, grown, checked, marks, messages, index=old.index
+        grown.messages,
+        counted,
+        tools,
+        grown,
+        checked,
+        marks,
+        messages,
+        index=old.index,
+        vouched=min(old.vouched, keep),
     )
     prepared.marks.update(_marks(grown, messages, restart))
     return prepared
@@ -349,7 +379,8 @@ def _model_key(model: Model) -> Any:
 def check_prepared(prepared: Prepared, model: Model) -> None:
     """Check every internal message (kept or not) the way counting reads it, naming the
     caller's index: the first of the items a unit stands for, or ``system=``. Each
-    message is checked once per model (a request read again checks what is new).
+    message is checked once per model (a request read again checks what is new), and
+    not at all where the format's parse vouched for it (:attr:`Prepared.vouched`).
 
     Raises:
         BadMessage: the first malformed message.
@@ -362,7 +393,28 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
     if start >= len(messages):
         return
     checker = shape_checker(model)
-    for k in range(start, len(messages)):
+    vouched = prepared.vouched
+    if vouched > start:
+        # the parse checked the caller's items, not ``system=``: the units that stand
+        # for it (they lead the list) are checked all the same
+        system = start
+        while system < vouched and _is_system_unit(messages[system]):
+            system += 1
+        _check_units(messages, checker, start, system)
+        start = vouched
+    _check_units(messages, checker, start, len(messages))
+    if len(prepared.checked) >= 8:
+        prepared.checked.clear()
+    prepared.checked[key] = len(messages)
+
+
+def _is_system_unit(m: Any) -> bool:
+    return isinstance(m, NativeMessage) and m.start < 0
+
+
+def _check_units(messages: Sequence[Any], checker: Any, lo: int, hi: int) -> None:
+    """Check ``messages[lo:hi]`` (see :func:`check_prepared`)."""
+    for k in range(lo, hi):
         m = messages[k]
         try:
             check_one(checker, m)
@@ -380,9 +432,6 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
             if m.start < 0:
                 raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
             raise exc.at(m.start) from None
-    if len(prepared.checked) >= 8:
-        prepared.checked.clear()
-    prepared.checked[key] = len(messages)
 
 
 def _check_sent_as_given(prepared: Prepared) -> None:

@@ -45,6 +45,7 @@ from .body import (
     positive_int,
     type_name,
     unknown_type,
+    vouch,
 )
 from .native import Converted, one_per_item
 
@@ -492,7 +493,7 @@ class Anthropic(RequestFormat):
                 _check_blocks(msg["content"], f"messages[{i}].content")
         tools = check_tools(body)
         _check_tools(tools)
-        return RequestParts(
+        parts = RequestParts(
             name,
             messages,
             system,
@@ -500,6 +501,8 @@ class Anthropic(RequestFormat):
             tools=tools,
             stream=check_stream(body),
         )
+        vouch(messages, self.name)  # every block of a known type, with its fields
+        return parts
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False

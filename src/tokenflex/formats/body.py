@@ -9,11 +9,22 @@ The native blocks and items of each format are checked as strictly as chat's par
 known type names the fields it must have and their JSON types (:data:`Fields` tables in
 the format modules); a type not listed (nor matching a suffix of a family the APIs keep
 growing) is refused. Adding a type is one line.
+
+A format whose parse checks its items at least as strictly as fit()'s own shape check
+(:func:`tokenflex.roundtrip.check_prepared`, for every model) records the list it
+checked with :func:`vouch`; fit() then skips that check for this list object, as long
+as it holds the same items (:func:`vouched`). fit() has no option to skip the check: a
+list a caller built (an equal copy included), or a vouched list given other items
+since, is checked as always; a vouched list is read once (what fit() remembers of a
+long list keeps it). (A test,
+``tests/test_parse_checks.py``, holds each format's parse to that promise.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +45,8 @@ __all__ = [
     "positive_int",
     "type_name",
     "unknown_type",
+    "vouch",
+    "vouched",
 ]
 
 Fields = dict[str, tuple[type, ...]]
@@ -222,3 +235,34 @@ def unknown_type(kind: Any, param: str, known: Mapping[str, Any]) -> BodyError:
         f"{param}.type",
         "invalid_type",
     )
+
+
+_VOUCHED_MAX = 16
+"""Lists remembered as checked (a list parsed and never fitted, such as a count
+route's, is forgotten once 16 newer ones are recorded)."""
+_vouched: dict[int, tuple[list[Any], tuple[Any, ...], str]] = {}
+_vouched_lock = threading.Lock()
+
+
+def vouch(items: list[Any], format: str) -> None:
+    """Record that every item of ``items`` passed ``format``'s parse, whose checks refuse
+    everything fit()'s shape check refuses (for a format's ``parse`` only, after its
+    checks passed). The list and its items are kept until :func:`vouched` reads them."""
+    with _vouched_lock:
+        _vouched.pop(id(items), None)
+        while len(_vouched) >= _VOUCHED_MAX:
+            del _vouched[next(iter(_vouched))]
+        _vouched[id(items)] = (items, tuple(items), format)
+
+
+def vouched(items: Sequence[Any]) -> str | None:
+    """The format a parse checked ``items`` as, if it did and the list holds the same
+    item objects still (None: check it); forgets the list either way. A C-speed pass."""
+    with _vouched_lock:
+        entry = _vouched.pop(id(items), None)
+    if entry is None or entry[0] is not items:
+        return None
+    given, seen, format = entry
+    if len(given) != len(seen) or not all(map(operator.is_, given, seen)):
+        return None
+    return format

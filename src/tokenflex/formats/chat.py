@@ -30,7 +30,16 @@ from ..message.checks import (
 )
 from ..message.objects import is_langchain, part_types, plain_message, sdk_module, untyped_message
 from .base import RequestFormat, ToolCall
-from .body import RequestParts, bad, check_model, check_stream, check_tools, positive_int, type_name
+from .body import (
+    RequestParts,
+    bad,
+    check_model,
+    check_stream,
+    check_tools,
+    positive_int,
+    type_name,
+    vouch,
+)
 from .native import Converted, NativeMessage
 
 __all__ = [
@@ -237,7 +246,7 @@ class Chat(RequestFormat):
     def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
         name = check_model(body)
         messages = check_messages(body.get("messages"))
-        return RequestParts(
+        parts = RequestParts(
             name,
             messages,
             max_tokens=positive_int(body, "max_tokens"),
@@ -245,6 +254,8 @@ class Chat(RequestFormat):
             tools=check_tools(body),
             stream=check_stream(body),
         )
+        vouch(messages, self.name)  # check_messages reads them as the counters do
+        return parts
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False

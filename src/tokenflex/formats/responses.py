@@ -40,6 +40,7 @@ from .body import (
     positive_int,
     type_name,
     unknown_type,
+    vouch,
 )
 from .native import Converted, NativeMessage
 
@@ -472,7 +473,7 @@ class Responses(RequestFormat):
         items = self.items_of(body)
         checked = check_items(items, "input", None)
         _check_items(checked)
-        return RequestParts(
+        parts = RequestParts(
             name,
             checked,
             max_tokens=positive_int(body, "max_output_tokens"),
@@ -480,6 +481,8 @@ class Responses(RequestFormat):
             stream=check_stream(body),
             system=check_system(body, "instructions"),
         )
+        vouch(checked, self.name)  # every item of a known type, with its fields
+        return parts
 
     def to_internal(
         self, items: Sequence[Any], system: Any = None, *, keep_reasoning: bool = False
