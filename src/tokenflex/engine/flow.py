@@ -335,6 +335,7 @@ def grown_plan(
     parts = {"system": system, "pinned": pinned, "history": history, "current": current}
     counter = get_counter(model)
     messages: list[Any] = list(source)
+    # exact: the previous plan's messages and tools were; the new ones are read here
     # the cut the full path records: every history message kept, the growth counted
     start = pin_end if pin_end < cur_start else cur_start
     before = memory.previous_cut(source) if opts.cache_stable else None
@@ -353,7 +354,7 @@ def grown_plan(
         messages=messages,
         input_tokens=input_tokens,
         sections={k: v for k, v in parts.items() if v} | {"tools_and_priming": base},
-        exact=counter.exact_for(messages, tools),
+        exact=previous.exact and all(map(counter.message_exact, source[sent:n])),
         elapsed_ms=(time.perf_counter() - started) * 1000,
         prefix_tokens=shared,
         cached_tokens=cached_tokens(model, shared) if shared is not None else None,
