@@ -284,6 +284,7 @@ class Conversation:
             last is None
             or last[1] is not opts
             or last[2] is not self.tools
+            or last[0].model is not self.model
             or summarizer is not None
             or layout.documents
             or layout.summary_idx is not None
