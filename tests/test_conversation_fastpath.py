@@ -143,14 +143,14 @@ def test_fast_path_answers_a_grown_conversation() -> None:
 
 @pytest.mark.parametrize("pin", [0, 1], ids=["unpinned", "pinned"])
 @pytest.mark.parametrize(
-    ("stable", "priced_model"),
-    [(False, False), (True, False), (True, True)],
-    ids=["uncut", "stable", "stable-auto-priced"],
+    ("stable", "priced_model", "words"),
+    [(False, False, 4), (True, False, 4), (True, True, 4), (True, True, 60)],
+    ids=["uncut", "stable", "stable-auto-priced", "stable-auto-priced-long"],
 )
-def test_fast_path_across_the_room(pin: int, stable: bool, priced_model: bool) -> None:
-    """Short messages appended one at a time, each fit compared, through the fit that
-    first must cut (the fast path's room to the token) and the cache-stable cuts after
-    it (which read the growth per request the fast path counted)."""
+def test_fast_path_across_the_room(pin: int, stable: bool, priced_model: bool, words: int) -> None:
+    """Messages appended one at a time, each fit compared, through the fit that first
+    must cut (the fast path's room to the token) and the cache-stable cuts after it
+    (long messages: a large growth per request for the "auto" mark to weigh)."""
     m = priced(2000) if priced_model else model(2000)
     system = {"role": "system", "content": "Be brief."}
     kw: dict[str, Any] = {"model": m, "cache_stable": stable, "pin": pin}
@@ -160,7 +160,7 @@ def test_fast_path_across_the_room(pin: int, stable: bool, priced_model: bool) -
     before = None
     for t in range(200):
         role = "user" if t % 2 == 0 else "assistant"
-        message = {"role": role, "content": text(4 + t % 9, t)}
+        message = {"role": role, "content": text(words + t % 9, t)}
         given.add(id(message))
         fast.append(message)
         full.append(message)
@@ -171,4 +171,4 @@ def test_fast_path_across_the_room(pin: int, stable: bool, priced_model: bool) -
         answered += before is not None and a.dropped is before.dropped
         cut += len(a.dropped) > 0
         before = a
-    assert answered > 50 and cut > 10  # both paths were taken, many times
+    assert answered > 10 and cut > 10  # both paths were taken, many times
