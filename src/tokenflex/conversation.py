@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ._types import Message, Tool
 from .counting import get_counter
 from .counting.shape import check_one, shape_checker
-from .engine import GroupIndex, TakenOut, afit_layout, fit_layout
+from .engine import GroupIndex, TakenOut, afit_layout, fit_layout, grown_plan
 from .errors import InvalidInputError
 from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
@@ -133,6 +133,8 @@ class Conversation:
         # the engine's view of the running counts (it holds the lists, which only grow)
         # the counter's own model: the engine uses the index only for what it counted
         self._index = GroupIndex(self._counter.model, self._group_start, self._cum, self._tokens)
+        # the last plan and what it was fitted with (the "nothing changed" fast path)
+        self._last: tuple[Plan, FitOptions, Sequence[Tool] | None, int] | None = None
         self.extend(messages)
 
     # -- growing ---------------------------------------------------------------------
@@ -242,6 +244,10 @@ class Conversation:
             "fallback": fallback,
         }
         layout, opts, summarizer = self._layout(max_tokens, groups, overrides)
+        grown = self._grown(layout, opts, summarizer, started)
+        if grown is not None:
+            return grown
+        self._last = None  # set again below by a plan the fast path may extend
         if self.recall:
             rf = self._recall_fit(layout, summarizer)
             plan = fit_recalling(
@@ -266,7 +272,47 @@ class Conversation:
             summaries=self._summaries,
             taken_out=TakenOut(self._reasoning) if self._reasoning else None,
         )
-        return self._finish(plan)
+        return self._remember(self._finish(plan), opts)
+
+    def _grown(
+        self, layout: FitLayout, opts: FitOptions, summarizer: Summarizer | None, started: float
+    ) -> Plan | None:
+        """The previous plan plus the messages appended since, when nothing else changed
+        (:func:`~tokenflex.engine.grown_plan`; O(the new messages)), else None."""
+        last = self._last
+        if (
+            last is None
+            or last[1] is not opts
+            or last[2] is not self.tools
+            or last[0].model is not self.model
+            or summarizer is not None
+            or layout.documents
+            or layout.summary_idx is not None
+            or self._reasoning
+            or self._converted
+            or self._parts
+            or self.recall
+        ):
+            return None
+        plan = grown_plan(
+            last[0],
+            last[3],
+            self._msgs,
+            self._tokens,
+            (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start),
+            opts,
+            self._memory,
+            started,
+            self.tools,
+        )
+        if plan is None:
+            return None
+        return self._remember(self._finish(plan), opts)
+
+    def _remember(self, plan: Plan, opts: FitOptions) -> Plan:
+        """Keep ``plan`` for the next fit's fast path."""
+        self._last = (plan, opts, self.tools, len(self._msgs))
+        return plan
 
     def _recall_fit(self, layout: FitLayout, summarizer: Summarizer | None) -> RecallFit:
         """A fit's steps with recall: O(1) to set up (the recaller reads only what a cut
@@ -317,6 +363,7 @@ class Conversation:
             "fallback": fallback,
         }
         layout, opts, summarizer = self._layout(max_tokens, groups, overrides)
+        self._last = None  # the async path keeps no plan for the fast path
         if self.recall:
             # the counter may call a tokenizer server: never on the event loop
             rf = await asyncio.to_thread(self._recall_fit, layout, summarizer)

@@ -9,7 +9,8 @@ shrink. Everything else happens here, once for all of them, one concept per modu
 - :mod:`.flow`: fitting a layout, written once as a sans-I/O flow (:func:`layout_flow`)
   and driven sync (:func:`fit_layout`) and async (:func:`afit_layout`): the first pass
   (the primary model, else the cheapest fallback that fits), then a summary of the
-  history the pass had to cut and one more pass.
+  history the pass had to cut and one more pass; and a conversation's "nothing changed"
+  fit (:func:`grown_plan`: the previous plan plus the appended messages, all kept).
 - :mod:`.sections`: every section kind (:class:`Section`, :class:`MessageSection`,
   :class:`DocumentsSection`), each with a :attr:`~Section.role` (history, pinned,
   current, documents, ...) by which the engine finds it.
@@ -27,7 +28,7 @@ A conversation's memory between requests (where the last plan cut its history) i
 
 from __future__ import annotations
 
-from .flow import Work, afit_layout, fit_layout, layout_flow
+from .flow import Work, afit_layout, fit_layout, grown_plan, layout_flow
 from .ladder import (
     LADDER,
     ClearToolResults,
@@ -73,6 +74,7 @@ __all__ = [
     "build_plan",
     "cut_note",
     "fit_layout",
+    "grown_plan",
     "history_section",
     "layout_flow",
     "opens_history",

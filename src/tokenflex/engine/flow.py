@@ -19,7 +19,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._types import Message
+from .._types import Message, Tool
+from ..cost import cached_tokens
 from ..counting import MessageCounter, get_counter
 from ..drivers import adrive, drive
 from ..errors import ContextOverflowError
@@ -35,7 +36,20 @@ from .layout import Layout, stable_target
 from .passes import Pass, TakenOut
 from .summary import SUMMARY_TTL_S, Outcome, SummaryRequest, summarizer_name
 
-__all__ = ["Flow", "Summarize", "Work", "afit_layout", "fit_layout", "layout_flow"]
+FAST_PATH = True
+"""Let :func:`grown_plan` answer a fit whose plan is the previous one plus the messages
+appended since (False: every fit takes the full path; the tests compare the two)."""
+
+__all__ = [
+    "FAST_PATH",
+    "Flow",
+    "Summarize",
+    "Work",
+    "afit_layout",
+    "fit_layout",
+    "grown_plan",
+    "layout_flow",
+]
 
 log = logging.getLogger("tokenflex")
 
@@ -259,6 +273,94 @@ def _first(
         memory=memory,
         previous=previous,
     )
+
+
+def grown_plan(
+    previous: Plan,
+    sent: int,
+    source: Sequence[Message],
+    tokens: Sequence[int],
+    bounds: tuple[int, int, int, int],
+    opts: FitOptions,
+    memory: SessionMemory,
+    started: float,
+    tools: Sequence[Tool] | None = None,
+) -> Plan | None:
+    """The plan of ``source`` when it is ``previous`` (which sent ``source[:sent]`` whole)
+    plus the messages appended since, all kept: O(the new messages), else None (the
+    full path decides).
+
+    It answers only where the full path cannot do anything else: the previous plan
+    dropped nothing, warned of nothing and reserved the requested output; the output is
+    requested (``policy="reserve"``), nothing caps the messages, no fallback; and the
+    grown input fits under the window, the margin, the output and every input cap, so no
+    cut, shrink step or summary is due. ``tokens`` are the messages' counts and
+    ``bounds`` the layout's ``(sys_end, hist_start, pin_end, cur_start)``; the promise is
+    checked here too. The conversation's memory records the plan as the full path would.
+    """
+    n = len(source)
+    if (
+        not FAST_PATH
+        or n <= sent
+        or previous.summary is not None
+        or previous.fallback_from is not None
+        or previous.warnings
+        or len(previous.dropped)
+        or previous.max_tokens != previous.requested_max_tokens
+        or len(previous.messages) != sent
+        or opts.max_tokens is None
+        or opts.policy != "reserve"
+        or opts.fallback_models
+        or opts.max_messages is not None
+        or opts.cut_note
+    ):
+        return None
+    model = previous.model
+    added = sum(tokens[sent:n])
+    input_tokens = previous.input_tokens + added
+    room = previous.context_window - previous.safety_margin - previous.max_tokens
+    for cap in (opts.max_input_tokens, model.max_input_tokens):
+        if cap is not None:
+            room = min(room, cap)
+    if input_tokens > room:
+        return None
+    if input_tokens + previous.max_tokens + previous.safety_margin > previous.context_window:
+        return None  # the promise (implied by the room; checked all the same)
+    sys_end, hist_start, pin_end, cur_start = bounds
+    base = previous.sections.get("tools_and_priming", 0)
+    system = sum(tokens[:sys_end])
+    pinned = sum(tokens[hist_start:pin_end])
+    current = sum(tokens[cur_start:n])
+    history = input_tokens - base - system - pinned - current
+    parts = {"system": system, "pinned": pinned, "history": history, "current": current}
+    counter = get_counter(model)
+    messages: list[Any] = list(source)
+    # exact: the previous plan's messages and tools were; the new ones are read here
+    # the cut the full path records: every history message kept, the growth counted
+    start = pin_end if pin_end < cur_start else cur_start
+    before = memory.previous_cut(source) if opts.cache_stable else None
+    before = _grown(before, source, cur_start, model) if before is not None else HistoryCut(0)
+    cut = HistoryCut(
+        start,
+        end=max(before.end, cur_start),
+        growth=before.growth,
+        grown=before.grown,
+        at=time.time(),
+        input_tokens=input_tokens,
+    )
+    shared = memory.remember(source, cut, messages, counter)
+    plan = replace(
+        previous,
+        messages=messages,
+        input_tokens=input_tokens,
+        sections={k: v for k, v in parts.items() if v} | {"tools_and_priming": base},
+        exact=previous.exact and all(map(counter.message_exact, source[sent:n])),
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        prefix_tokens=shared,
+        cached_tokens=cached_tokens(model, shared) if shared is not None else None,
+    )
+    log.debug("tokenflex: %r", plan)
+    return plan
 
 
 def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Model) -> HistoryCut:
