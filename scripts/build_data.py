@@ -60,6 +60,12 @@ STEPS: tuple[Step, ...] = (
         "per family, the tokens each table piece costs where it is not one token",
     ),
     Step(
+        "family-joins",
+        "src/tokenflex/data/family_joins.json",
+        ("scripts/bench_families.py", "--joins"),
+        "per family of JOINS (gemma, Thai), the letter pairs and triples inside its tokens",
+    ),
+    Step(
         "family-bounds",
         "src/tokenflex/tokenizers/family_bounds.py",
         ("scripts/bench_families.py", "--fit"),
