@@ -157,7 +157,9 @@ def local_rows(quick: bool) -> list[Row]:
             "first": (lambda m=msgs: first(m), clear),
         }
         if n == 10_000:
-            variants["warm"] = (lambda m=msgs: fit(m), None)
+            # warm: the same list fitted again right after a fit of it (the fit before is
+            # not timed), as a chat client sends one conversation turn after turn
+            variants["warm"] = (lambda m=msgs: fit(m), lambda m=msgs: fit(m))
         t = interleaved(variants, runs if n == 10_000 else max(3, runs // 3))
         goal = 1.2 if n == 10_000 else 1.3
         rows.append(
