@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import tokenflex
+from tokenflex.tokenizers import estimate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +53,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     tmp = tmp_path_factory.mktemp("dist")
     _ok(_run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp / "dist", ROOT))
     (wheel,) = (tmp / "dist").glob("*.whl")
-    assert wheel.name.startswith(f"tokenflex-{tokenflex.__version__}-py3-none-any")
+    # a platform wheel where the estimator's native cut built (setup.py), else pure Python
+    assert wheel.name.startswith(f"tokenflex-{tokenflex.__version__}-")
     venv = tmp / "venv"
     _ok(_run(sys.executable, "-m", "venv", "--without-pip", venv))
     pip = [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q"]
@@ -64,6 +66,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_the_installed_wheel_runs(installed: Path, tmp_path: Path) -> None:
     where = _ok(_run(installed / "python", "-c", "import tokenflex; print(tokenflex.__file__)"))
     assert str(installed.parent) in where  # the wheel's copy, not the source tree
+    native = "from tokenflex.tokenizers import estimate; print(estimate._NATIVE is not None)"
+    built = _ok(_run(installed / "python", "-c", native)).strip() == "True"
+    assert built == (estimate._NATIVE is not None)  # the wheel built what the venv built
     version = _ok(_run(installed / "tokenflex", "--version", cwd=tmp_path))
     assert version.strip() == f"tokenflex {tokenflex.__version__}"
     assert "dropped" in _ok(_run(installed / "tokenflex", "demo", cwd=tmp_path))
