@@ -102,3 +102,70 @@ def test_the_python_path_is_the_pattern_split(python_path: None) -> None:
     # where the package was installed without a compiler
     for text in ("Hello, world! It's 2024.", "a  \n  \n\tb\n c", "x;\n/y  "):
         assert estimate.split_text(text) == REFERENCE_SPLIT(text)
+
+
+# -- the count cache's bulk look-up of a plain chat history (CountCache.plain_total) --------
+
+ROLES = ["system", "user", "assistant", "developer", "tool", "narrator"]
+PLAIN_MESSAGES = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"role": st.sampled_from(ROLES), "content": st.text(max_size=40)}),
+        # other shapes: the whole list is counted message by message
+        st.fixed_dictionaries(
+            {"role": st.just("user"), "content": st.text(max_size=20), "name": st.just("ann")}
+        ),
+        st.fixed_dictionaries(
+            {"role": st.just("user"), "content": st.lists(st.just({"type": "text", "text": "hi"}))}
+        ),
+    ),
+    max_size=30,
+)
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(PLAIN_MESSAGES, st.sampled_from(["gpt-4o", "gpt-4", "some-unknown-model"]), st.data())
+def test_a_history_counted_at_once_is_the_sum_of_its_messages(
+    messages: list[dict[str, object]], model: str, data: st.DataObject
+) -> None:
+    from tokenflex.counting import get_counter
+    from tokenflex.counting.messages import MessageCounter
+
+    counter = get_counter(model)
+    counter.tokenizer.clear()
+    # some texts cached, some not (the loop's misses are counted one by one)
+    for m in data.draw(st.lists(st.sampled_from(messages), max_size=10)) if messages else []:
+        if isinstance(m["content"], str):
+            counter.tokenizer.count(m["content"])
+    try:
+        got = counter.count(messages)  # first: with the misses
+    except Exception as exc:  # a role the counter refuses: refused the same way one by one
+        with pytest.raises(type(exc)):
+            sum(map(counter.message, messages))
+        return
+    expected = counter.base() + sum(map(counter.message, messages))
+    assert got == expected
+    assert MessageCounter.count(counter, messages) == expected  # the one-by-one path
+    assert counter.count(messages) == expected  # again, every text cached
+
+
+@needs_native
+def test_the_bulk_look_up_declines_other_shapes() -> None:
+    from tokenflex.counting import get_counter
+
+    counter = get_counter("gpt-4o")
+    envelopes = {"user": 4, "assistant": 4}
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    assert counter.tokenizer.plain_total(plain, envelopes) is not None
+
+    class Sub(dict):  # type: ignore[type-arg]
+        pass
+
+    for other in (
+        {"role": "user", "content": "hi", "name": "x"},
+        {"role": "tool", "content": "hi"},
+        {"role": "user", "content": ["hi"]},
+        {"role": "user", "text": "hi"},
+        Sub(role="user", content="hi"),
+    ):
+        assert counter.tokenizer.plain_total([*plain, other], envelopes) is None, other

@@ -386,6 +386,15 @@ class EnvelopeCounter(MessageCounter):
                     return envelope + self._count(content)
         return self._message(msg)
 
+    def count(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
+        # A chat history of plain {"role", "content"} dicts is summed in one C loop (the
+        # envelope per role, the cached count per text); any other shape message by message.
+        if type(messages) is list and messages:
+            plain = self.tokenizer.plain_total(messages, self._role_tokens)
+            if plain is not None:
+                return self.base(tools) + plain
+        return super().count(messages, tools)
+
     def _message(self, msg: Any) -> int:
         role = validated_role(msg)
         total = self.per_message

@@ -136,7 +136,7 @@ def count_messages(
     Raises:
         InvalidMessagesError: ``messages`` is not a list of OpenAI-style messages.
     """
-    if isinstance(messages, list | tuple) and not all(type(m) is dict for m in messages):
+    if isinstance(messages, list | tuple) and not set(map(type, messages)) <= {dict}:
         views: list[Any] = []
         for i, m in enumerate(messages):
             try:

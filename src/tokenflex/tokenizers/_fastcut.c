@@ -1,4 +1,4 @@
-/* The estimator's cut of ASCII text, in C (see estimate.py, _ASCII_PATTERN).
+/* The estimator's cut of ASCII text, and the count cache's look-up of a chat history, in C.
 
    The pieces are exactly those of re.findall(_ASCII_PATTERN, text): a hand-written scanner
    that tries the pattern's branches in order at each position. tests/test_fastcut.py checks
@@ -8,7 +8,14 @@
    split(text)        -> list[str]: the pieces.
    count(text, table) -> (int, list[str]): how many pieces are in the set ``table``, and
                          the others, in text order.
-   Both take an ASCII str only (ValueError otherwise). */
+   Both take an ASCII str only (ValueError otherwise).
+
+   plain_total(messages, envelopes, cache, shift) -> (int, list[int]) | None: for a list of
+                         {"role": str, "content": str} dicts whose roles are keys of
+                         ``envelopes`` (role -> tokens), the envelopes plus the cached
+                         counts of the contents (``cache``: hash(text) -> count | len << shift),
+                         and the indices whose content is not cached with its length (the
+                         caller counts those); None where a message has another shape. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -190,15 +197,90 @@ fail:
     return NULL;
 }
 
+static PyObject *fastcut_plain_total(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "plain_total(messages, envelopes, cache, shift)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *envelopes = args[1], *cache = args[2];
+    if (!PyList_CheckExact(messages) || !PyDict_CheckExact(envelopes) || !PyDict_CheckExact(cache)) {
+        PyErr_SetString(PyExc_TypeError, "plain_total takes a list and two dicts");
+        return NULL;
+    }
+    int shift = (int)PyLong_AsLong(args[3]);
+    if (shift == -1 && PyErr_Occurred()) return NULL;
+    if (shift <= 0 || shift >= 62) {
+        PyErr_SetString(PyExc_ValueError, "shift must be in 1..61");
+        return NULL;
+    }
+    static PyObject *role_key = NULL, *content_key = NULL;
+    if (role_key == NULL) {
+        role_key = PyUnicode_InternFromString("role");
+        content_key = PyUnicode_InternFromString("content");
+        if (role_key == NULL || content_key == NULL) return NULL;
+    }
+    long long mask = (1LL << shift) - 1, total = 0;
+    PyObject *misses = PyList_New(0);
+    if (misses == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(messages);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) goto other;
+        PyObject *role = PyDict_GetItemWithError(m, role_key);
+        if (role == NULL) goto other_or_error;
+        PyObject *content = PyDict_GetItemWithError(m, content_key);
+        if (content == NULL) goto other_or_error;
+        if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(content)) goto other;
+        PyObject *env = PyDict_GetItemWithError(envelopes, role);
+        if (env == NULL) goto other_or_error;
+        long long e = PyLong_AsLongLong(env);
+        if (e == -1 && PyErr_Occurred()) goto fail;
+        total += e;
+        Py_hash_t h = PyObject_Hash(content);
+        if (h == -1) goto fail;
+        PyObject *key = PyLong_FromSsize_t(h);
+        if (key == NULL) goto fail;
+        PyObject *v = PyDict_GetItemWithError(cache, key);
+        Py_DECREF(key);
+        long long value = -1;
+        if (v != NULL) {
+            value = PyLong_AsLongLong(v);
+            if (value == -1 && PyErr_Occurred()) goto fail;
+        } else if (PyErr_Occurred()) {
+            goto fail;
+        }
+        if (value >= 0 && (value >> shift) == (long long)PyUnicode_GET_LENGTH(content)) {
+            total += value & mask;
+        } else {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL) goto fail;
+            int bad = PyList_Append(misses, index);
+            Py_DECREF(index);
+            if (bad < 0) goto fail;
+        }
+    }
+    return Py_BuildValue("(LN)", total, misses);
+other_or_error:
+    if (PyErr_Occurred()) goto fail;
+other:
+    Py_DECREF(misses);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(misses);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"split", (PyCFunction)fastcut_split, METH_O, "The pieces of an ASCII text."},
     {"count", (PyCFunction)(void (*)(void))fastcut_count, METH_FASTCALL,
      "(pieces in table, the other pieces) of an ASCII text."},
+    {"plain_total", (PyCFunction)(void (*)(void))fastcut_plain_total, METH_FASTCALL,
+     "(envelopes + cached counts, indices not cached) of a plain chat history, or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_fastcut", "The estimator's cut of ASCII text, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_fastcut", "The estimator's cut of ASCII text and the count cache's bulk look-up, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastcut(void) {

@@ -6,8 +6,8 @@ import contextlib
 import contextvars
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["CountCache", "CountScope", "Tokenizer", "count_scope", "encodable", "entry_bytes"]
 
@@ -18,6 +18,19 @@ in a few MiB: two dict slots, two ints."""
 
 _LEN_SHIFT = 40  # a cached value is ``count | len(text) << _LEN_SHIFT``
 _COUNT_MASK = (1 << _LEN_SHIFT) - 1
+
+
+def _native_plain_total() -> Callable[..., tuple[int, list[int]] | None] | None:
+    """The C loop of :meth:`CountCache.plain_total` (``_fastcut.c``), or None where the
+    package was installed without a C compiler."""
+    try:
+        from ._fastcut import plain_total
+    except ImportError:
+        return None
+    return plain_total
+
+
+_PLAIN_TOTAL = _native_plain_total()
 
 
 def encodable(text: str) -> str:
@@ -170,6 +183,23 @@ class CountCache:
         else:
             self._store(text, n)
         return n
+
+    def plain_total(self, messages: list[Any], envelopes: dict[str, int]) -> int | None:
+        """``sum(envelopes[m["role"]] + self.count(m["content"]) for m in messages)`` for a
+        chat history of plain ``{"role", "content"}`` dicts of strings whose roles are in
+        ``envelopes``, the cached counts looked up in one C loop (a warm recount of a
+        whole history makes no Python call per message); None for another shape, or where
+        the native part was not built (the caller counts message by message)."""
+        if _PLAIN_TOTAL is None or _scope.get() is not None:
+            return None
+        got = _PLAIN_TOTAL(messages, envelopes, self._new, _LEN_SHIFT)
+        if got is None:
+            return None
+        total, misses = got
+        self.hits += len(messages) - len(misses)
+        for i in misses:  # not in the newer half: count() looks in the older, then counts
+            total += self.count(messages[i]["content"])
+        return total
 
     def _store(self, text: str, n: int) -> None:
         if entry_bytes(text) > self.max_entry_bytes or self.max_bytes // 2 < ENTRY_BYTES:
