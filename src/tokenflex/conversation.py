@@ -30,8 +30,9 @@ from .errors import InvalidInputError
 from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
 from .formats.native import Converted, NativeMessage
+from .history import has_reasoning
 from .message.checks import BadMessage
-from .message.groups import joins_previous
+from .message.groups import is_tool_result, joins_previous
 from .message.objects import plain_message
 from .models import Model, get_model
 from .options import (
@@ -125,6 +126,7 @@ class Conversation:
         self._counter = get_counter(self.model)
         self._checker = shape_checker(self.model)
         self._parts = False  # a message has content parts (files, audio: estimates)
+        self._shrinkable = False  # a message the shrink ladder may shrink
         self._msgs: list[Message] = []
         self._tokens: list[int] = []  # per message
         self._sys_end = 0
@@ -158,6 +160,9 @@ class Conversation:
         tokens = self._counter.message(message)
         role = message.get("role")
         self._parts = self._parts or isinstance(message.get("content"), list)
+        # a tool result or reasoning: what the shrink ladder shrinks (the fast path holds
+        # a cut only where it has nothing to shrink)
+        self._shrinkable = self._shrinkable or is_tool_result(message) or has_reasoning(message)
         self._msgs.append(message)
         self._tokens.append(tokens)
         if not self._group_start and role in PINNED_ROLES and not is_summary_message(message):
@@ -304,6 +309,8 @@ class Conversation:
             self._memory,
             started,
             self.tools,
+            index=self._index,
+            shrinkable=self._shrinkable,
         )
         if plan is None:
             return None
