@@ -18,7 +18,7 @@ import json
 import operator
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from itertools import compress, count, repeat
 from typing import Any, Protocol
 
@@ -87,7 +87,18 @@ class HistoryCut:
             return self
         n = min(self.grown, GROWTH_REQUESTS - 1) + 1
         growth = self.growth + (tokens - self.growth) / n
-        return replace(self, end=end, growth=growth, grown=self.grown + 1)
+        return HistoryCut(  # built directly: a conversation's every turn comes here
+            self.start,
+            cleared_before=self.cleared_before,
+            reasoning_before=self.reasoning_before,
+            truncated_before=self.truncated_before,
+            summarized_before=self.summarized_before,
+            end=end,
+            growth=growth,
+            grown=self.grown + 1,
+            at=self.at,
+            input_tokens=self.input_tokens,
+        )
 
 
 _FLOAT_FIELDS = frozenset({"growth", "at"})

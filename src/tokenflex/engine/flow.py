@@ -365,7 +365,8 @@ def grown_plan(
         window = previous.context_window
         warnings = (dropped_warning(section, reasons, kept, window, history, opts.max_tokens),)
         dropped = DroppedItems(runs, {section.name: section}, counter)
-        log_dropped(runs, model.name)
+        if log.isEnabledFor(logging.INFO):
+            log_dropped(runs, model.name)
         messages = [*source[:pin_end], *source[start:n]]
         exact = True
     if input_tokens + previous.max_tokens + previous.safety_margin > previous.context_window:
