@@ -119,13 +119,15 @@ class Conversation:
         self._converted = False  # a message was converted: plans go back through finish()
         self._given: dict[int, Message] = {}  # the caller's message where it was converted
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
-        self._memory = ObjectMemory()  # the previous plan: cache-stable cuts, prefix_tokens
         self._summaries = MemoryStore(max_bytes=4 * 1024 * 1024)
         self._by_max_tokens: dict[int, FitOptions] = {}
         self.model = get_model(model, strict=self._opts.strict)
         self.tools = tools
         self.options = dict(options)
         self._counter = get_counter(self.model)
+        self._counted: dict[int, int] = {}  # id(message) -> tokens (the messages are kept)
+        # the previous plan: cache-stable cuts, prefix_tokens (summed from the counts kept)
+        self._memory = ObjectMemory((self._counter, self._counted))
         self._checker = shape_checker(self.model)
         self._parts = False  # a message has content parts (files, audio: estimates)
         self._shrinkable = False  # a message the shrink ladder may shrink
@@ -168,6 +170,7 @@ class Conversation:
         self._shrinkable = self._shrinkable or is_tool_result(message) or has_reasoning(message)
         self._msgs.append(message)
         self._tokens.append(tokens)
+        self._counted[id(message)] = tokens
         if role == "user":
             self._users.append(i)
         if not self._group_start and role in PINNED_ROLES and not is_summary_message(message):
