@@ -199,7 +199,7 @@ class Conversation:
         return self._counter.base(self.tools) + sum(self._tokens[: self._sys_end]) + self._cum[-1]
 
     # -- fitting ---------------------------------------------------------------------
-    def _layout(
+    def _options(
         self, max_tokens: int | None, groups: dict[str, Any], overrides: dict[str, Any]
     ) -> tuple[FitOptions, Sequence[Chunk] | None, Summarizer | None]:
         opts, documents, summarizer = self._opts, None, self._summarizer
@@ -280,7 +280,7 @@ class Conversation:
             "cache": cache,
             "fallback": fallback,
         }
-        opts, documents, summarizer = self._layout(max_tokens, groups, overrides)
+        opts, documents, summarizer = self._options(max_tokens, groups, overrides)
         if not documents:
             grown = self._grown(opts, summarizer, started)
             if grown is not None:
@@ -407,7 +407,7 @@ class Conversation:
             "cache": cache,
             "fallback": fallback,
         }
-        opts, documents, summarizer = self._layout(max_tokens, groups, overrides)
+        opts, documents, summarizer = self._options(max_tokens, groups, overrides)
         layout = self._full_layout(opts, documents)
         self._last = None  # the async path keeps no plan for the fast path
         if self.recall:
