@@ -28,6 +28,49 @@ def full_path() -> Iterator[None]:
         flow.FAST_PATH = True
 
 
+class Answers:
+    """Counts the fits the fast path answered, by kind: ``grown`` (nothing cut) and
+    ``held`` (the previous cut held, its dropped runs updated)."""
+
+    def __init__(self) -> None:
+        self.grown = self.held = 0
+
+
+@contextmanager
+def counted() -> Iterator[Answers]:
+    """Conversation's fast path, counted (the engine's function, wrapped)."""
+    import tokenflex.conversation as conversation
+
+    answers = Answers()
+    real = conversation.grown_plan
+
+    def spy(previous: Plan, *args: Any, **kwargs: Any) -> Plan | None:
+        plan = real(previous, *args, **kwargs)
+        if plan is not None and len(plan.dropped):
+            answers.held += 1
+        elif plan is not None:
+            answers.grown += 1
+        return plan
+
+    conversation.grown_plan = spy
+    try:
+        yield answers
+    finally:
+        conversation.grown_plan = real
+
+
+def plain(turns: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The turns without their tool rounds (a chat: the shrink ladder has nothing to
+    shrink, so the fast path may hold a cut)."""
+    out = []
+    for turn in turns:
+        kept = [m for m in turn if m["role"] != "tool" and not m.get("tool_calls")]
+        if len(kept) > 1 and kept[-1]["content"] == "go on":
+            kept.pop()
+        out.append(kept)
+    return out
+
+
 def same(fast: Plan, full: Plan, given: set[int] | None = None) -> None:
     """Field by field; the caller's messages by identity, the ones each plan made (a cut
     note, a converted copy of a message with reasoning) by value."""
@@ -60,6 +103,7 @@ def strip(turns: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
     pin=st.integers(0, 2),
     tools=st.booleans(),
     switch=st.integers(0, 6),
+    rounds=st.booleans(),
     options=st.fixed_dictionaries(
         {},
         optional={
@@ -69,6 +113,8 @@ def strip(turns: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
             "max_messages": st.integers(2, 30),
             "cut_note": st.booleans(),
             "safety_margin": st.sampled_from([0, 100]),
+            "clear_tool_results": st.booleans(),
+            "truncate_tool_results": st.booleans(),
         },
     ),
 )
@@ -81,12 +127,16 @@ def test_fast_path_plan_is_the_full_paths(
     pin: int,
     tools: bool,
     switch: int,
+    rounds: bool,
     options: dict[str, Any],
 ) -> None:
     """Each fit, fast path allowed, equals the same conversation's fit on the full path;
-    a max_tokens switched now and then makes the full path answer in between."""
+    a max_tokens switched now and then makes the full path answer in between. Chats
+    without tool rounds (``rounds=False``) and small windows make it hold cuts."""
     if not reasoning:
         turns = strip(turns)
+    if not rounds:
+        turns = plain(turns)
     m = model(window)
     schema = (
         [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}}}]
@@ -98,7 +148,20 @@ def test_fast_path_plan_is_the_full_paths(
     kw |= options
     fast, full = Conversation([system], **kw), Conversation([system], **kw)
     given = {id(m) for turn in turns for m in turn} | {id(system)}
-    answered, before = 0, None
+    with counted() as answers:
+        compare(fast, full, turns, max_tokens, switch, given)
+    event(f"fast path answered: {'some' if answers.grown else 'none'}")
+    event(f"fast path held a cut: {'some' if answers.held else 'none'}")
+
+
+def compare(
+    fast: Conversation,
+    full: Conversation,
+    turns: list[list[dict[str, Any]]],
+    max_tokens: int,
+    switch: int,
+    given: set[int],
+) -> None:
     for t, turn in enumerate(turns):
         fast.extend(turn)
         full.extend(turn)
@@ -114,10 +177,39 @@ def test_fast_path_plan_is_the_full_paths(
             raise
         with full_path():
             b = full.fit(max_tokens=out)
-        answered += before is not None and a.dropped is before.dropped  # the fast path's mark
-        before = a
         same(a, b, given)
-    event(f"fast path answered: {'some' if answered else 'none'}")
+
+
+@SETTINGS
+@given(
+    turns=sessions(),
+    window=st.sampled_from([700, 1000, 1500]),
+    stable=st.sampled_from([True, True, False]),
+    pin=st.integers(0, 2),
+    low_water=st.sampled_from([0.4, 0.6, "auto"]),
+    share=st.sampled_from([0.5, 0.8, 1.0]),
+)
+def test_fast_path_holds_the_full_paths_cut(
+    turns: list[list[dict[str, Any]]],
+    window: int,
+    stable: bool,
+    pin: int,
+    low_water: Any,
+    share: float,
+) -> None:
+    """Chats that must cut (small windows, no tool rounds, no reasoning): every fit equals
+    the full path's, the held cuts' dropped runs, reasons and warnings included; with
+    cache-stable on, the fast path holds cuts (red if it never does)."""
+    turns = plain(strip(turns))
+    m = priced(window) if low_water == "auto" else model(window)
+    system = {"role": "system", "content": "Be brief."}
+    kw: dict[str, Any] = {"model": m, "cache_stable": stable, "pin": pin}
+    kw |= {"low_water": low_water, "history_share": share}
+    fast, full = Conversation([system], **kw), Conversation([system], **kw)
+    given = {id(m) for turn in turns for m in turn} | {id(system)}
+    with counted() as answers:
+        compare(fast, full, turns, 300, 0, given)
+    event(f"fast path held a cut: {'some' if answers.held else 'none'}")
 
 
 def test_fast_path_answers_a_grown_conversation() -> None:
@@ -156,19 +248,19 @@ def test_fast_path_across_the_room(pin: int, stable: bool, priced_model: bool, w
     kw: dict[str, Any] = {"model": m, "cache_stable": stable, "pin": pin}
     fast, full = Conversation([system], **kw), Conversation([system], **kw)
     given = {id(system)}
-    answered = cut = 0
-    before = None
-    for t in range(200):
-        role = "user" if t % 2 == 0 else "assistant"
-        message = {"role": role, "content": text(words + t % 9, t)}
-        given.add(id(message))
-        fast.append(message)
-        full.append(message)
-        a = fast.fit(max_tokens=300)
-        with full_path():
-            b = full.fit(max_tokens=300)
-        same(a, b, given)
-        answered += before is not None and a.dropped is before.dropped
-        cut += len(a.dropped) > 0
-        before = a
-    assert answered > 10 and cut > 10  # both paths were taken, many times
+    cut = 0
+    with counted() as answers:
+        for t in range(200):
+            role = "user" if t % 2 == 0 else "assistant"
+            message = {"role": role, "content": text(words + t % 9, t)}
+            given.add(id(message))
+            fast.append(message)
+            full.append(message)
+            a = fast.fit(max_tokens=300)
+            with full_path():
+                b = full.fit(max_tokens=300)
+            same(a, b, given)
+            cut += len(a.dropped) > 0
+    assert answers.grown > 10 and cut > 10  # both paths were taken, many times
+    if stable:  # a held cut is answered by the fast path, its runs and warning updated
+        assert answers.held > 20

@@ -18,6 +18,7 @@ documents, summaries, fallback models — works here too.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -25,13 +26,15 @@ from typing import TYPE_CHECKING, Any, cast
 from ._types import Message, Tool
 from .counting import get_counter
 from .counting.shape import check_one, shape_checker
+from .counting.template import alternating_roles
 from .engine import GroupIndex, TakenOut, afit_layout, fit_layout, grown_plan
 from .errors import InvalidInputError
 from .fit import PINNED_ROLES, FitLayout
 from .formats.chat import chat_to_internal
 from .formats.native import Converted, NativeMessage
+from .history import has_reasoning
 from .message.checks import BadMessage
-from .message.groups import joins_previous
+from .message.groups import is_tool_result, joins_previous
 from .message.objects import plain_message
 from .models import Model, get_model
 from .options import (
@@ -116,19 +119,23 @@ class Conversation:
         self._converted = False  # a message was converted: plans go back through finish()
         self._given: dict[int, Message] = {}  # the caller's message where it was converted
         self._opts = FitOptions.from_kwargs(options, where="Conversation()")
-        self._memory = ObjectMemory()  # the previous plan: cache-stable cuts, prefix_tokens
         self._summaries = MemoryStore(max_bytes=4 * 1024 * 1024)
         self._by_max_tokens: dict[int, FitOptions] = {}
         self.model = get_model(model, strict=self._opts.strict)
         self.tools = tools
         self.options = dict(options)
         self._counter = get_counter(self.model)
+        self._counted: dict[int, int] = {}  # id(message) -> tokens (the messages are kept)
+        # the previous plan: cache-stable cuts, prefix_tokens (summed from the counts kept)
+        self._memory = ObjectMemory((self._counter, self._counted))
         self._checker = shape_checker(self.model)
         self._parts = False  # a message has content parts (files, audio: estimates)
+        self._shrinkable = False  # a message the shrink ladder may shrink
         self._msgs: list[Message] = []
         self._tokens: list[int] = []  # per message
         self._sys_end = 0
         self._group_start: list[int] = []  # index of each group's first message
+        self._users: list[int] = []  # index of each user message
         self._cum: list[int] = [0]  # _cum[g] = tokens of groups [0, g)
         # the engine's view of the running counts (it holds the lists, which only grow)
         # the counter's own model: the engine uses the index only for what it counted
@@ -158,8 +165,14 @@ class Conversation:
         tokens = self._counter.message(message)
         role = message.get("role")
         self._parts = self._parts or isinstance(message.get("content"), list)
+        # a tool result or reasoning: what the shrink ladder shrinks (the fast path holds
+        # a cut only where it has nothing to shrink)
+        self._shrinkable = self._shrinkable or is_tool_result(message) or has_reasoning(message)
         self._msgs.append(message)
         self._tokens.append(tokens)
+        self._counted[id(message)] = tokens
+        if role == "user":
+            self._users.append(i)
         if not self._group_start and role in PINNED_ROLES and not is_summary_message(message):
             self._sys_end = i + 1
             return
@@ -186,9 +199,9 @@ class Conversation:
         return self._counter.base(self.tools) + sum(self._tokens[: self._sys_end]) + self._cum[-1]
 
     # -- fitting ---------------------------------------------------------------------
-    def _layout(
+    def _options(
         self, max_tokens: int | None, groups: dict[str, Any], overrides: dict[str, Any]
-    ) -> tuple[FitLayout, FitOptions, Summarizer | None]:
+    ) -> tuple[FitOptions, Sequence[Chunk] | None, Summarizer | None]:
         opts, documents, summarizer = self._opts, None, self._summarizer
         if overrides or any(v is not None for v in groups.values()):
             given = gather(
@@ -212,8 +225,32 @@ class Conversation:
                     {**self.options, "max_tokens": max_tokens}, where="Conversation.fit()"
                 ),
             )
-        layout = FitLayout(self._msgs, self.model, self.tools, opts, documents, index=self._index)
-        return layout, opts, summarizer
+        return opts, documents, summarizer
+
+    def _full_layout(self, opts: FitOptions, documents: Sequence[Chunk] | None) -> FitLayout:
+        return FitLayout(self._msgs, self.model, self.tools, opts, documents, index=self._index)
+
+    def _bounds(self, opts: FitOptions) -> tuple[int, int, int, int] | None:
+        """The layout's ``(sys_end, hist_start, pin_end, cur_start)`` from the counts kept,
+        in O(1) where the conversation ends with a user message (the current turn) and
+        no summary follows the system prompt: :class:`~tokenflex.fit.FitLayout`'s rules
+        read from the indices kept at append (None: build the layout)."""
+        msgs, n = self._msgs, len(self._msgs)
+        sys_end = self._sys_end
+        if not n or msgs[-1].get("role") != "user" or sys_end >= n - 1:
+            return None
+        if is_summary_message(msgs[sys_end]):
+            return None
+        cur = n - 1  # a user message is the newest group and opens the current turn
+        pin_end = sys_end
+        if opts.pin:
+            users = self._users
+            k = bisect.bisect_left(users, cur) - 1  # the users before the current turn
+            if k >= 0:
+                pin_end = users[min(opts.pin, k + 1) - 1] + 1
+            if pin_end > sys_end and alternating_roles(self.model):
+                return None  # the answers after the pinned question: the layout's rule
+        return sys_end, sys_end, pin_end, cur
 
     def fit(
         self,
@@ -243,10 +280,12 @@ class Conversation:
             "cache": cache,
             "fallback": fallback,
         }
-        layout, opts, summarizer = self._layout(max_tokens, groups, overrides)
-        grown = self._grown(layout, opts, summarizer, started)
-        if grown is not None:
-            return grown
+        opts, documents, summarizer = self._options(max_tokens, groups, overrides)
+        if not documents:
+            grown = self._grown(opts, summarizer, started)
+            if grown is not None:
+                return grown
+        layout = self._full_layout(opts, documents)
         self._last = None  # set again below by a plan the fast path may extend
         if self.recall:
             rf = self._recall_fit(layout, summarizer)
@@ -275,7 +314,7 @@ class Conversation:
         return self._remember(self._finish(plan), opts)
 
     def _grown(
-        self, layout: FitLayout, opts: FitOptions, summarizer: Summarizer | None, started: float
+        self, opts: FitOptions, summarizer: Summarizer | None, started: float
     ) -> Plan | None:
         """The previous plan plus the messages appended since, when nothing else changed
         (:func:`~tokenflex.engine.grown_plan`; O(the new messages)), else None."""
@@ -286,24 +325,30 @@ class Conversation:
             or last[2] is not self.tools
             or last[0].model is not self.model
             or summarizer is not None
-            or layout.documents
-            or layout.summary_idx is not None
             or self._reasoning
             or self._converted
             or self._parts
             or self.recall
         ):
             return None
+        bounds = self._bounds(opts)
+        if bounds is None:
+            layout = self._full_layout(opts, None)
+            if layout.summary_idx is not None:
+                return None
+            bounds = (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start)
         plan = grown_plan(
             last[0],
             last[3],
             self._msgs,
             self._tokens,
-            (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start),
+            bounds,
             opts,
             self._memory,
             started,
             self.tools,
+            index=self._index,
+            shrinkable=self._shrinkable,
         )
         if plan is None:
             return None
@@ -362,7 +407,8 @@ class Conversation:
             "cache": cache,
             "fallback": fallback,
         }
-        layout, opts, summarizer = self._layout(max_tokens, groups, overrides)
+        opts, documents, summarizer = self._options(max_tokens, groups, overrides)
+        layout = self._full_layout(opts, documents)
         self._last = None  # the async path keeps no plan for the fast path
         if self.recall:
             # the counter may call a tokenizer server: never on the event loop

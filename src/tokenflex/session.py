@@ -18,7 +18,7 @@ import json
 import operator
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from itertools import compress, count, repeat
 from typing import Any, Protocol
 
@@ -87,7 +87,18 @@ class HistoryCut:
             return self
         n = min(self.grown, GROWTH_REQUESTS - 1) + 1
         growth = self.growth + (tokens - self.growth) / n
-        return replace(self, end=end, growth=growth, grown=self.grown + 1)
+        return HistoryCut(  # built directly: a conversation's every turn comes here
+            self.start,
+            cleared_before=self.cleared_before,
+            reasoning_before=self.reasoning_before,
+            truncated_before=self.truncated_before,
+            summarized_before=self.summarized_before,
+            end=end,
+            growth=growth,
+            grown=self.grown + 1,
+            at=self.at,
+            input_tokens=self.input_tokens,
+        )
 
 
 _FLOAT_FIELDS = frozenset({"growth", "at"})
@@ -143,7 +154,10 @@ class ObjectMemory:
     """A :class:`SessionMemory` held by one object (a :class:`~tokenflex.Conversation`):
     messages compare by identity, then by value (cleared copies are new objects)."""
 
-    def __init__(self) -> None:
+    def __init__(self, counts: tuple[MessageCounter, Mapping[int, int]] | None = None) -> None:
+        # a counter and the counts it made of live messages, by id (a Conversation's, kept
+        # at append): the shared prefix is summed from them, not recounted
+        self._counts = counts
         self._cut: HistoryCut | None = None
         self._cut_message: Any = None
         self._sent: list[Message] | None = None
@@ -183,8 +197,10 @@ class ObjectMemory:
             k = shared_prefix(previous, sent)
             cum = cum[: k + 1]
             message = counter.message
+            known = self._counts[1] if self._counts and self._counts[0] is counter else {}
             for m in sent[len(cum) - 1 : k]:
-                cum.append(cum[-1] + message(m))
+                t = known.get(id(m))
+                cum.append(cum[-1] + (message(m) if t is None else t))
             self._sent_cum = cum
         return cum[k]
 

@@ -12,6 +12,7 @@ stored summary, a background one, or one summarizer call, and one more pass.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import logging
 import time
@@ -20,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._types import Message, Tool
-from ..cost import cached_tokens
+from ..cost import cache_kept, cached_tokens
 from ..counting import MessageCounter, get_counter
 from ..drivers import adrive, drive
 from ..errors import ContextOverflowError
@@ -28,12 +29,13 @@ from ..fallback import Candidate, fallback_chain, no_model_fits, pick_model
 from ..message.checks import BadMessage
 from ..models import Model, get_model
 from ..options import FitOptions
-from ..plan import Plan
+from ..plan import DroppedItems, DropRun, Plan, log_dropped
 from ..session import HistoryCut, SessionMemory
 from ..summarize import asummarize_span, summarize_span
-from .ladder import solve_history
+from .ladder import ladder, solve_history
 from .layout import Layout, stable_target
-from .passes import Pass, TakenOut
+from .passes import Pass, TakenOut, dropped_warning
+from .sections import GroupIndex, MessageSection, opens_history
 from .summary import SUMMARY_TTL_S, Outcome, SummaryRequest, summarizer_name
 
 FAST_PATH = True
@@ -285,18 +287,30 @@ def grown_plan(
     memory: SessionMemory,
     started: float,
     tools: Sequence[Tool] | None = None,
+    *,
+    index: GroupIndex | None = None,
+    shrinkable: bool = True,
 ) -> Plan | None:
-    """The plan of ``source`` when it is ``previous`` (which sent ``source[:sent]`` whole)
-    plus the messages appended since, all kept: O(the new messages), else None (the
-    full path decides).
+    """The plan of ``source`` when it is ``previous`` (made for ``source[:sent]``) plus
+    the messages appended since, all kept: O(the new messages), else None (the full
+    path decides).
 
-    It answers only where the full path cannot do anything else: the previous plan
-    dropped nothing, warned of nothing and reserved the requested output; the output is
-    requested (``policy="reserve"``), nothing caps the messages, no fallback; and the
-    grown input fits under the window, the margin, the output and every input cap, so no
-    cut, shrink step or summary is due. ``tokens`` are the messages' counts and
-    ``bounds`` the layout's ``(sys_end, hist_start, pin_end, cur_start)``; the promise is
-    checked here too. The conversation's memory records the plan as the full path would.
+    It answers only where the full path cannot do anything else: the output is
+    requested (``policy="reserve"``) and was reserved whole, nothing caps the messages,
+    no fallback, no summary, no cut note; and either
+
+    - the previous plan dropped nothing and warned of nothing, and the grown input fits
+      under the window, the margin, the output and every input cap (no cut, shrink step
+      or summary is due); or
+    - the previous plan's cut is held (cache-stable): the history from the remembered
+      cut on, the new messages included, still fits where the solver would hold it
+      (:func:`_held`), and no shrink step has anything to shrink (``shrinkable``: the
+      conversation has tool results; ``index``: its running counts, bisected). The
+      dropped runs and their warning are updated from the counts: O(log n).
+
+    ``tokens`` are the messages' counts and ``bounds`` the layout's ``(sys_end,
+    hist_start, pin_end, cur_start)``; the promise is checked here too. The
+    conversation's memory records the plan as the full path would.
     """
     n = len(source)
     if (
@@ -304,10 +318,7 @@ def grown_plan(
         or n <= sent
         or previous.summary is not None
         or previous.fallback_from is not None
-        or previous.warnings
-        or len(previous.dropped)
         or previous.max_tokens != previous.requested_max_tokens
-        or len(previous.messages) != sent
         or opts.max_tokens is None
         or opts.policy != "reserve"
         or opts.fallback_models
@@ -316,30 +327,62 @@ def grown_plan(
     ):
         return None
     model = previous.model
-    added = sum(tokens[sent:n])
-    input_tokens = previous.input_tokens + added
-    room = previous.context_window - previous.safety_margin - previous.max_tokens
-    for cap in (opts.max_input_tokens, model.max_input_tokens):
-        if cap is not None:
-            room = min(room, cap)
-    if input_tokens > room:
-        return None
-    if input_tokens + previous.max_tokens + previous.safety_margin > previous.context_window:
-        return None  # the promise (implied by the room; checked all the same)
+    counter = get_counter(model)
     sys_end, hist_start, pin_end, cur_start = bounds
     base = previous.sections.get("tools_and_priming", 0)
     system = sum(tokens[:sys_end])
     pinned = sum(tokens[hist_start:pin_end])
     current = sum(tokens[cur_start:n])
-    history = input_tokens - base - system - pinned - current
-    parts = {"system": system, "pinned": pinned, "history": history, "current": current}
-    counter = get_counter(model)
-    messages: list[Any] = list(source)
-    # exact: the previous plan's messages and tools were; the new ones are read here
-    # the cut the full path records: every history message kept, the growth counted
-    start = pin_end if pin_end < cur_start else cur_start
+    used = base + system + pinned + current  # the required input
+    room = previous.context_window - previous.safety_margin - previous.max_tokens
+    for cap in (opts.max_input_tokens, model.max_input_tokens):
+        if cap is not None:
+            room = min(room, cap)
     before = memory.previous_cut(source) if opts.cache_stable else None
-    before = _grown(before, source, cur_start, model) if before is not None else HistoryCut(0)
+    dropped = previous.dropped
+    warnings: tuple[str, ...] = ()
+    if not len(dropped) and not previous.warnings and len(previous.messages) == sent:
+        start = pin_end if pin_end < cur_start else cur_start  # every history message kept
+        input_tokens = previous.input_tokens + sum(tokens[sent:n])
+        history = input_tokens - used
+        if input_tokens > room:
+            return None
+        messages: list[Any] = list(source)
+        exact = previous.exact
+    else:
+        if index is not None and index.model is not counter.model:
+            index = None  # counts of another model's
+        span = (pin_end, cur_start)
+        held = _held(before, source, index, span, room - used, opts, model, shrinkable)
+        if held is None or not previous.exact or not _only_dropped_warning(previous):
+            return None
+        start, history, section, runs = held
+        input_tokens = used + history
+        reasons: dict[str, int] = {}
+        for r in runs:
+            reasons[r.reason] = reasons.get(r.reason, 0) + r.stop - r.start
+        kept = cur_start - start
+        window = previous.context_window
+        warnings = (dropped_warning(section, reasons, kept, window, history, opts.max_tokens),)
+        dropped = DroppedItems(runs, {section.name: section}, counter)
+        if log.isEnabledFor(logging.INFO):
+            log_dropped(runs, model.name)
+        messages = [*source[:pin_end], *source[start:n]]
+        exact = True
+    if input_tokens + previous.max_tokens + previous.safety_margin > previous.context_window:
+        return None  # the promise (implied by the room; checked all the same)
+    if previous.max_tokens > previous.context_window - previous.safety_margin - used:
+        return None  # an output the window cannot give with the required input: flex
+    parts = {"system": system, "pinned": pinned, "history": history, "current": current}
+    # exact: the previous plan's messages and tools were; the new ones are read here
+    exact = exact and all(map(counter.message_exact, source[sent:n]))
+    # the cut the full path records, the growth counted from the counts kept
+    if before is None:
+        before = HistoryCut(0, end=cur_start)
+    elif not before.end:
+        before = replace(before, end=cur_start)
+    else:
+        before = before.appended(cur_start, sum(tokens[before.end : cur_start]))
     cut = HistoryCut(
         start,
         end=max(before.end, cur_start),
@@ -349,18 +392,105 @@ def grown_plan(
         input_tokens=input_tokens,
     )
     shared = memory.remember(source, cut, messages, counter)
-    plan = replace(
-        previous,
+    plan = Plan(
         messages=messages,
+        max_tokens=previous.max_tokens,
         input_tokens=input_tokens,
+        context_window=previous.context_window,
+        safety_margin=previous.safety_margin,
+        requested_max_tokens=previous.requested_max_tokens,
+        min_output_tokens=previous.min_output_tokens,
+        model=model,
         sections={k: v for k, v in parts.items() if v} | {"tools_and_priming": base},
-        exact=previous.exact and all(map(counter.message_exact, source[sent:n])),
+        dropped=dropped,
+        summary=None,
+        warnings=warnings,
+        exact=exact,
+        policy=previous.policy,
         elapsed_ms=(time.perf_counter() - started) * 1000,
+        fallback_from=None,
+        extras=previous.extras,
+        format=previous.format,
+        system=previous.system,
+        tools=previous.tools,
         prefix_tokens=shared,
         cached_tokens=cached_tokens(model, shared) if shared is not None else None,
     )
     log.debug("tokenflex: %r", plan)
     return plan
+
+
+def _only_dropped_warning(plan: Plan) -> bool:
+    """Whether the one warning of ``plan`` is its history's "dropped N of M" (every other
+    warning a fit may give is then not due either: the fast path writes only that one)."""
+    return len(plan.warnings) == 1 and plan.warnings[0].startswith("history: dropped ")
+
+
+def _held(
+    hold: HistoryCut | None,
+    source: Sequence[Message],
+    index: GroupIndex | None,
+    span: tuple[int, int],
+    hard: int,
+    opts: FitOptions,
+    model: Model,
+    shrinkable: bool,
+) -> tuple[int, int, MessageSection, list[DropRun]] | None:
+    """Where the solver holds the previous cut ``hold`` of the history ``source[lo:hi]``
+    (``span``) in ``hard`` tokens of room, by the rules of
+    :func:`tokenflex.budget.solve` for a cache-stable history section (the held cut
+    while it fits the room; ``held`` for the messages the room would keep beyond it,
+    ``budget`` or ``share`` for the older ones): the first message kept, the kept
+    history's tokens, the section and its dropped runs. None where anything else is
+    due: the cut moves, nothing must be cut, a shrink step or ``min_messages`` may act,
+    the provider's cache expired."""
+    lo, hi = span
+    if (
+        hold is None
+        or index is None
+        or not opts.cache_stable
+        or opts.min_messages
+        or (shrinkable and ladder(opts))
+        or hold.cleared_before
+        or hold.reasoning_before
+        or hold.truncated_before
+        or hold.summarized_before
+        or not lo < hold.start < hi
+        or not opens_history(source[hold.start])
+    ):
+        return None
+    if hold.at and not cache_kept(model, hold.input_tokens, time.time() - hold.at):
+        return None  # the cut is not held for a cache that expired
+    groups = index.groups(lo, hi)
+    if groups is None:
+        return None
+    g_lo, g_hi = groups
+    starts, cum = index.starts, index.cum
+    g = bisect.bisect_left(starts, hold.start, g_lo, g_hi)
+    if g >= g_hi or starts[g] != hold.start:
+        return None
+    top = cum[g_hi]
+    if top - cum[g_lo] <= hard:
+        return None  # the whole history fits: kept as it is
+
+    def within(room: int) -> int:  # the most newest groups within room
+        return 0 if room < 0 else g_hi - bisect.bisect_left(cum, top - room, g_lo, g_hi + 1)
+
+    soft = min(int(opts.history_share * max(0, hard)), hard)
+    fit_k, hard_k, keep = within(soft), within(hard), g_hi - g
+    reason = "share" if top - cum[g_hi - fit_k - 1] <= hard else "budget"
+    runs: list[DropRun]
+    if fit_k < keep <= hard_k:  # beyond the soft share: held whole
+        runs = [DropRun("history", lo, hold.start, "held")]
+    elif keep == fit_k:
+        runs = [DropRun("history", lo, hold.start, reason)]
+    elif keep < fit_k:
+        b = starts[g_hi - fit_k]
+        runs = [DropRun("history", lo, b, reason), DropRun("history", b, hold.start, "held")]
+    else:
+        return None  # the held cut does not fit any more: it moves
+    section = MessageSection("history", source, lo, hi, mode="newest", priority=10, index=index)
+    return hold.start, top - cum[g], section, runs
 
 
 def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Model) -> HistoryCut:

@@ -34,6 +34,7 @@ __all__ = [
     "TakenOut",
     "build_plan",
     "dropped_messages_warnings",
+    "dropped_warning",
     "large_output",
     "output_request",
     "run_pass",
@@ -274,21 +275,39 @@ def dropped_messages_warnings(p: Pass, runs: Sequence[DropRun], opts: FitOptions
         if not dropped:
             continue
         kept = len(p.rendered.get(s.name, ()))
-        why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.items())
-        which = "the newest " if s.role == "history" else ""
-        text = (
-            f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
-            f"{which}{kept:,} in the {p.model.context_window:,}-token window "
-            f"({p.section_tokens.get(s.name, 0):,} tokens). plan.dropped lists each one."
+        tokens = p.section_tokens.get(s.name, 0)
+        out.append(
+            dropped_warning(s, reasons, kept, p.model.context_window, tokens, opts.max_tokens)
         )
-        if not s.label:  # fit()'s own history: name the options that keep more
-            main = max(reasons, key=lambda k: (k != "orphan", reasons[k]))
-            fix = _TO_KEEP_MORE.get(main) or (
-                "lower max_tokens" if opts.max_tokens is not None else "lower min_output_tokens"
-            )
-            text += f" To keep more: {fix}, add fallback_models=[...], or pass summarizer=."
-        out.append(text)
     return out
+
+
+def dropped_warning(
+    s: Section,
+    reasons: Mapping[str, int],
+    kept: int,
+    window: int,
+    tokens: int,
+    max_tokens: int | None,
+) -> str:
+    """The warning of one message section that dropped messages (``reasons``: how many
+    for each reason, in the order of the runs); also the fast path's, which updates a
+    held cut's counts without a pass."""
+    dropped = sum(reasons.values())
+    why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.items())
+    which = "the newest " if s.role == "history" else ""
+    text = (
+        f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
+        f"{which}{kept:,} in the {window:,}-token window "
+        f"({tokens:,} tokens). plan.dropped lists each one."
+    )
+    if not s.label:  # fit()'s own history: name the options that keep more
+        main = max(reasons, key=lambda k: (k != "orphan", reasons[k]))
+        fix = _TO_KEEP_MORE.get(main) or (
+            "lower max_tokens" if max_tokens is not None else "lower min_output_tokens"
+        )
+        text += f" To keep more: {fix}, add fallback_models=[...], or pass summarizer=."
+    return text
 
 
 @dataclass(frozen=True)
