@@ -139,7 +139,7 @@ class FitLayout:
         i = 0
         while i < n:
             m = msgs[i]
-            if not isinstance(m, Mapping):
+            if type(m) is not dict and not isinstance(m, Mapping):
                 get_counter(self.model).count(list(msgs[: i + 1]))  # names the bad index
             if m.get("role") not in PINNED_ROLES or is_summary_message(m):
                 break

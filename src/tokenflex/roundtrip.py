@@ -78,6 +78,14 @@ class Prepared:
     by the format's parse (the proxy's route), at least as strictly (the units of
     ``system=`` among them are checked all the same: the parse vouches for the items)."""
 
+    def evolved(self, **changes: Any) -> Prepared:
+        """A shallow copy with ``changes`` (``dataclasses.replace`` without its per-call
+        field walk and ``__init__``: fit() makes one or two on every call)."""
+        copy = object.__new__(Prepared)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(changes)
+        return copy
+
 
 _MEMO_MIN = 32
 """Lists shorter than this are read afresh every call (cheap, and nothing is kept)."""
@@ -195,7 +203,7 @@ def prepare(
         and _same_prefix(read, messages)
     ):
         if len(messages) == len(read.items):
-            return _trusted(replace(read.prepared, tools=counted, given_tools=tools), checked_as)
+            return _trusted(read.prepared.evolved(tools=counted, given_tools=tools), checked_as)
         grown = _grown(read, messages, counted, tools)
         if grown is not None:
             grown = _trusted(grown, checked_as)
@@ -205,7 +213,7 @@ def prepare(
         _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
     )
     index = new_index() if new_index is not None else None
-    prepared = replace(prepared, given=messages, index=index)
+    prepared = prepared.evolved(given=messages, index=index)
     if prepared.converted is not None:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
     _MEMO.put(_Read(messages, list(messages), key, system, prepared))
@@ -218,7 +226,7 @@ def _trusted(prepared: Prepared, checked_as: str | None) -> Prepared:
     read_as = prepared.converted.format if prepared.converted is not None else "chat"
     if checked_as is None or checked_as != read_as:
         return prepared
-    return replace(prepared, vouched=len(prepared.messages))
+    return prepared.evolved(vouched=len(prepared.messages))
 
 
 def _same_system(a: Any, b: Any) -> bool:

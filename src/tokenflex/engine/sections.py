@@ -82,7 +82,7 @@ def opens_history(message: Any, *, user_only: bool = False) -> bool:
     round may open it: an agent's call stands on its own (the task is pinned before it).
     ``user_only``: only a user message may (an API whose requests open with the user's
     turn, with nothing pinned before the history)."""
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):
         return True
     role = message.get("role")
     if user_only:
@@ -191,9 +191,12 @@ def _boundary(src: Sequence[Message], i: int) -> bool:
     tool result or the call that made it (the rule :func:`~tokenflex.history.iter_groups`
     reads newest first; it depends on two messages only)."""
     m, prev = src[i], src[i - 1]
-    if not isinstance(m, Mapping) or m.get("role") not in ("tool", "function"):
+    if (type(m) is not dict and not isinstance(m, Mapping)) or m.get("role") not in (
+        "tool",
+        "function",
+    ):
         return True
-    if not isinstance(prev, Mapping):
+    if type(prev) is not dict and not isinstance(prev, Mapping):
         return True
     if prev.get("role") in ("tool", "function"):
         return False
@@ -313,7 +316,7 @@ class ListIndex:
             m = src[i]
             t = count(m)
             tokens.append(t)
-            copies.append(dict(m) if isinstance(m, Mapping) else m)
+            copies.append(dict(m) if type(m) is dict or isinstance(m, Mapping) else m)
             if not starts or _boundary(src, i):
                 starts.append(i)
                 cum.append(cum[-1] + t)
