@@ -1,0 +1,70 @@
+"""The estimator's native ASCII cut (the optional C extension ``_fastcut``) against the
+regex it replaces: the same pieces, the same table count, the same estimates."""
+
+from __future__ import annotations
+
+import pytest
+import regex
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tokenflex.tokenizers import estimate
+from tokenflex.tokenizers.estimate import PATTERN, clear_caches, estimate_tokens
+
+fastcut = pytest.importorskip(
+    "tokenflex.tokenizers._fastcut",
+    reason="the C extension is not built (no C compiler): the estimator cuts with re",
+)
+
+# the characters where the pattern's branches meet, weighted by repetition
+TRICKY = list(" \t\n\r\v\f'/.,!-_\"\x00\x1c\x7f") + list("sStTrReEvVlLmMdD") + list("aZ09")
+ASCII_TEXT = st.one_of(
+    st.text(st.characters(max_codepoint=127), max_size=300),
+    st.lists(st.sampled_from(TRICKY), min_size=1, max_size=6).flatmap(
+        lambda alphabet: st.lists(st.sampled_from(alphabet), max_size=80).map("".join)
+    ),
+    st.lists(st.sampled_from(TRICKY), max_size=120).map("".join),
+)
+SPLIT = regex.compile(PATTERN).findall
+
+
+@given(ASCII_TEXT)
+@example("it's  a\r\n \r\nB'RE x/\r\n/ !!\t\tx 1234 \x0b\n")
+@example("  \t\fword\r")
+def test_native_cut_is_the_pattern_cut(text: str) -> None:
+    assert fastcut.split(text) == SPLIT(text)
+
+
+@settings(deadline=None)  # the first example loads the table
+@given(ASCII_TEXT)
+def test_native_count_is_the_table_count(text: str) -> None:
+    table = estimate._load().table
+    pieces = SPLIT(text)
+    rest = [p for p in pieces if p not in table]
+    assert fastcut.count(text, table) == (len(pieces) - len(rest), rest)
+
+
+def test_native_count_follows_the_table() -> None:
+    # a new table is looked up, not the one before it
+    assert fastcut.count("ab cd ab", frozenset({"ab", "é"})) == (1, [" cd", " ab"])
+    assert fastcut.count("ab cd ab", frozenset({" cd"})) == (1, ["ab", " ab"])
+
+
+def test_native_takes_ascii_only() -> None:
+    with pytest.raises(ValueError, match="ASCII"):
+        fastcut.split("café")
+    with pytest.raises(ValueError, match="ASCII"):
+        fastcut.count("café", frozenset())
+
+
+@settings(deadline=None)  # the first example loads the table
+@given(st.one_of(ASCII_TEXT, st.text(max_size=300)))
+def test_estimate_is_the_same_with_and_without_the_native_cut(text: str) -> None:
+    clear_caches()
+    native = estimate_tokens(text)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(estimate, "_count_ascii", estimate._count_cut)
+        mp.setattr(estimate, "_split_ascii", estimate._ASCII_SPLIT)
+        clear_caches()
+        assert estimate_tokens(text) == native
+    clear_caches()
