@@ -126,8 +126,8 @@ _ASCII_PATTERN = "|".join(
 _ASCII_SPLIT = re.compile(_ASCII_PATTERN).findall
 
 # The cut of ASCII text: the C scanner of the optional extension ``_fastcut`` (built by
-# ``pip install`` where a C compiler exists; the same pieces as _ASCII_SPLIT, in about a
-# fifth of the time), else _ASCII_SPLIT. Chosen once, here.
+# ``pip install`` where a C compiler exists; the same pieces as _ASCII_SPLIT, made by a
+# hand-written scanner instead of a regex), else _ASCII_SPLIT. Chosen once, here.
 _split_ascii: Callable[[str], list[str]]
 try:
     from tokenflex.tokenizers._fastcut import split as _split_ascii
@@ -409,8 +409,9 @@ def split_text(text: str) -> list[str]:
     The same list as ``regex.findall(PATTERN, text)``, made faster: the text is cut into
     lines (and long lines into runs of about 256 characters) where a piece always ends;
     a run of ASCII, Latin, Greek, Cyrillic, CJK ... (``_WIDE_BLOCKS``) is cut by the stdlib
-    ``re`` (the same pattern spelled for ``re``); the pieces of each run are cached, so text
-    seen before (a conversation sent again with one more turn) is cut by dictionary lookups.
+    ``re`` (the same pattern spelled for ``re``; ASCII by the C extension where built); the
+    pieces of each run are cached, so text seen before (a conversation sent again with one
+    more turn) is cut by dictionary lookups.
 
     >>> from tokenflex.tokenizers.estimate import split_text
     >>> split_text("Hello, world! It's 2024.")
