@@ -1,8 +1,11 @@
-"""The estimator's native cut (optional): built where a C compiler is, skipped elsewhere.
+"""The optional C extension; everything else is declared in pyproject.toml.
 
-Everything else about the package is in pyproject.toml. Without the extension the estimator
-cuts text with the stdlib ``re`` (the same pieces, slower).
+``tokenflex.tokenizers._fastcut`` cuts ASCII text for the estimator. It is optional: where
+no C compiler exists the build goes on without it and the estimator cuts with the stdlib
+``re`` (the same pieces, slower).
 """
+
+from __future__ import annotations
 
 from setuptools import Extension, setup
 

@@ -328,7 +328,7 @@ def local_rows(quick: bool) -> list[Row]:
             len(encode(text))
 
     estimate_tokens("warm up: load the data file")  # loaded once per process, not timed
-    # cold: the estimator's caches (lines cut, pieces priced) emptied before each round
+    # cold: the estimator's caches emptied before each round, as on texts never seen
     t = interleaved({"est": (est, clear_caches), "tik": (tik, None)}, 3 if quick else 7)
     speed = t["tik"] / t["est"]
     rows.append(

@@ -1,107 +1,73 @@
-"""The estimator's native cut of ASCII text (``tokenizers/_fastcut.c``) against its references:
-the piece pattern run by ``regex`` (the pieces) and the pure-Python path (the estimates)."""
+"""The estimator's native ASCII cut (the optional C extension ``_fastcut``) against the
+regex it replaces: the same pieces, the same table count, the same estimates."""
 
 from __future__ import annotations
-
-import shutil
-import string
-from collections.abc import Iterator
 
 import pytest
 import regex
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_estimate import SPLIT_TEXTS
 
 from tokenflex.tokenizers import estimate
-from tokenflex.tokenizers.estimate import PATTERN, estimate_tokens, estimate_tokens_range
+from tokenflex.tokenizers.estimate import PATTERN, clear_caches, estimate_tokens
 
-REFERENCE_SPLIT = regex.compile(PATTERN).findall
-NATIVE = estimate._NATIVE
-needs_native = pytest.mark.skipif(NATIVE is None, reason="the native cut was not built here")
-
-# ASCII, dense in what the scanner decides on: every kind of space and line break, the
-# characters around contractions, "/" after punctuation and line breaks, case changes
-ASCII_TRICKY = [*" \t\n\r\v\f\x00\x1c\x1f/'sStTdDmMlLrReEvVaZ09.,;!(-_", "'ll", "'RE", "\r\n"]
-ASCII_TEXTS = st.one_of(
-    st.text(st.characters(max_codepoint=127), max_size=300),
-    st.text(alphabet=string.printable, max_size=300),
-    st.lists(st.sampled_from(ASCII_TRICKY), min_size=1, max_size=6).flatmap(
-        lambda alphabet: st.lists(st.sampled_from(alphabet), max_size=80).map("".join)
-    ),
+fastcut = pytest.importorskip(
+    "tokenflex.tokenizers._fastcut",
+    reason="the C extension is not built (no C compiler): the estimator cuts with re",
 )
 
+# the characters where the pattern's branches meet, weighted by repetition
+TRICKY = list(" \t\n\r\v\f'/.,!-_\"\x00\x1c\x7f") + list("sStTrReEvVlLmMdD") + list("aZ09")
+ASCII_TEXT = st.one_of(
+    st.text(st.characters(max_codepoint=127), max_size=300),
+    st.lists(st.sampled_from(TRICKY), min_size=1, max_size=6).flatmap(
+        lambda alphabet: st.lists(st.sampled_from(alphabet), max_size=80).map("".join)
+    ),
+    st.lists(st.sampled_from(TRICKY), max_size=120).map("".join),
+)
+SPLIT = regex.compile(PATTERN).findall
 
-def test_the_native_cut_is_built_where_a_compiler_is() -> None:
-    # setup.py builds it optionally; a compiler that is there but fails must not go unseen
-    if shutil.which("cc") or shutil.which("gcc"):
-        assert NATIVE is not None, "tokenizers/_fastcut.c did not build: pip install -e . -v"
+
+@given(ASCII_TEXT)
+@example("it's  a\r\n \r\nB'RE x/\r\n/ !!\t\tx 1234 \x0b\n")
+@example("  \t\fword\r")
+def test_native_cut_is_the_pattern_cut(text: str) -> None:
+    assert fastcut.split(text) == SPLIT(text)
 
 
-@needs_native
-@settings(max_examples=2000, deadline=None)
-@given(ASCII_TEXTS)
-@example("x;\n/y")
-@example("  \x1c")
-@example("a  \n  \n\tb\n c")
-@example("It'S 'll\r\n\r\n  /x")
-@example("HTTPServer's 1234567 \t\tfoo  ")
-def test_native_split_is_the_pattern_split(text: str) -> None:
-    assert NATIVE is not None
-    split, count = NATIVE
-    pieces = REFERENCE_SPLIT(text)
-    assert split(text) == pieces
+@settings(deadline=None)  # the first example loads the table
+@given(ASCII_TEXT)
+def test_native_count_is_the_table_count(text: str) -> None:
     table = estimate._load().table
-    assert count(text, table) == (
-        sum(p in table for p in pieces),
-        [p for p in pieces if p not in table],
-    )
+    pieces = SPLIT(text)
+    rest = [p for p in pieces if p not in table]
+    assert fastcut.count(text, table) == (len(pieces) - len(rest), rest)
 
 
-@needs_native
-def test_native_cut_takes_ascii_only() -> None:
-    assert NATIVE is not None
+def test_native_count_follows_the_table() -> None:
+    # a new table is looked up, not the one before it
+    assert fastcut.count("ab cd ab", frozenset({"ab", "é"})) == (1, [" cd", " ab"])
+    assert fastcut.count("ab cd ab", frozenset({" cd"})) == (1, ["ab", " ab"])
+
+
+def test_native_takes_ascii_only() -> None:
     with pytest.raises(ValueError, match="ASCII"):
-        NATIVE[0]("héllo")
-    with pytest.raises(TypeError):
-        NATIVE[1]("hello", ["hello"])  # type: ignore[arg-type]
+        fastcut.split("café")
+    with pytest.raises(ValueError, match="ASCII"):
+        fastcut.count("café", frozenset())
 
 
-@pytest.fixture
-def python_path() -> Iterator[None]:
-    saved = estimate._NATIVE
-    estimate._NATIVE = None
-    estimate.clear_caches()
-    try:
-        yield
-    finally:
-        estimate._NATIVE = saved
-        estimate.clear_caches()
-
-
-def estimates(text: str) -> tuple[int, tuple[int, int], list[str]]:
-    return estimate_tokens(text), estimate_tokens_range(text), estimate.split_text(text)
-
-
-@needs_native
-@settings(max_examples=500, deadline=None)
-@given(st.one_of(SPLIT_TEXTS, ASCII_TEXTS))
-def test_native_and_python_paths_give_the_same_estimates(text: str) -> None:
-    estimate.clear_caches()
-    native = estimates(text)
-    saved = estimate._NATIVE
-    estimate._NATIVE = None
-    try:
-        estimate.clear_caches()
-        assert estimates(text) == native
-    finally:
-        estimate._NATIVE = saved
-
-
-def test_the_python_path_is_the_pattern_split(python_path: None) -> None:
-    # where the package was installed without a compiler
-    for text in ("Hello, world! It's 2024.", "a  \n  \n\tb\n c", "x;\n/y  "):
-        assert estimate.split_text(text) == REFERENCE_SPLIT(text)
+@settings(deadline=None)  # the first example loads the table
+@given(st.one_of(ASCII_TEXT, st.text(max_size=300)))
+def test_estimate_is_the_same_with_and_without_the_native_cut(text: str) -> None:
+    clear_caches()
+    native = estimate_tokens(text)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(estimate, "_count_ascii", estimate._count_cut)
+        mp.setattr(estimate, "_split_ascii", estimate._ASCII_SPLIT)
+        clear_caches()
+        assert estimate_tokens(text) == native
+    clear_caches()
 
 
 # -- the count cache's bulk look-up of a plain chat history (CountCache.plain_total) --------
@@ -122,7 +88,6 @@ PLAIN_MESSAGES = st.lists(
 )
 
 
-@needs_native
 @settings(max_examples=300, deadline=None)
 @given(PLAIN_MESSAGES, st.sampled_from(["gpt-4o", "gpt-4", "some-unknown-model"]), st.data())
 def test_a_history_counted_at_once_is_the_sum_of_its_messages(
@@ -149,7 +114,6 @@ def test_a_history_counted_at_once_is_the_sum_of_its_messages(
     assert counter.count(messages) == expected  # again, every text cached
 
 
-@needs_native
 def test_the_bulk_look_up_declines_other_shapes() -> None:
     from tokenflex.counting import get_counter
 

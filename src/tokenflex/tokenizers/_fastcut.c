@@ -1,202 +1,230 @@
-/* The estimator's cut of ASCII text, and the count cache's look-up of a chat history, in C.
-
-   The pieces are exactly those of re.findall(_ASCII_PATTERN, text): a hand-written scanner
-   that tries the pattern's branches in order at each position. tests/test_fastcut.py checks
-   it against the regex on arbitrary ASCII text, and estimate.py falls back to the regex
-   where this module was not built.
-
-   split(text)        -> list[str]: the pieces.
-   count(text, table) -> (int, list[str]): how many pieces are in the set ``table``, and
-                         the others, in text order.
-   Both take an ASCII str only (ValueError otherwise).
-
-   plain_total(messages, envelopes, cache, shift) -> (int, list[int]) | None: for a list of
-                         {"role": str, "content": str} dicts whose roles are keys of
-                         ``envelopes`` (role -> tokens), the envelopes plus the cached
-                         counts of the contents (``cache``: hash(text) -> count | len << shift),
-                         and the indices whose content is not cached with its length (the
-                         caller counts those); None where a message has another shape. */
-
+/* The ASCII cut of tokenflex.tokenizers.estimate in C: split(text) returns the very list
+ * that re.findall(_ASCII_PATTERN, text) returns, for an ASCII str, by a hand-written
+ * scanner that tries the pattern's branches in order at each position:
+ *
+ *   1. [^\r\nA-Za-z0-9]?+(?=[A-Za-z])[A-Z]*+[a-z]*+(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?+
+ *   2. [0-9]{1,3}
+ *   3.  ?[^\t\n\v\f\r A-Za-z0-9]++[\r\n/]*+
+ *   4. (?:[\t\v\f ]*+[\r\n]++)++
+ *   5. [\t\n\v\f\r ]+(?![^\t\n\v\f\r ])
+ *   6. [\t\n\v\f\r ]+
+ *
+ * Every ASCII character starts a match of one branch, so the pieces join to the text.
+ * tests/test_estimate.py checks the pieces against the regex on arbitrary ASCII text. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-enum { LOWER = 1, UPPER = 2, DIGIT = 4, SPACE = 8, NEWLINE = 16, HSPACE = 32 };
+#define C_UPPER 1
+#define C_LOWER 2
+#define C_DIGIT 4
+#define C_SPACE 8 /* [\t\n\v\f\r ] */
+#define C_BREAK 16 /* [\r\n] */
+#define C_HSPACE 32 /* [\t\v\f ] */
 
-static unsigned char cls[128];
+static unsigned char kind[128];
 
-static void init_classes(void) {
-    for (int c = 'a'; c <= 'z'; c++) cls[c] = LOWER;
-    for (int c = 'A'; c <= 'Z'; c++) cls[c] = UPPER;
-    for (int c = '0'; c <= '9'; c++) cls[c] = DIGIT;
-    /* regex's \s on ASCII: \t \n \v \f \r and space */
-    cls['\t'] = SPACE | HSPACE;
-    cls['\v'] = SPACE | HSPACE;
-    cls['\f'] = SPACE | HSPACE;
-    cls[' '] = SPACE | HSPACE;
-    cls['\n'] = SPACE | NEWLINE;
-    cls['\r'] = SPACE | NEWLINE;
+static void init_kinds(void) {
+    int c;
+    for (c = 'A'; c <= 'Z'; c++) kind[c] = C_UPPER;
+    for (c = 'a'; c <= 'z'; c++) kind[c] = C_LOWER;
+    for (c = '0'; c <= '9'; c++) kind[c] = C_DIGIT;
+    kind['\t'] = C_SPACE | C_HSPACE;
+    kind['\v'] = C_SPACE | C_HSPACE;
+    kind['\f'] = C_SPACE | C_HSPACE;
+    kind[' '] = C_SPACE | C_HSPACE;
+    kind['\r'] = C_SPACE | C_BREAK;
+    kind['\n'] = C_SPACE | C_BREAK;
 }
 
-#define IS_LETTER(c) (cls[(unsigned char)(c)] & (LOWER | UPPER))
-#define IS_ALNUM(c) (cls[(unsigned char)(c)] & (LOWER | UPPER | DIGIT))
-#define IS_SPACE(c) (cls[(unsigned char)(c)] & SPACE)
-#define IS_NEWLINE(c) (cls[(unsigned char)(c)] & NEWLINE)
-#define IS_HSPACE(c) (cls[(unsigned char)(c)] & HSPACE)
-/* punctuation: neither \s nor a letter or digit */
-#define IS_PUNCT(c) (!(cls[(unsigned char)(c)] & (LOWER | UPPER | DIGIT | SPACE)))
+#define IS_LETTER(c) (kind[c] & (C_UPPER | C_LOWER))
+/* neither letter nor digit nor space: branch 3's class */
+#define IS_PUNCT(c) (!(kind[c] & (C_UPPER | C_LOWER | C_DIGIT | C_SPACE)))
 
 /* The end of the piece that starts at i (i < n). */
-static Py_ssize_t piece_end(const char *s, Py_ssize_t i, Py_ssize_t n) {
-    char c = s[i];
-    Py_ssize_t j;
-
-    /* 1. [^\r\nA-Za-z0-9]?+(?=[A-Za-z])[A-Z]*+[a-z]*+(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?+ */
+static Py_ssize_t piece_end(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    unsigned char c = s[i];
+    Py_ssize_t j, k;
+    /* 1: letters, with an optional leading char that is no line break, letter or digit */
     j = i;
-    if (!IS_ALNUM(c) && !IS_NEWLINE(c)) j++;
+    if (!(kind[c] & (C_UPPER | C_LOWER | C_DIGIT | C_BREAK))) j++;
     if (j < n && IS_LETTER(s[j])) {
-        while (j < n && (cls[(unsigned char)s[j]] & UPPER)) j++;
-        while (j < n && (cls[(unsigned char)s[j]] & LOWER)) j++;
+        while (j < n && (kind[s[j]] & C_UPPER)) j++;
+        while (j < n && (kind[s[j]] & C_LOWER)) j++;
         if (j + 1 < n && s[j] == '\'') {
-            char a = s[j + 1];
-            if (a == 's' || a == 'S' || a == 't' || a == 'T' || a == 'm' || a == 'M' ||
-                a == 'd' || a == 'D') {
-                return j + 2;
-            }
-            if (j + 2 < n) {
-                char b = s[j + 2];
-                if (((a == 'r' || a == 'R') && (b == 'e' || b == 'E')) ||
-                    ((a == 'v' || a == 'V') && (b == 'e' || b == 'E')) ||
-                    ((a == 'l' || a == 'L') && (b == 'l' || b == 'L'))) {
-                    return j + 3;
-                }
+            unsigned char a = s[j + 1] | 0x20; /* lower-cases letters only: others mismatch */
+            if (a == 's' || a == 't' || a == 'm' || a == 'd') {
+                j += 2;
+            } else if (j + 2 < n) {
+                unsigned char b = s[j + 2] | 0x20;
+                if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+                    j += 3;
             }
         }
         return j;
     }
-
-    /* 2. [0-9]{1,3} */
-    if (cls[(unsigned char)c] & DIGIT) {
+    /* 2: one to three digits */
+    if (kind[c] & C_DIGIT) {
         j = i + 1;
-        while (j < n && j < i + 3 && (cls[(unsigned char)s[j]] & DIGIT)) j++;
+        while (j < n && j < i + 3 && (kind[s[j]] & C_DIGIT)) j++;
         return j;
     }
-
-    /* 3.  ?[^\t\n\v\f\r A-Za-z0-9]++[\r\n/]*+ */
+    /* 3: punctuation, with an optional leading space and trailing [\r\n/] */
     j = i;
-    if (c == ' ' && i + 1 < n && IS_PUNCT(s[i + 1])) j = i + 1;
-    if (IS_PUNCT(s[j])) {
+    if (c == ' ') j++;
+    if (j < n && IS_PUNCT(s[j])) {
         while (j < n && IS_PUNCT(s[j])) j++;
-        while (j < n && (s[j] == '\r' || s[j] == '\n' || s[j] == '/')) j++;
+        while (j < n && ((kind[s[j]] & C_BREAK) || s[j] == '/')) j++;
         return j;
     }
-
-    /* Only whitespace is left at i. */
-    /* 4. (?:[\t\v\f ]*+[\r\n]++)++ */
-    {
-        Py_ssize_t end = -1;
-        j = i;
-        for (;;) {
-            Py_ssize_t k = j;
-            while (k < n && IS_HSPACE(s[k])) k++;
-            if (k < n && IS_NEWLINE(s[k])) {
-                while (k < n && IS_NEWLINE(s[k])) k++;
-                end = k;
-                j = k;
-            } else {
-                break;
-            }
-        }
-        if (end >= 0) return end;
-    }
-
-    /* 5. [\t\n\v\f\r ]+(?![^\t\n\v\f\r ]) and 6. [\t\n\v\f\r ]+ */
+    /* 4: stretches of spaces that end in line breaks */
     j = i;
-    while (j < n && IS_SPACE(s[j])) j++;
-    if (j == n) return j;
-    if (j - 1 > i) return j - 1;
+    for (;;) {
+        k = j;
+        while (k < n && (kind[s[k]] & C_HSPACE)) k++;
+        if (k < n && (kind[s[k]] & C_BREAK)) {
+            while (k < n && (kind[s[k]] & C_BREAK)) k++;
+            j = k;
+        } else {
+            break;
+        }
+    }
+    if (j > i) return j;
+    /* 5 and 6: here s[i] is a space or a tab and the run holds no line break (else 4 matched);
+     * the run less its last char, where a non-space follows and that leaves something */
+    j = i;
+    while (j < n && (kind[s[j]] & C_SPACE)) j++;
+    if (j < n && j - 1 > i) return j - 1;
     return j;
 }
 
-static const char *ascii_data(PyObject *text, Py_ssize_t *n) {
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "text must be a str");
+static PyObject *split(PyObject *self, PyObject *arg) {
+    const unsigned char *s;
+    Py_ssize_t n, i, j;
+    PyObject *out, *piece;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "split() takes a str, not %.100s", Py_TYPE(arg)->tp_name);
         return NULL;
     }
-    if (PyUnicode_READY(text) < 0) return NULL;
-    if (!PyUnicode_IS_ASCII(text)) {
-        PyErr_SetString(PyExc_ValueError, "text must be ASCII");
+    if (!PyUnicode_IS_ASCII(arg)) {
+        PyErr_SetString(PyExc_ValueError, "split() takes ASCII text only; cut other text with the regex");
         return NULL;
     }
-    *n = PyUnicode_GET_LENGTH(text);
-    return (const char *)PyUnicode_1BYTE_DATA(text);
-}
-
-static PyObject *new_piece(const char *s, Py_ssize_t len) {
-    PyObject *piece = PyUnicode_New(len, 127);
-    if (piece == NULL) return NULL;
-    memcpy(PyUnicode_1BYTE_DATA(piece), s, (size_t)len);
-    return piece;
-}
-
-static PyObject *fastcut_split(PyObject *self, PyObject *text) {
-    Py_ssize_t n, i = 0;
-    const char *s = ascii_data(text, &n);
-    if (s == NULL) return NULL;
-    PyObject *out = PyList_New(0);
+    s = (const unsigned char *)PyUnicode_DATA(arg);
+    n = PyUnicode_GET_LENGTH(arg);
+    out = PyList_New(0);
     if (out == NULL) return NULL;
-    while (i < n) {
-        Py_ssize_t j = piece_end(s, i, n);
-        PyObject *piece = new_piece(s + i, j - i);
+    for (i = 0; i < n; i = j) {
+        j = piece_end(s, i, n);
+        piece = PyUnicode_FromStringAndSize((const char *)s + i, j - i);
         if (piece == NULL || PyList_Append(out, piece) < 0) {
             Py_XDECREF(piece);
             Py_DECREF(out);
             return NULL;
         }
         Py_DECREF(piece);
-        i = j;
     }
     return out;
 }
 
-static PyObject *fastcut_count(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "count(text, table) takes 2 arguments");
-        return NULL;
-    }
-    PyObject *table = args[1];
-    if (!PyAnySet_Check(table)) {
-        PyErr_SetString(PyExc_TypeError, "table must be a set or frozenset");
-        return NULL;
-    }
-    Py_ssize_t n, i = 0, exact = 0;
-    const char *s = ascii_data(args[0], &n);
-    if (s == NULL) return NULL;
-    PyObject *rest = PyList_New(0);
-    if (rest == NULL) return NULL;
-    while (i < n) {
-        Py_ssize_t j = piece_end(s, i, n);
-        PyObject *piece = new_piece(s + i, j - i);
-        if (piece == NULL) goto fail;
-        int hit = PySet_Contains(table, piece);
-        if (hit < 0) {
-            Py_DECREF(piece);
-            goto fail;
-        }
-        if (hit) {
-            exact++;
-        } else if (PyList_Append(rest, piece) < 0) {
-            Py_DECREF(piece);
-            goto fail;
-        }
-        Py_DECREF(piece);
-        i = j;
-    }
-    return Py_BuildValue("(nN)", exact, rest);
-fail:
-    Py_DECREF(rest);
-    return NULL;
+/* The ASCII entries of the last table handed to count(), in an open-addressing hash set of
+ * (pointer, length) into the table's own strings (kept alive by a reference to the table). */
+static PyObject *set_of = NULL;
+static const char **slot_text = NULL;
+static Py_ssize_t *slot_len = NULL;
+static size_t slot_mask = 0;
+
+static size_t fnv(const unsigned char *s, Py_ssize_t n) {
+    size_t h = 1469598103934665603ULL;
+    Py_ssize_t i;
+    for (i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
 }
 
+static int build_set(PyObject *table) {
+    Py_ssize_t count = PySet_GET_SIZE(table);
+    PyObject *key, *it;
+    size_t size = 16, h;
+    while (size < (size_t)count * 2) size <<= 1;
+    PyMem_Free(slot_text);
+    PyMem_Free(slot_len);
+    Py_CLEAR(set_of);
+    slot_text = PyMem_Calloc(size, sizeof(char *));
+    slot_len = PyMem_Calloc(size, sizeof(Py_ssize_t));
+    if (slot_text == NULL || slot_len == NULL) {
+        PyMem_Free(slot_text);
+        PyMem_Free(slot_len);
+        slot_text = NULL;
+        slot_len = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    slot_mask = size - 1;
+    it = PyObject_GetIter(table);
+    if (it == NULL) return -1;
+    /* the table (a frozenset) holds its keys: the borrowed text stays valid while it lives */
+    while ((key = PyIter_Next(it)) != NULL) {
+        const char *t;
+        Py_ssize_t n;
+        Py_DECREF(key);
+        if (!PyUnicode_Check(key) || !PyUnicode_IS_ASCII(key)) continue;
+        t = (const char *)PyUnicode_DATA(key);
+        n = PyUnicode_GET_LENGTH(key);
+        for (h = fnv((const unsigned char *)t, n) & slot_mask; slot_text[h] != NULL; h = (h + 1) & slot_mask) {
+        }
+        slot_text[h] = t;
+        slot_len[h] = n;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return -1;
+    Py_INCREF(table);
+    set_of = table;
+    return 0;
+}
+
+static int in_set(const unsigned char *s, Py_ssize_t n) {
+    size_t h;
+    for (h = fnv(s, n) & slot_mask; slot_text[h] != NULL; h = (h + 1) & slot_mask) {
+        if (slot_len[h] == n && memcmp(slot_text[h], s, (size_t)n) == 0) return 1;
+    }
+    return 0;
+}
+
+static PyObject *count(PyObject *self, PyObject *args) {
+    PyObject *text, *table, *rest, *piece;
+    const unsigned char *s;
+    Py_ssize_t n, i, j, exact = 0;
+    if (!PyArg_ParseTuple(args, "UO!:count", &text, &PyFrozenSet_Type, &table)) return NULL;
+    if (!PyUnicode_IS_ASCII(text)) {
+        PyErr_SetString(PyExc_ValueError, "count() takes ASCII text only; cut other text with the regex");
+        return NULL;
+    }
+    if (table != set_of && build_set(table) < 0) return NULL;
+    s = (const unsigned char *)PyUnicode_DATA(text);
+    n = PyUnicode_GET_LENGTH(text);
+    rest = PyList_New(0);
+    if (rest == NULL) return NULL;
+    for (i = 0; i < n; i = j) {
+        j = piece_end(s, i, n);
+        if (in_set(s + i, j - i)) {
+            exact++;
+            continue;
+        }
+        piece = PyUnicode_FromStringAndSize((const char *)s + i, j - i);
+        if (piece == NULL || PyList_Append(rest, piece) < 0) {
+            Py_XDECREF(piece);
+            Py_DECREF(rest);
+            return NULL;
+        }
+        Py_DECREF(piece);
+    }
+    return Py_BuildValue("(nN)", exact, rest);
+}
+
+/* plain_total(messages, envelopes, cache, shift) -> (int, list[int]) | None: for a list of
+ * {"role": str, "content": str} dicts whose roles are keys of ``envelopes`` (role ->
+ * tokens), the envelopes plus the cached counts of the contents (``cache``: hash(text) ->
+ * count | len << shift, CountCache's newer half), and the indices whose content is not cached
+ * with its length (the caller counts those); None where a message has another shape. */
 static PyObject *fastcut_plain_total(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "plain_total(messages, envelopes, cache, shift)");
@@ -271,19 +299,22 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"split", (PyCFunction)fastcut_split, METH_O, "The pieces of an ASCII text."},
-    {"count", (PyCFunction)(void (*)(void))fastcut_count, METH_FASTCALL,
-     "(pieces in table, the other pieces) of an ASCII text."},
+    {"count", count, METH_VARARGS,
+     "count(text, table) -> (int, list[str]): how many pieces of the ASCII text are in the\n"
+     "table, and the others in text order."},
     {"plain_total", (PyCFunction)(void (*)(void))fastcut_plain_total, METH_FASTCALL,
-     "(envelopes + cached counts, indices not cached) of a plain chat history, or None."},
+     "plain_total(messages, envelopes, cache, shift) -> (int, list[int]) | None: a plain\n"
+     "chat history's envelopes and cached counts, and the indices not cached."},
+    {"split", split, METH_O,
+     "split(text) -> list[str]: ASCII text cut as re.findall(_ASCII_PATTERN, text) cuts it."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_fastcut", "The estimator's cut of ASCII text and the count cache's bulk look-up, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_fastcut", "The estimator's ASCII cut and the count cache's bulk look-up, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastcut(void) {
-    init_classes();
+    init_kinds();
     return PyModule_Create(&module);
 }

@@ -125,22 +125,14 @@ _ASCII_PATTERN = "|".join(
 )
 _ASCII_SPLIT = re.compile(_ASCII_PATTERN).findall
 
-_AsciiSplit = Callable[[str], list[str]]
-_AsciiCount = Callable[[str, frozenset[str]], tuple[int, list[str]]]
-
-
-def _native_cut() -> tuple[_AsciiSplit, _AsciiCount] | None:
-    """The native cut of ASCII text (``_fastcut.c``: the pieces ``_ASCII_PATTERN`` gives, in
-    one C loop, and how many are table entries), or None where the package was installed
-    without a C compiler: then ``re`` cuts every chunk (the same pieces, about 3x slower)."""
-    try:
-        from ._fastcut import count, split
-    except ImportError:
-        return None
-    return split, count
-
-
-_NATIVE = _native_cut()
+# The cut of ASCII text: the C scanner of the optional extension ``_fastcut`` (built by
+# ``pip install`` where a C compiler exists; the same pieces as _ASCII_SPLIT, made by a
+# hand-written scanner instead of a regex), else _ASCII_SPLIT. Chosen once, here.
+_split_ascii: Callable[[str], list[str]]
+try:
+    from tokenflex.tokenizers._fastcut import split as _split_ascii
+except ImportError:  # built without a C compiler: the stdlib ``re`` cuts
+    _split_ascii = _ASCII_SPLIT
 
 # Where a piece always ends, whatever came before: after a "\n" followed by spaces or tabs
 # and then a non-space other than "/". The piece holding that "\n" is a newline run
@@ -346,13 +338,13 @@ def _split_mixed(chunk: str) -> list[str]:
         m = _NON_ASCII.search(chunk, pos)
         if m is None:
             if pos < n:
-                out += _ASCII_SPLIT(chunk[pos:])
+                out += _split_ascii(chunk[pos:])
             return out
         cut = pos
         for w in _WORD_END.finditer(chunk, max(pos, m.start() - 32), m.start()):
             cut = w.end()
         if cut > pos:
-            out += _ASCII_SPLIT(chunk[pos:cut])
+            out += _split_ascii(chunk[pos:cut])
         word = _WORD_END.search(chunk, m.end())
         after = word.end() if word is not None else n
         out += _SPLIT(chunk[cut:after])
@@ -392,7 +384,7 @@ class _ChunkCache(dict[str, list[str]]):
     def cut(self, chunk: str) -> list[str]:
         """The pieces of ``chunk``, kept."""
         if chunk.isascii():
-            pieces = _ASCII_SPLIT(chunk) if _NATIVE is None else _NATIVE[0](chunk)
+            pieces = _split_ascii(chunk)
         elif _OUT_OF_WIDE(chunk) is None:
             pieces = _split_wide(chunk)
         else:
@@ -417,15 +409,14 @@ def split_text(text: str) -> list[str]:
     The same list as ``regex.findall(PATTERN, text)``, made faster: the text is cut into
     lines (and long lines into runs of about 256 characters) where a piece always ends;
     a run of ASCII, Latin, Greek, Cyrillic, CJK ... (``_WIDE_BLOCKS``) is cut by the stdlib
-    ``re`` (the same pattern spelled for ``re``); the pieces of each run are cached, so text
-    seen before (a conversation sent again with one more turn) is cut by dictionary lookups.
+    ``re`` (the same pattern spelled for ``re``; ASCII by the C extension where built); the
+    pieces of each run are cached, so text seen before (a conversation sent again with one
+    more turn) is cut by dictionary lookups.
 
     >>> from tokenflex.tokenizers.estimate import split_text
     >>> split_text("Hello, world! It's 2024.")
     ['Hello', ',', ' world', '!', " It's", ' ', '202', '4', '.']
     """
-    if _NATIVE is not None and text.isascii():
-        return _NATIVE[0](text)
     # the chunks' lists of pieces joined by list += in C; the first joins a new list
     return reduce(iadd, map(_chunk_cache.__getitem__, _CHUNKS(text)), [])
 
@@ -520,6 +511,14 @@ class _PieceCache(dict[str, tuple[float, float, float, float, float]]):
 _piece_cache = _PieceCache()
 
 
+def clear_caches() -> None:
+    """Empty the estimator's caches (the pieces of the chunks cut so far and the statistics
+    of the pieces priced so far), so the next estimate runs cold, as on text never seen:
+    for benchmarks, and to give the memory back."""
+    _chunk_cache.clear()
+    _piece_cache.clear()
+
+
 def _load() -> _Model:
     global _model
     model = _model
@@ -610,27 +609,35 @@ def _piece_stats(piece: str, model: _Model) -> tuple[float, float, float, float,
     return out
 
 
-def clear_caches() -> None:
-    """Empty the estimator's caches (the pieces of the lines cut so far and the prices of
-    the pieces priced so far); the next estimates run cold. For benchmarks and tests."""
-    _chunk_cache.clear()
-    _piece_cache.clear()
+def _count_cut(text: str, table: frozenset[str]) -> tuple[int, list[str]]:
+    """(how many pieces of ``text`` are in ``table``, the others in text order)."""
+    pieces = split_text(text)
+    rest = list(filterfalse(table.__contains__, pieces))
+    return len(pieces) - len(rest), rest
+
+
+# The count of ASCII text: the C scanner of ``_fastcut`` cuts the whole text and looks its
+# pieces up in a C hash set of the table's ASCII entries, making a str only of the pieces
+# out of the table (no chunk cache: cold, it is faster than the cached cut is warm).
+# Without the extension, _count_cut. Chosen once, here.
+_count_ascii: Callable[[str, frozenset[str]], tuple[int, list[str]]]
+try:
+    from tokenflex.tokenizers._fastcut import count as _count_ascii
+except ImportError:  # built without a C compiler
+    _count_ascii = _count_cut
 
 
 def _sums(text: str) -> tuple[_Model, int, float, float, float, float]:
     """(model, table pieces, sums of the others' top, high variance, low mean, low
     variance)."""
     model = _load()
-    table = model.table
     hm = hv = lm = lv = 0.0
     # Most pieces are table entries; the sums run over the others in text order (the
     # same additions in the same order as one loop over all pieces: the same floats).
-    if _NATIVE is not None and text.isascii():
-        exact, rest = _NATIVE[1](text, table)
+    if text.isascii():
+        exact, rest = _count_ascii(text, model.table)
     else:
-        pieces = split_text(text)
-        rest = list(filterfalse(table.__contains__, pieces))
-        exact = len(pieces) - len(rest)
+        exact, rest = _count_cut(text, model.table)
     for _, b, c, d, top in map(_piece_cache.__getitem__, rest):
         hm += top
         hv += b
