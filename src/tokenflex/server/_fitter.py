@@ -48,7 +48,7 @@ from ..summarize.background import Activity, BackgroundSummaries
 from ..tracing import plan_changed
 from ._models import ModelResolver
 from ._summarizer import Wrap, build_summarizer, calls_upstream
-from ._validate import ChatRequest
+from ._validate import ChatRequest, dump_json
 from .config import ServerConfig, patch_model, split_options
 from .errors import ProxyError
 
@@ -517,4 +517,4 @@ class Fitter:
                 fields = [proxy_options.get("max_tokens_field", "max_tokens")]
         for f in fields:
             body[f] = plan.max_tokens
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        return dump_json(body)
