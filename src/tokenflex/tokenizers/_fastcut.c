@@ -97,10 +97,19 @@ static Py_ssize_t piece_end(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) 
     return j;
 }
 
+/* Append the piece s[0:n] to list as a str; -1 on error (an exception is set). */
+static int append_piece(PyObject *list, const unsigned char *s, Py_ssize_t n) {
+    PyObject *piece = PyUnicode_FromStringAndSize((const char *)s, n);
+    if (piece == NULL) return -1;
+    int bad = PyList_Append(list, piece);
+    Py_DECREF(piece);
+    return bad;
+}
+
 static PyObject *split(PyObject *self, PyObject *arg) {
     const unsigned char *s;
     Py_ssize_t n, i, j;
-    PyObject *out, *piece;
+    PyObject *out;
     if (!PyUnicode_Check(arg)) {
         PyErr_Format(PyExc_TypeError, "split() takes a str, not %.100s", Py_TYPE(arg)->tp_name);
         return NULL;
@@ -115,13 +124,10 @@ static PyObject *split(PyObject *self, PyObject *arg) {
     if (out == NULL) return NULL;
     for (i = 0; i < n; i = j) {
         j = piece_end(s, i, n);
-        piece = PyUnicode_FromStringAndSize((const char *)s + i, j - i);
-        if (piece == NULL || PyList_Append(out, piece) < 0) {
-            Py_XDECREF(piece);
+        if (append_piece(out, s + i, j - i) < 0) {
             Py_DECREF(out);
             return NULL;
         }
-        Py_DECREF(piece);
     }
     return out;
 }
@@ -190,7 +196,7 @@ static int in_set(const unsigned char *s, Py_ssize_t n) {
 }
 
 static PyObject *count(PyObject *self, PyObject *args) {
-    PyObject *text, *table, *rest, *piece;
+    PyObject *text, *table, *rest;
     const unsigned char *s;
     Py_ssize_t n, i, j, exact = 0;
     if (!PyArg_ParseTuple(args, "UO!:count", &text, &PyFrozenSet_Type, &table)) return NULL;
@@ -209,13 +215,10 @@ static PyObject *count(PyObject *self, PyObject *args) {
             exact++;
             continue;
         }
-        piece = PyUnicode_FromStringAndSize((const char *)s + i, j - i);
-        if (piece == NULL || PyList_Append(rest, piece) < 0) {
-            Py_XDECREF(piece);
+        if (append_piece(rest, s + i, j - i) < 0) {
             Py_DECREF(rest);
             return NULL;
         }
-        Py_DECREF(piece);
     }
     return Py_BuildValue("(nN)", exact, rest);
 }
