@@ -16,7 +16,7 @@ import bisect
 import functools
 import logging
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -527,7 +527,8 @@ def _moved(
     cut = k
     while k > 0 and not opens_history(source[starts[g_hi - k]]):
         k -= 1  # an answer whose question is cut: dropped too (orphan)
-    if not k or source[starts[g_hi - k]].get("role") != "user":
+    first = source[starts[g_hi - k]] if k else None
+    if not isinstance(first, Mapping) or first.get("role") != "user":
         return None
     g, b = g_hi - k, starts[g_hi - fit_k]  # 0 < k <= fit_k < the groups: it was cut
     runs = [DropRun("history", lo, b, reason)]
