@@ -29,11 +29,12 @@ def full_path() -> Iterator[None]:
 
 
 class Answers:
-    """Counts the fits the fast path answered, by kind: ``grown`` (nothing cut) and
-    ``held`` (the previous cut held, its dropped runs updated)."""
+    """Counts the fits the fast path answered, by kind: ``grown`` (nothing cut),
+    ``held`` (the previous cut held or moved, its dropped runs updated) and ``moved``
+    (the cut moved down to the low-water mark)."""
 
     def __init__(self) -> None:
-        self.grown = self.held = 0
+        self.grown = self.held = self.moved = 0
 
 
 @contextmanager
@@ -48,6 +49,7 @@ def counted() -> Iterator[Answers]:
         plan = real(previous, *args, **kwargs)
         if plan is not None and len(plan.dropped):
             answers.held += 1
+            answers.moved += "low_water" in plan.dropped.by_reason()
         elif plan is not None:
             answers.grown += 1
         return plan
@@ -210,6 +212,7 @@ def test_fast_path_holds_the_full_paths_cut(
     with counted() as answers:
         compare(fast, full, turns, 300, 0, given)
     event(f"fast path held a cut: {'some' if answers.held else 'none'}")
+    event(f"fast path moved a cut: {'some' if answers.moved else 'none'}")
 
 
 def test_fast_path_answers_a_grown_conversation() -> None:
@@ -264,3 +267,4 @@ def test_fast_path_across_the_room(pin: int, stable: bool, priced_model: bool, w
     assert answers.grown > 10 and cut > 10  # both paths were taken, many times
     if stable:  # a held cut is answered by the fast path, its runs and warning updated
         assert answers.held > 20
+        assert answers.moved > 0  # and a cut that moved down to the low-water mark

@@ -16,7 +16,7 @@ import bisect
 import functools
 import logging
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +32,7 @@ from ..options import FitOptions
 from ..plan import DroppedItems, DropRun, Plan, log_dropped
 from ..session import HistoryCut, SessionMemory
 from ..summarize import asummarize_span, summarize_span
-from .ladder import ladder, solve_history
+from .ladder import ladder, low_water_mark, solve_history
 from .layout import Layout, stable_target
 from .passes import Pass, TakenOut, dropped_warning
 from .sections import GroupIndex, MessageSection, opens_history
@@ -339,6 +339,13 @@ def grown_plan(
         if cap is not None:
             room = min(room, cap)
     before = memory.previous_cut(source) if opts.cache_stable else None
+    # the cut the full path holds, the growth counted from the counts kept
+    if before is None:
+        grown = HistoryCut(0, end=cur_start)
+    elif not before.end:
+        grown = replace(before, end=cur_start)
+    else:
+        grown = before.appended(cur_start, sum(tokens[before.end : cur_start]))
     dropped = previous.dropped
     warnings: tuple[str, ...] = ()
     if not len(dropped) and not previous.warnings and len(previous.messages) == sent:
@@ -353,7 +360,8 @@ def grown_plan(
         if index is not None and index.model is not counter.model:
             index = None  # counts of another model's
         span = (pin_end, cur_start)
-        held = _held(before, source, index, span, room - used, opts, model, shrinkable)
+        hold = grown if before is not None else None
+        held = _held(hold, source, index, span, room - used, opts, model, shrinkable)
         if held is None or not previous.exact or not _only_dropped_warning(previous):
             return None
         start, history, section, runs = held
@@ -376,18 +384,11 @@ def grown_plan(
     parts = {"system": system, "pinned": pinned, "history": history, "current": current}
     # exact: the previous plan's messages and tools were; the new ones are read here
     exact = exact and all(map(counter.message_exact, source[sent:n]))
-    # the cut the full path records, the growth counted from the counts kept
-    if before is None:
-        before = HistoryCut(0, end=cur_start)
-    elif not before.end:
-        before = replace(before, end=cur_start)
-    else:
-        before = before.appended(cur_start, sum(tokens[before.end : cur_start]))
     cut = HistoryCut(
         start,
-        end=max(before.end, cur_start),
-        growth=before.growth,
-        grown=before.grown,
+        end=max(grown.end, cur_start),
+        growth=grown.growth,
+        grown=grown.grown,
         at=time.time(),
         input_tokens=input_tokens,
     )
@@ -440,10 +441,10 @@ def _held(
     (``span``) in ``hard`` tokens of room, by the rules of
     :func:`tokenflex.budget.solve` for a cache-stable history section (the held cut
     while it fits the room; ``held`` for the messages the room would keep beyond it,
-    ``budget`` or ``share`` for the older ones): the first message kept, the kept
-    history's tokens, the section and its dropped runs. None where anything else is
-    due: the cut moves, nothing must be cut, a shrink step or ``min_messages`` may act,
-    the provider's cache expired."""
+    ``budget`` or ``share`` for the older ones; a cut that no longer fits moved as the
+    solver moves it, :func:`_moved`): the first message kept, the kept history's tokens,
+    the section and its dropped runs. None where anything else is due: nothing must be
+    cut, a shrink step or ``min_messages`` may act, the provider's cache expired."""
     lo, hi = span
     if (
         hold is None
@@ -487,10 +488,55 @@ def _held(
     elif keep < fit_k:
         b = starts[g_hi - fit_k]
         runs = [DropRun("history", lo, b, reason), DropRun("history", b, hold.start, "held")]
-    else:
-        return None  # the held cut does not fit any more: it moves
+    else:  # the held cut does not fit any more: it moves down to the low-water mark
+        moved = _moved(hold, source, index, (lo, g_lo, g_hi), soft, fit_k, reason, model, opts)
+        if moved is None:
+            return None
+        g, runs = moved
     section = MessageSection("history", source, lo, hi, mode="newest", priority=10, index=index)
-    return hold.start, top - cum[g], section, runs
+    return starts[g], top - cum[g], section, runs
+
+
+def _moved(
+    hold: HistoryCut,
+    source: Sequence[Message],
+    index: GroupIndex,
+    groups: tuple[int, int, int],
+    soft: int,
+    fit_k: int,
+    reason: str,
+    model: Model,
+    opts: FitOptions,
+) -> tuple[int, list[DropRun]] | None:
+    """Where the solver moves a held cut that no longer fits (the rules of
+    :func:`tokenflex.budget.solve` for a cache-stable section, on the groups ``[g_lo,
+    g_hi)`` of the history from message ``lo``, by bisection): the newest groups within
+    the low-water mark of the soft room (``"auto"``: the mark by the growth ``hold``
+    counts, O(1)), at most the ``fit_k`` that fit; older answers whose question is cut
+    dropped too (``orphan``). The first group kept and the dropped runs; None where the
+    full path decides (nothing kept: the cut is not held; a first kept message that is
+    not a user's, whose rule depends on the layout)."""
+    lo, g_lo, g_hi = groups
+    starts, cum = index.starts, index.cum
+    top = cum[g_hi]
+    mark = low_water_mark(model, opts, hold)
+    room = max(0, soft)
+    low_room = mark(room) if callable(mark) else int(mark * room)
+    low = g_hi - bisect.bisect_left(cum, top - low_room, g_lo, g_hi + 1)
+    k = min(low, fit_k)
+    cut = k
+    while k > 0 and not opens_history(source[starts[g_hi - k]]):
+        k -= 1  # an answer whose question is cut: dropped too (orphan)
+    first = source[starts[g_hi - k]] if k else None
+    if not isinstance(first, Mapping) or first.get("role") != "user":
+        return None
+    g, b = g_hi - k, starts[g_hi - fit_k]  # 0 < k <= fit_k < the groups: it was cut
+    runs = [DropRun("history", lo, b, reason)]
+    if cut < fit_k:
+        runs.append(DropRun("history", b, starts[g_hi - cut], "low_water"))
+    if k < cut:
+        runs.append(DropRun("history", starts[g_hi - cut], starts[g], "orphan"))
+    return g, runs
 
 
 def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Model) -> HistoryCut:

@@ -256,7 +256,7 @@ def solve_history(
     steps = ladder(opts)
     cold = previous is not None and not _cache_kept(model, previous)
     hold = None if cold else previous
-    mark = 1.0 if cold else _low_water(model, opts, previous)
+    mark = 1.0 if cold else low_water_mark(model, opts, previous)
     counter = get_counter(model)
     cap = tool_result_cap(model, opts)
     made: dict[tuple[str, int], Message] = {}
@@ -450,7 +450,7 @@ def _cache_kept(model: Model, previous: HistoryCut) -> bool:
     return False
 
 
-def _low_water(
+def low_water_mark(
     model: Model, opts: FitOptions, previous: HistoryCut | None
 ) -> float | Callable[[int], int]:
     """The low-water mark of a cache-stable cut: the option's share, or with ``"auto"``
