@@ -61,6 +61,13 @@ if TYPE_CHECKING:
 __all__ = ["Conversation"]
 
 
+_GROUPS = ("documents", "summarize", "history", "shrink", "cache", "fallback")
+"""The option groups fit() takes by name, in its order."""
+
+_TURN_ROLES = frozenset({"user", "assistant"})
+"""The roles of a plain chat turn, appended without the general path's checks."""
+
+
 class Conversation:
     """Messages plus the running counts that make re-fitting cheap.
 
@@ -148,6 +155,21 @@ class Conversation:
     def append(self, message: Message) -> None:
         """Add one message: counted once, here. SDK, pydantic and LangChain message
         objects are kept as the chat dicts they stand for."""
+        if type(message) is dict and len(message) == 2:
+            role, content = message.get("role"), message.get("content")
+            if type(content) is str and type(role) is str and role in _TURN_ROLES:
+                # a chat loop's turn, {"role": "user" | "assistant", "content": str}:
+                # nothing to check, convert or shrink, a group of its own
+                i = len(self._msgs)
+                tokens = self._counter.message(message)
+                self._msgs.append(message)
+                self._tokens.append(tokens)
+                self._counted[id(message)] = tokens
+                if role == "user":
+                    self._users.append(i)
+                self._group_start.append(i)
+                self._cum.append(self._cum[-1] + tokens)
+                return
         try:
             message = plain_message(message)
             check_one(self._checker, message)  # what counting would reject, and JSON errors
@@ -272,14 +294,9 @@ class Conversation:
         this call (a group sets the fields it was given).
         """
         started = time.perf_counter()
-        groups = {
-            "documents": documents,
-            "summarize": summarize,
-            "history": history,
-            "shrink": shrink,
-            "cache": cache,
-            "fallback": fallback,
-        }
+        given = (documents, summarize, history, shrink, cache, fallback)
+        # (a chat loop's call gives no group: no dict to build)
+        groups = {} if all(g is None for g in given) else dict(zip(_GROUPS, given, strict=True))
         opts, documents, summarizer = self._options(max_tokens, groups, overrides)
         if not documents:
             grown = self._grown(opts, summarizer, started)
@@ -371,6 +388,9 @@ class Conversation:
 
     def _finish(self, plan: Plan, tools: Sequence[Tool] | None = None) -> Plan:
         """The plan as fit() gives it back (the caller's own messages, tools attached)."""
+        given_tools = tools if tools is not None else self.tools
+        if not (self._converted or self._parts or given_tools):
+            return plan  # plain chat dicts, no tools: as the engine made it
         conv = (
             Converted(
                 "chat",
@@ -381,7 +401,6 @@ class Conversation:
             else None
         )
         notes: list[str] | None = None if self._parts else []  # string content: no estimate
-        given_tools = tools if tools is not None else self.tools
         return finish(plan, Prepared(self._msgs, self.tools, given_tools, conv), notes)
 
     async def afit(

@@ -89,6 +89,9 @@ def _build(model: Model) -> MessageCounter:
 
 _counters: dict[str | Model, tuple[int, MessageCounter]] = {}
 _counters_lock = threading.Lock()
+_last: tuple[object, int, MessageCounter] | None = None
+"""The last model asked for, by identity, with its counter: a fit asks for the same
+:class:`Model` object several times, and hashing one walks all its fields."""
 
 
 def get_counter(model: str | Model) -> MessageCounter:
@@ -105,11 +108,16 @@ def get_counter(model: str | Model) -> MessageCounter:
             to be strict.
         TokenizerUnavailableError: the model's tokenizer cannot be loaded.
     """
+    global _last
+    last = _last
+    if last is not None and last[0] is model and last[1] == registry_generation():
+        return wrap(last[2])
     try:
         hit = _counters.get(model)
     except TypeError:  # a Model built with a list field is unhashable: no caching
         return wrap(_build(get_model(model)))
     if hit is not None and hit[0] == registry_generation():
+        _last = (model, hit[0], hit[1])
         return wrap(hit[1])  # through the provider's count endpoint where one is active
     with _counters_lock:
         resolved = get_model(model)  # loads the registry first: read the generation after
@@ -118,6 +126,7 @@ def get_counter(model: str | Model) -> MessageCounter:
         if len(_counters) >= 1024:
             _counters.clear()
         _counters[model] = (generation, counter)
+        _last = (model, generation, counter)
     return wrap(counter)
 
 
