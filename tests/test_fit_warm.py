@@ -110,8 +110,11 @@ def test_warm_fit_is_the_full_paths_plan(
             with full_path():
                 full = tokenflex.fit(msgs, **opts)
             same(first, full)
+            if tools and kind == "copy":  # equal tools given anew: this call's objects
+                opts["tools"] = [dict(schema[0])]
             warm = tokenflex.fit(msgs, **opts)  # unchanged: the warm path may answer
             same(warm, full)
+            assert all(map(lambda a, b: a is b, warm.tools, opts["tools"] or ()))
             assert warm is not first and warm.messages is not first.messages
             if kind == "edit":  # edited after a fit: noticed as it is now
                 j = seed % len(msgs)

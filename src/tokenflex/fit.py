@@ -898,6 +898,8 @@ def _warm(
         messages=kept,
         dropped=plan.dropped.again(),
         elapsed_ms=(time.perf_counter() - started) * 1000,
+        # equal tools given anew: the plan sends the caller's objects of this call
+        tools=tuple(tools) if tools and tools is not last.tools else plan.tools,
     )
 
 
