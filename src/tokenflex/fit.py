@@ -50,6 +50,7 @@ from .engine import (
     afit_layout,
     fit_layout,
 )
+from .engine import flow as engine_flow
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.registry import default_format, get_format
 from .history import (
@@ -75,7 +76,7 @@ from .options import (
     plain_options,
 )
 from .plan import Plan
-from .roundtrip import Prepared, check_prepared, finish, forget, fresh, prepare
+from .roundtrip import Prepared, check_prepared, finish, forget, fresh, prepare, remember
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
@@ -700,6 +701,21 @@ def _fit_flow(
             reuse=True,
             new_index=ListIndex,
         )
+        plain_call = (
+            history is None
+            and not recall
+            and not documents
+            and summarizer is None
+            and background_summaries is None
+            and not opts.cache_stable
+            and not opts.fallback_models
+            and req.converted is None
+            and engine_flow.FAST_PATH
+        )
+        if plain_call and req.last is not None:
+            again = _warm(req.last, messages, req, primary, opts, tools, started)
+            if again is not None:
+                return trace_fit(again)
         if history is None:
             yield Work(functools.partial(check_prepared, req, primary))
         layout = yield Work(
@@ -751,10 +767,140 @@ def _fit_flow(
                 layout, opts, {**common, "summarizer": summarizer, "memory": memory}
             )
         if fresh(plan, req):
-            return trace_fit(finish(plan, req))
+            final = finish(plan, req)
+            if plain_call and req.given is messages:
+                _remember(final, messages, layout, req, primary, opts, tools)
+            return trace_fit(final)
         forget(messages)  # a kept message was edited in place: read the list afresh
         history = None  # (what it gave is in messages now)
         started = time.perf_counter()
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """fit()'s record of its plan of a remembered list (kept with the memo's read of
+    it, :func:`tokenflex.roundtrip.remember`): what must be as it was for the plan to
+    be the answer again (:func:`_warm`)."""
+
+    plan: Plan
+    model: Model
+    opts: FitOptions
+    tools: Sequence[Tool] | None
+    fixed: tuple[int, int]
+    """The messages the layout reads outside the history: ``[0, fixed[0])`` and
+    ``[fixed[1], n)`` (system, pinned and the message after them; the message before the
+    current turn and the current turn)."""
+    copies: list[Any]
+    """Their top-level fields when the plan was made."""
+    kept: tuple[int, int]
+    """The plan keeps ``messages[:kept[0]] + messages[kept[1]:]``, by identity."""
+    history: tuple[int, int, int, int | None]
+    """The history view ``(lo, hi, bound, most)`` the index was read with."""
+    index: GroupIndex
+
+
+def _copies(messages: Sequence[Any], fixed: tuple[int, int]) -> list[Any]:
+    return [dict(m) for m in (*messages[: fixed[0]], *messages[fixed[1] :])]
+
+
+def _remember(
+    plan: Plan,
+    messages: Sequence[Any],
+    layout: FitLayout,
+    req: Prepared,
+    model: Model,
+    opts: FitOptions,
+    tools: Sequence[Tool] | None,
+) -> None:
+    """Keep what :func:`_warm` needs to give ``plan`` again for ``messages`` unchanged
+    (nothing where the plan is not a plain cut of the list: O(kept))."""
+    index = req.index
+    if (
+        not isinstance(index, ListIndex)
+        or plan.summary is not None
+        or layout.summary_idx is not None
+        or layout.recent > layout.pin_end
+    ):
+        return
+    n, kept = len(messages), plan.messages
+    a = min(layout.pin_end, len(kept))
+    b = n - (len(kept) - a)
+    if b < a or not all(map(_is, kept, [*messages[:a], *messages[b:]])):
+        return  # a message the plan changed (shrunk, truncated): fitted afresh
+    bound = min(
+        c
+        for c in (model.context_window, model.max_input_tokens, opts.max_input_tokens)
+        if c is not None
+    )
+    lo, hi = layout.pin_end, layout.cur_start
+    view = index.view(messages, lo, hi, get_counter(model), bound=bound, most=opts.max_messages)
+    if view is None:
+        return
+    fixed = (min(layout.pin_end + 1, n), max(0, min(layout.cur_start - 1, n)))
+    fixed = (fixed[0], max(fixed))
+    remember(
+        messages,
+        _Warm(
+            plan,
+            model,
+            opts,
+            tools,
+            fixed,
+            _copies(messages, fixed),
+            (a, b),
+            (lo, hi, bound, opts.max_messages),
+            view,
+        ),
+    )
+
+
+def _is(a: Any, b: Any) -> bool:
+    return a is b
+
+
+def _warm(
+    last: _Warm,
+    messages: Sequence[Any],
+    req: Prepared,
+    model: Model,
+    opts: FitOptions,
+    tools: Sequence[Tool] | None,
+    started: float,
+) -> Plan | None:
+    """The previous plan of ``messages``, fitted again unchanged (same length, the memo
+    saw the same items), when nothing else changed: the model, the options, the tools,
+    the messages the layout reads (by value, their top-level fields: an edit in place is
+    seen), the history the solver could read (the index's own check), the kept messages
+    (by identity). A new :class:`Plan` (its ``messages`` a new list), else None."""
+    plan = last.plan
+    try:
+        same = (
+            model is last.model
+            and (opts is last.opts or opts == last.opts)
+            and (tools is last.tools or tools == last.tools)
+        )
+    except Exception:  # a tool whose == raises: fit afresh
+        return None
+    if not same or req.given is not messages or req.index is None:
+        return None
+    if _copies(messages, last.fixed) != last.copies:
+        return None
+    a, b = last.kept
+    kept = [*messages[:a], *messages[b:]]
+    if not all(map(_is, kept, plan.messages)):
+        return None
+    lo, hi, bound, most = last.history
+    view = req.index.view(messages, lo, hi, get_counter(model), bound=bound, most=most)
+    if view is not last.index:
+        return None
+    return replace(
+        plan,
+        messages=kept,
+        dropped=plan.dropped.again(),
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        # equal tools given anew: the plan sends the caller's objects of this call
+        tools=tuple(tools) if tools and tools is not last.tools else plan.tools,
+    )
 
 
 def _recall_fit(

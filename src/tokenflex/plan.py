@@ -115,6 +115,11 @@ class DroppedItems(Sequence[DroppedItem]):
     def __len__(self) -> int:
         return self._len
 
+    def again(self) -> DroppedItems:
+        """The same runs with nothing counted yet (a plan given again reads its dropped
+        items as they are now)."""
+        return DroppedItems(self._runs, self._sources, self._counter)
+
     @overload
     def __getitem__(self, i: int) -> DroppedItem: ...
     @overload

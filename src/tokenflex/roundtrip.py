@@ -43,7 +43,7 @@ from .message.objects import is_json, plain
 from .models import Model
 from .plan import DroppedItems, DropRun, ItemSource, Plan
 
-__all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare"]
+__all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare", "remember"]
 
 _MESSAGE_SECTIONS = ("system", "summary", "pinned", "history", "current")
 
@@ -77,6 +77,10 @@ class Prepared:
     """How many leading messages need no check for any model: their items were checked
     by the format's parse (the proxy's route), at least as strictly (the units of
     ``system=`` among them are checked all the same: the parse vouches for the items)."""
+    last: Any = None
+    """What fit() kept of its last plan of this list (:func:`remember`), when the list
+    is read again from the memo unchanged in length (None: nothing kept, or the list
+    grew); fit() checks whether it still holds."""
 
     def evolved(self, **changes: Any) -> Prepared:
         """A shallow copy with ``changes`` (``dataclasses.replace`` without its per-call
@@ -104,6 +108,8 @@ class _Read:
     key: tuple[Any, ...]
     system: Any
     prepared: Prepared
+    last: Any = None
+    """What fit() kept of its plan of this read (:func:`remember`)."""
 
 
 class _Memo:
@@ -142,6 +148,15 @@ def forget(messages: Sequence[Any] | None = None) -> None:
         _MEMO.clear()
     else:
         _MEMO.forget(messages)
+
+
+def remember(messages: Sequence[Any], last: Any) -> None:
+    """Keep ``last`` (fit()'s own record of its plan) with the memo's read of
+    ``messages``, as long as that read is the list's latest (a list grown since is read
+    again, and forgets it). :attr:`Prepared.last` gives it back."""
+    read = _MEMO.get(messages) if type(messages) is list else None
+    if read is not None and len(read.items) == len(messages):
+        read.last = last
 
 
 def _same_prefix(read: _Read, messages: list[Any]) -> bool:
@@ -203,7 +218,10 @@ def prepare(
         and _same_prefix(read, messages)
     ):
         if len(messages) == len(read.items):
-            return _trusted(read.prepared.evolved(tools=counted, given_tools=tools), checked_as)
+            return _trusted(
+                read.prepared.evolved(tools=counted, given_tools=tools, last=read.last),
+                checked_as,
+            )
         grown = _grown(read, messages, counted, tools)
         if grown is not None:
             grown = _trusted(grown, checked_as)

@@ -1,0 +1,146 @@
+"""fit() of a remembered list fitted again unchanged (warm): the previous plan, checked.
+
+The reference is the full path (``engine.flow.FAST_PATH = False``) on the same list at
+the same moment; between fits the list grows, has messages edited in place or replaced
+by equal copies, is truncated.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from hypothesis import event, given
+from hypothesis import strategies as st
+from test_cache_stable import SETTINGS, model, sessions, text
+from test_conversation_fastpath import full_path, same
+
+import tokenflex
+from tokenflex import Plan
+from tokenflex.roundtrip import forget
+
+fit_module = sys.modules["tokenflex.fit"]
+
+
+@contextmanager
+def counted() -> Iterator[list[int]]:
+    """How many fits the warm path answered."""
+    answers = [0]
+    real = fit_module._warm
+
+    def spy(*args: Any, **kwargs: Any) -> Plan | None:
+        plan = real(*args, **kwargs)
+        answers[0] += plan is not None
+        return plan
+
+    fit_module._warm = spy
+    try:
+        yield answers
+    finally:
+        fit_module._warm = real
+
+
+def opening(n: int) -> list[dict[str, Any]]:
+    """A system message and ``n`` older turns (the memo keeps lists of 32 or more)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": text(12, 1)}]
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        out.append({"role": role, "content": text(5 + i % 40, i)})
+    return out
+
+
+EDITS = st.lists(
+    st.tuples(st.sampled_from(["none", "edit", "copy", "truncate"]), st.integers(0, 10**6)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@SETTINGS
+@given(
+    turns=sessions(),
+    edits=EDITS,
+    window=st.sampled_from([1500, 3000, 8000]),
+    max_tokens=st.sampled_from([64, 300]),
+    pin=st.integers(0, 2),
+    share=st.sampled_from([0.5, 1.0]),
+    tools=st.booleans(),
+)
+def test_warm_fit_is_the_full_paths_plan(
+    turns: list[list[dict[str, Any]]],
+    edits: list[tuple[str, int]],
+    window: int,
+    max_tokens: int,
+    pin: int,
+    share: float,
+    tools: bool,
+) -> None:
+    forget()
+    m = model(window)
+    schema = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    opts: dict[str, Any] = {
+        "model": m,
+        "max_tokens": max_tokens,
+        "safety_margin": 50,
+        "history_share": share,
+        "pin": pin,
+        "tools": schema if tools else None,
+    }
+    msgs = opening(40)
+    with counted() as answers:
+        for i, turn in enumerate(turns):
+            kind, seed = edits[i % len(edits)]
+            if kind == "edit":  # a message changed in place
+                j = seed % len(msgs)
+                msgs[j]["content"] = text(3 + seed % 50, seed)
+            elif kind == "copy":  # a message replaced by an equal copy
+                j = seed % len(msgs)
+                msgs[j] = dict(msgs[j])
+            elif kind == "truncate" and len(msgs) > 36:
+                del msgs[len(msgs) - 1 - seed % 4 :]
+            msgs.extend(turn)
+            if msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls"):
+                msgs.append({"role": "user", "content": "go on"})
+            try:
+                first = tokenflex.fit(msgs, **opts)
+            except tokenflex.ContextOverflowError:
+                continue
+            with full_path():
+                full = tokenflex.fit(msgs, **opts)
+            same(first, full)
+            if tools and kind == "copy":  # equal tools given anew: this call's objects
+                opts["tools"] = [dict(schema[0])]
+            warm = tokenflex.fit(msgs, **opts)  # unchanged: the warm path may answer
+            same(warm, full)
+            assert all(map(lambda a, b: a is b, warm.tools, opts["tools"] or ()))
+            assert warm is not first and warm.messages is not first.messages
+            if kind == "edit":  # edited after a fit: noticed as it is now
+                j = seed % len(msgs)
+                msgs[j]["content"] = text(2 + seed % 30, seed + 1)
+                again = tokenflex.fit(msgs, **opts)
+                with full_path():
+                    same(again, tokenflex.fit(msgs, **opts))
+    event(f"warm answers: {min(answers[0], 3)}")
+    assert answers[0] > 0 or not turns
+
+
+def test_warm_fit_answers_a_plain_list() -> None:
+    """The bench's call: the same list again answers from the remembered plan, as a new
+    plan object whose messages list the caller may change."""
+    forget()
+    msgs = opening(200)
+    msgs.append({"role": "user", "content": "last"})
+    opts: dict[str, Any] = {"model": model(2000), "max_tokens": 300, "history_share": 1.0}
+    with counted() as answers:
+        a = tokenflex.fit(msgs, **opts)
+        b = tokenflex.fit(msgs, **opts)
+        assert answers[0] == 1
+        b.messages.clear()
+        c = tokenflex.fit(msgs, **opts)
+        assert answers[0] == 2
+    with full_path():
+        same(c, tokenflex.fit(msgs, **opts))
+    same(a, c)
+    assert len(a.dropped)
