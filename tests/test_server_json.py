@@ -66,3 +66,16 @@ def test_a_wide_body_and_a_long_integer_go_the_stdlib_way() -> None:
     assert parse_json(b'{"n": 123456789012345678901234567890}') == {
         "n": 123456789012345678901234567890  # orjson would read a float
     }
+
+
+def test_an_integer_past_64_bits_at_any_depth_stays_an_int() -> None:
+    # orjson reads these as floats; the float past 2**63 in its answer sends the body
+    # to the stdlib parser (the depth walk finds it, wherever it is)
+    for n in (2**64, -(2**63) - 1, 10**30, -(10**40)):
+        for raw in (f"{n}", f'{{"a": [1, {{"b": [{n}]}}]}}', f"[[[[{n}, 0.5]]]]"):
+            assert parse_json(raw.encode()) == json.loads(raw)
+            assert json.dumps(parse_json(raw.encode())) == json.dumps(json.loads(raw))
+    # digits in a string, long mantissas and floats below 2**63 parse as the stdlib does
+    for raw in ('{"t": "1234567890123456789012345"}', "[0.12345678901234567890123]",
+                "[9223372036854775807, 18446744073709551615, 1e18, -1.5e-300]"):  # fmt: skip
+        assert _outcome(raw.encode()) == _reference(raw.encode())

@@ -42,16 +42,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # no \U escape), or the surrogate's own UTF-8 bytes (json.loads decodes bytes with
 # "surrogatepass"): ED A0-BF.
 _SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]").search
-# 19 digits in a row may be an integer past 64 bits, which orjson reads as a float and
-# json.loads as an int: such a body (rare: it may also be digits in a string) goes to the
-# stdlib parser, so every body parses to the same value whichever parser reads it.
-# (a translate and a substring search: C-speed, where a regex costs ~20 ns a byte)
-_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_NINETEEN_DIGITS = b"0" * 19
-
-
-def _long_digits(raw: bytes) -> bool:
-    return _NINETEEN_DIGITS in raw.translate(_DIGITS_AS_ZERO)
+# orjson reads an integer past 64 bits as a float, json.loads as an int: a float this
+# large in orjson's answer may be such an integer (or a float literal as large: rare), and
+# sends the body to the stdlib parser, so every body parses to the same value whichever
+# parser reads it. (Read off the parsed value in the depth walk: cheaper than scanning
+# every byte of the body for a run of 19 digits.)
+_WIDE = 2.0**63
+_WALKED = frozenset({dict, list, float})
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,22 +147,52 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 
 _UNPARSED = object()
+_TOO_DEEP = object()
+
+
+def _orjson_walk(value: Any, limit: int) -> object:
+    """What the depth walk finds in orjson's answer: ``_TOO_DEEP`` (containers nest more
+    than ``limit`` deep, as :func:`_deeper_than` tells), ``_UNPARSED`` (a float of 2**63
+    or more, which may be an integer orjson widened: the stdlib parser must read the
+    body), else ``value``. One walk, level by level, visits every value once."""
+    if type(value) is float:
+        return _UNPARSED if abs(value) >= _WIDE else value
+    level: list[Any] = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return _TOO_DEEP
+        level = [
+            v
+            for item in level
+            for v in (item.values() if type(item) is dict else item)
+            if type(v) in _WALKED
+        ]
+        floats = [v for v in level if type(v) is float]
+        if floats:
+            if any(abs(v) >= _WIDE for v in floats):
+                return _UNPARSED
+            level = [v for v in level if type(v) is not float]
+    return value
 
 
 def _fast_parse(raw: bytes) -> Any:
     """``raw`` parsed by orjson (several times faster than :func:`json.loads` on a large
-    body), or ``_UNPARSED`` when orjson is missing, refuses the body or might read it
-    differently. orjson refuses everything :func:`parse_json` refuses (NaN, Infinity,
+    body) and walked for depth; ``_TOO_DEEP``; or ``_UNPARSED`` when orjson is missing,
+    refuses the body or might read it differently (a float past 2**63: maybe an integer
+    past 64 bits). orjson refuses everything :func:`parse_json` refuses (NaN, Infinity,
     out-of-range floats, lone surrogates escaped or raw, invalid UTF-8, nesting past
     1,024) and more (a UTF-8 BOM, UTF-16): every refusal goes to the stdlib path, which
     gives the error message (or accepts what only orjson refuses), so the answers and the
     400s stay the same whichever parser reads the body."""
-    if orjson is None or _long_digits(raw):
+    if orjson is None:
         return _UNPARSED
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return _UNPARSED
+    return _orjson_walk(value, MAX_DEPTH)
 
 
 def dump_json(value: Any) -> bytes:
@@ -200,9 +227,9 @@ def parse_json(raw: bytes) -> Any:
     encoder can send on), are refused.
     """
     value = _fast_parse(raw)
+    if value is _TOO_DEEP:
+        raise _too_deep()
     if value is not _UNPARSED:
-        if _deeper_than(value, MAX_DEPTH):
-            raise _too_deep()
         return value
     try:
         value = json.loads(raw, parse_constant=_constant, parse_float=_finite)
