@@ -236,6 +236,19 @@ class StoreMemory:
         )
         self._loaded: dict[str, Any] | None = None
         self._read = False  # the store was read (a miss is not read again)
+        # the probed messages' identities, made once per request (a fit probes the same
+        # few messages several times: the held cut, each recall attempt, the record)
+        self._identities: dict[int, tuple[Any, str]] = {}
+
+    def _identity_at(self, source: Sequence[Message], i: int) -> str:
+        """:func:`_identity` of ``source[i]``, made once for that message object."""
+        m = source[i]
+        known = self._identities.get(i)
+        if known is not None and known[0] is m:
+            return known[1]
+        h = _identity(m)
+        self._identities[i] = (m, h)
+        return h
 
     def _load(self) -> dict[str, Any] | None:
         if self._loaded is None and not self._read:
@@ -264,7 +277,7 @@ class StoreMemory:
             return False  # a shorter request (a regenerate, an edit branch)
         if n and (n - 1) not in {i for i, _ in probes}:
             return False  # pragma: no cover - every state written keeps the last message
-        return all(0 <= i < n and _identity(source[i]) == h for i, h in probes)
+        return all(0 <= i < n and self._identity_at(source, i) == h for i, h in probes)
 
     def previous_cut(self, source: Sequence[Message]) -> HistoryCut | None:
         state = self._load()
@@ -299,7 +312,7 @@ class StoreMemory:
         state = {
             **asdict(cut),
             "n": n,
-            "probes": [[i, _identity(source[i])] for i in probed],
+            "probes": [[i, self._identity_at(source, i)] for i in probed],
             "sent": sent,
         }
         self.store.set(self.key, json.dumps(state).encode(), ttl_s=SESSION_TTL_S)
