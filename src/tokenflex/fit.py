@@ -813,7 +813,9 @@ def _remember(
     tools: Sequence[Tool] | None,
 ) -> None:
     """Keep what :func:`_warm` needs to give ``plan`` again for ``messages`` unchanged
-    (nothing where the plan is not a plain cut of the list: O(kept))."""
+    (nothing where the plan is not a plain cut of the list). O(the few messages the
+    layout reads outside the history): a list that grows every turn never asks for it,
+    and :func:`_warm` checks the kept messages when it is asked."""
     index = req.index
     if (
         not isinstance(index, ListIndex)
@@ -825,15 +827,15 @@ def _remember(
     n, kept = len(messages), plan.messages
     a = min(layout.pin_end, len(kept))
     b = n - (len(kept) - a)
-    if b < a or not all(map(_is, kept, [*messages[:a], *messages[b:]])):
-        return  # a message the plan changed (shrunk, truncated): fitted afresh
+    if b < a:
+        return
     bound = min(
         c
         for c in (model.context_window, model.max_input_tokens, opts.max_input_tokens)
         if c is not None
     )
     lo, hi = layout.pin_end, layout.cur_start
-    view = index.view(messages, lo, hi, get_counter(model), bound=bound, most=opts.max_messages)
+    view = index.current  # (the fit's own view; _warm's view must give this one again)
     if view is None:
         return
     fixed = (min(layout.pin_end + 1, n), max(0, min(layout.cur_start - 1, n)))

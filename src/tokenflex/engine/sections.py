@@ -253,6 +253,12 @@ class ListIndex:
                 self._reset()
                 return None
 
+    @property
+    def current(self) -> GroupIndex | None:
+        """The index the last :meth:`view` gave (None: none, or it was reset), not checked
+        again: what a later view of the same list gives while it is still valid."""
+        return self._index
+
     def _reset(self) -> None:
         self._index, self._copies = None, []
 
