@@ -16,8 +16,9 @@ References:
 
 "Cold" is a fit with tokenflex's count cache cleared before it, of a list fitted before
 (as the issue measured it), with fit()'s last plan of that list dropped too (an unchanged
-list is otherwise answered from it without counting: that is the warm row); "first sight" is a list tokenflex has never seen, so every
-message of it is checked (a bad message that is never read is still reported).
+list is otherwise answered from it without counting: that is the warm row); "first
+sight" is a list tokenflex has never seen, so every message of it is checked (a bad
+message that is never read is still reported).
 
 Then, unless ``--no-peers``, the peers' table (LangChain, LiteLLM, LlamaIndex), from
 ``scripts/bench_fit.py`` (needs the bench venv: ``make bench``).
