@@ -67,6 +67,7 @@ EDITS = st.lists(
     pin=st.integers(0, 2),
     share=st.sampled_from([0.5, 1.0]),
     tools=st.booleans(),
+    clear=st.booleans(),
 )
 def test_warm_fit_is_the_full_paths_plan(
     turns: list[list[dict[str, Any]]],
@@ -76,6 +77,7 @@ def test_warm_fit_is_the_full_paths_plan(
     pin: int,
     share: float,
     tools: bool,
+    clear: bool,
 ) -> None:
     forget()
     m = model(window)
@@ -87,6 +89,10 @@ def test_warm_fit_is_the_full_paths_plan(
         "history_share": share,
         "pin": pin,
         "tools": schema if tools else None,
+        # a plan that clears old tool results sends copies: never answered warm as the
+        # caller's own messages
+        "clear_tool_results": clear,
+        "keep_tool_results": 1,
     }
     msgs = opening(40)
     with counted() as answers:
@@ -109,11 +115,12 @@ def test_warm_fit_is_the_full_paths_plan(
                 continue
             with full_path():
                 full = tokenflex.fit(msgs, **opts)
-            same(first, full)
+            mine = {id(m) for m in msgs}  # (a cleared tool result is a plan's copy)
+            same(first, full, mine)
             if tools and kind == "copy":  # equal tools given anew: this call's objects
                 opts["tools"] = [dict(schema[0])]
             warm = tokenflex.fit(msgs, **opts)  # unchanged: the warm path may answer
-            same(warm, full)
+            same(warm, full, mine)
             assert all(map(lambda a, b: a is b, warm.tools, opts["tools"] or ()))
             assert warm is not first and warm.messages is not first.messages
             if kind == "edit":  # edited after a fit: noticed as it is now
@@ -121,9 +128,10 @@ def test_warm_fit_is_the_full_paths_plan(
                 msgs[j]["content"] = text(2 + seed % 30, seed + 1)
                 again = tokenflex.fit(msgs, **opts)
                 with full_path():
-                    same(again, tokenflex.fit(msgs, **opts))
+                    same(again, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
     event(f"warm answers: {min(answers[0], 3)}")
-    assert answers[0] > 0 or not turns
+    # (a plan that cleared a tool result sends copies: the warm path declines it)
+    assert answers[0] > 0 or not turns or clear
 
 
 def test_warm_fit_answers_a_plain_list() -> None:
