@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ._types import Message, Tool
-from .counting import get_counter
+from .counting import MessageCounter, get_counter
 from .counting.shape import check_one, check_shapes, shape_checker
 from .counting.template import alternating_roles
 from .engine import (
@@ -797,6 +797,9 @@ class _Warm:
     history: tuple[int, int, int, int | None]
     """The history view ``(lo, hi, bound, most)`` the index was read with."""
     index: GroupIndex
+    counter: MessageCounter
+    """The counter the plan was counted with (another one: a provider's counts active,
+    the registry changed)."""
 
 
 def _copies(messages: Sequence[Any], fixed: tuple[int, int]) -> list[Any]:
@@ -852,6 +855,7 @@ def _remember(
             (a, b),
             (lo, hi, bound, opts.max_messages),
             view,
+            get_counter(model),
         ),
     )
 
@@ -892,7 +896,10 @@ def _warm(
     if not all(map(_is, kept, plan.messages)):
         return None
     lo, hi, bound, most = last.history
-    view = req.index.view(messages, lo, hi, get_counter(model), bound=bound, most=most)
+    counter = get_counter(model)
+    if counter is not last.counter:
+        return None  # counted another way now (a provider's counts, say)
+    view = req.index.view(messages, lo, hi, counter, bound=bound, most=most)
     if view is not last.index:
         return None
     return replace(
