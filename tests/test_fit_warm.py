@@ -7,11 +7,13 @@ by equal copies, is truncated.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from test_cache_stable import SETTINGS, model, sessions, text
@@ -134,17 +136,22 @@ def test_warm_fit_is_the_full_paths_plan(
     assert answers[0] > 0 or not turns or clear
 
 
-def test_warm_fit_answers_a_plain_list() -> None:
+def test_warm_fit_answers_a_plain_list(caplog: pytest.LogCaptureFixture) -> None:
     """The bench's call: the same list again answers from the remembered plan, as a new
-    plan object whose messages list the caller may change."""
+    plan object whose messages list the caller may change; what it drops is logged as
+    the full path logs it."""
     forget()
     msgs = opening(200)
     msgs.append({"role": "user", "content": "last"})
     opts: dict[str, Any] = {"model": model(2000), "max_tokens": 300, "history_share": 1.0}
-    with counted() as answers:
+    with counted() as answers, caplog.at_level(logging.INFO, logger="tokenflex"):
         a = tokenflex.fit(msgs, **opts)
+        full_log = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+        caplog.clear()
         b = tokenflex.fit(msgs, **opts)
         assert answers[0] == 1
+        assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == (full_log)
+        assert full_log
         b.messages.clear()
         c = tokenflex.fit(msgs, **opts)
         assert answers[0] == 2

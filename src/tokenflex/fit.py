@@ -75,7 +75,7 @@ from .options import (
     gather,
     plain_options,
 )
-from .plan import Plan
+from .plan import DropRun, Plan, log_dropped
 from .roundtrip import Prepared, check_prepared, finish, forget, fresh, prepare, remember
 from .summarize import is_summary_message
 from .tracing import trace_fit
@@ -902,6 +902,8 @@ def _warm(
     view = req.index.view(messages, lo, hi, counter, bound=bound, most=most)
     if view is not last.index:
         return None
+    if len(plan.dropped):  # nothing dropped silently: logged as the full path logs it
+        log_dropped([DropRun(*r) for r in plan.dropped.runs()], model.name)
     return replace(
         plan,
         messages=kept,
