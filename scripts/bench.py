@@ -124,13 +124,7 @@ def local_rows(quick: bool) -> list[Row]:
     enc = bf.encoding()
     limit = bf.make_limit(enc)
     model = bf.tf_model()
-    opts: dict[str, Any] = {
-        "model": model,
-        "max_tokens": bf.MAX_TOKENS,
-        "safety_margin": bf.MARGIN,
-        "history_share": 1.0,
-        "pin": 0,
-    }
+    opts = bf.fit_options(model)
 
     def fit(msgs: Any, **kw: Any) -> Any:
         return tokenflex.fit(msgs, **opts, **kw)
@@ -265,20 +259,7 @@ def local_rows(quick: bool) -> list[Row]:
             msgs.append(assistant)
 
     def conv_session(window: int) -> Callable[[], None]:
-        m = model.replace(
-            name=f"gpt-4o-{window}", context_window=window + bf.MAX_TOKENS + bf.MARGIN
-        )
-
-        def run() -> None:
-            conv = tokenflex.Conversation(
-                [system], model=m, safety_margin=bf.MARGIN, history_share=1.0, pin=0
-            )
-            for user, assistant in pairs:
-                conv.append(user)
-                conv.fit(max_tokens=bf.MAX_TOKENS)
-                conv.append(assistant)
-
-        return run
+        return bf.conversation_session(system, pairs, model, window)
 
     t = interleaved(
         {

@@ -250,6 +250,39 @@ def clear_tokenflex() -> None:
     tokenflex.get_tokenizer("o200k_base").clear()
 
 
+def fit_options(model: Any) -> dict[str, Any]:
+    """The options of the bench's fit() calls: the 8k input budget, the whole of it
+    history, nothing pinned."""
+    return {
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "safety_margin": MARGIN,
+        "history_share": 1.0,
+        "pin": 0,
+    }
+
+
+def conversation_session(
+    system: Message, pairs: list[tuple[Message, Message]], model: Any, window: int
+) -> Callable[[], None]:
+    """The bench's `Conversation` session: per turn, append the user message, fit, append
+    the answer; ``window`` tokens of input (``model`` with its window widened to fit)."""
+    import tokenflex
+
+    m = model.replace(name=f"gpt-4o-{window}", context_window=window + MAX_TOKENS + MARGIN)
+
+    def run() -> None:
+        conv = tokenflex.Conversation(
+            [system], model=m, safety_margin=MARGIN, history_share=1.0, pin=0
+        )
+        for user, assistant in pairs:
+            conv.append(user)
+            conv.fit(max_tokens=MAX_TOKENS)
+            conv.append(assistant)
+
+    return run
+
+
 def tf_model() -> Any:
     import tokenflex
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -33,30 +32,12 @@ def main() -> None:
     system, pairs = bf.session()
     pairs = pairs[:300]
     enc = bf.encoding()
-    conv_model = model.replace(
-        name=f"gpt-4o-{window}", context_window=window + bf.MAX_TOKENS + bf.MARGIN
-    )
-    opts: dict[str, Any] = {
-        "model": model,
-        "max_tokens": bf.MAX_TOKENS,
-        "safety_margin": bf.MARGIN,
-        "history_share": 1.0,
-        "pin": 0,
-    }
+    opts = bf.fit_options(model)
 
     def floor() -> None:
         for user, assistant in pairs:
             len(enc.encode_ordinary(user["content"]))
             len(enc.encode_ordinary(assistant["content"]))
-
-    def conv() -> None:
-        c = tokenflex.Conversation(
-            [system], model=conv_model, safety_margin=bf.MARGIN, history_share=1.0, pin=0
-        )
-        for user, assistant in pairs:
-            c.append(user)
-            c.fit(max_tokens=bf.MAX_TOKENS)
-            c.append(assistant)
 
     def growing() -> None:
         msgs = [system]
@@ -68,6 +49,7 @@ def main() -> None:
     def nothing() -> None:
         return None
 
+    conv = bf.conversation_session(system, pairs, model, window)
     run = {"floor": floor, "conv": conv, "list": growing, "none": nothing}[which]
     tokenflex.fit([system], **opts)  # the imports and first-use work, in every run
     for _ in range(reps):
