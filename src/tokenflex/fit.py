@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import operator
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -175,13 +176,13 @@ class FitLayout:
         lo = max(self.pin_end, self.recent)
         index = self.index
         if isinstance(index, ListIndex):
-            bound = min(
-                c
-                for c in (model.context_window, model.max_input_tokens, o.max_input_tokens)
-                if c is not None
-            )
             index = index.view(
-                msgs, lo, self.cur_start, get_counter(model), bound=bound, most=o.max_messages
+                msgs,
+                lo,
+                self.cur_start,
+                get_counter(model),
+                bound=_index_bound(model, o),
+                most=o.max_messages,
             )
         out.append(
             MessageSection(
@@ -802,6 +803,17 @@ class _Warm:
     the registry changed)."""
 
 
+def _index_bound(model: Model, opts: FitOptions) -> int:
+    """The largest room of a fit (the window, or a smaller input cap): the bound a
+    :class:`~tokenflex.engine.ListIndex` view is read with, by the layout and by the warm
+    path's record alike."""
+    return min(
+        c
+        for c in (model.context_window, model.max_input_tokens, opts.max_input_tokens)
+        if c is not None
+    )
+
+
 def _copies(messages: Sequence[Any], fixed: tuple[int, int]) -> list[Any]:
     return [dict(m) for m in (*messages[: fixed[0]], *messages[fixed[1] :])]
 
@@ -832,11 +844,7 @@ def _remember(
     b = n - (len(kept) - a)
     if b < a:
         return
-    bound = min(
-        c
-        for c in (model.context_window, model.max_input_tokens, opts.max_input_tokens)
-        if c is not None
-    )
+    bound = _index_bound(model, opts)
     lo, hi = layout.pin_end, layout.cur_start
     view = index.current  # (the fit's own view; _warm's view must give this one again)
     if view is None:
@@ -858,10 +866,6 @@ def _remember(
             get_counter(model),
         ),
     )
-
-
-def _is(a: Any, b: Any) -> bool:
-    return a is b
 
 
 def _warm(
@@ -893,7 +897,7 @@ def _warm(
         return None
     a, b = last.kept
     kept = [*messages[:a], *messages[b:]]
-    if not all(map(_is, kept, plan.messages)):
+    if not all(map(operator.is_, kept, plan.messages)):
         return None
     lo, hi, bound, most = last.history
     counter = get_counter(model)
