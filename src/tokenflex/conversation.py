@@ -354,18 +354,20 @@ class Conversation:
             if layout.summary_idx is not None:
                 return None
             bounds = (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start)
+        tokens = self._tokens
         plan = grown_plan(
             last[0],
             last[3],
             self._msgs,
-            self._tokens,
+            lambda a, b: sum(tokens[a:b]),
             bounds,
             opts,
             self._memory,
             started,
-            self.tools,
+            tools=self.tools,
             index=self._index,
             shrinkable=self._shrinkable,
+            user_opens=False,  # (its layout never opens the history on the user's turn)
         )
         if plan is None:
             return None

@@ -205,6 +205,10 @@ class SummaryInfo:
     only those that did not fit the summary's budget)."""
 
 
+_COMPUTED = ("cache_cost", "cost", "full_input_tokens", "savings")
+"""What a :class:`Plan` computes on first access and keeps (its cached properties)."""
+
+
 @dataclass(frozen=True)
 class Plan:
     """A request that fits: messages to send, the output budget, and the accounting.
@@ -261,6 +265,19 @@ class Plan:
     cached_tokens: int | None = None
     """Of ``prefix_tokens``, those a provider is predicted to read from its prompt cache
     (none below the model's ``cache_min_tokens``)."""
+
+    def evolved(self, **changes: Any) -> Plan:
+        """A copy with ``changes``: ``dataclasses.replace`` without its per-field
+        ``__init__`` (a fit's fast paths make one on every call). The changed values are
+        not checked: they must be of the fields' types; what a plan computes on first
+        access is computed again for the copy."""
+        copy = object.__new__(Plan)
+        fields = copy.__dict__
+        fields.update(self.__dict__)
+        for name in _COMPUTED:
+            fields.pop(name, None)
+        fields.update(changes)
+        return copy
 
     @cached_property
     def cache_cost(self) -> Any:

@@ -281,19 +281,21 @@ def grown_plan(
     previous: Plan,
     sent: int,
     source: Sequence[Message],
-    tokens: Sequence[int],
+    span: Callable[[int, int], int],
     bounds: tuple[int, int, int, int],
     opts: FitOptions,
-    memory: SessionMemory,
+    memory: SessionMemory | None,
     started: float,
-    tools: Sequence[Tool] | None = None,
     *,
+    tools: Sequence[Tool] | None = None,
     index: GroupIndex | None = None,
     shrinkable: bool = True,
+    user_opens: bool | None = None,
 ) -> Plan | None:
     """The plan of ``source`` when it is ``previous`` (made for ``source[:sent]``) plus
-    the messages appended since, all kept: O(the new messages), else None (the full
-    path decides).
+    the messages appended since: O(the new messages), else None (the full path
+    decides). A :class:`~tokenflex.Conversation`'s fit, and fit()'s of a list it has
+    seen grow.
 
     It answers only where the full path cannot do anything else: the output is
     requested (``policy="reserve"``) and was reserved whole, nothing caps the messages,
@@ -302,15 +304,19 @@ def grown_plan(
     - the previous plan dropped nothing and warned of nothing, and the grown input fits
       under the window, the margin, the output and every input cap (no cut, shrink step
       or summary is due); or
-    - the previous plan's cut is held (cache-stable): the history from the remembered
-      cut on, the new messages included, still fits where the solver would hold it
-      (:func:`_held`), and no shrink step has anything to shrink (``shrinkable``: the
-      conversation has tool results; ``index``: its running counts, bisected). The
-      dropped runs and their warning are updated from the counts: O(log n).
+    - the history must be cut, no shrink step has anything to shrink (``shrinkable``:
+      the history has tool results or reasoning) and ``min_messages`` is not set: the
+      cut the solver makes is found by bisecting the history's running counts
+      (``index``): a cache-stable fit holds the previous cut while it fits, else moves
+      it (:func:`_held`); any other keeps the newest groups that fit (:func:`_slid`).
+      The dropped runs and their warning are made from the counts: O(log n).
 
-    ``tokens`` are the messages' counts and ``bounds`` the layout's ``(sys_end,
-    hist_start, pin_end, cur_start)``; the promise is checked here too. The
-    conversation's memory records the plan as the full path would.
+    ``span(a, b)`` gives the tokens of ``source[a:b]``, ``tools`` are the tools as
+    counted (for the plan's ``exact``) and ``bounds`` the layout's
+    ``(sys_end, hist_start, pin_end, cur_start)``; ``user_opens``: only a user message
+    may open a cut history (None: not known, a cut that opens on another is left to the
+    full path). The promise is checked here too. ``memory`` (None: a fit that keeps
+    none) records the plan as the full path would.
     """
     n = len(source)
     if (
@@ -330,39 +336,53 @@ def grown_plan(
     counter = get_counter(model)
     sys_end, hist_start, pin_end, cur_start = bounds
     base = previous.sections.get("tools_and_priming", 0)
-    system = sum(tokens[:sys_end])
-    pinned = sum(tokens[hist_start:pin_end])
-    current = sum(tokens[cur_start:n])
+    system = span(0, sys_end)
+    pinned = span(hist_start, pin_end)
+    current = span(cur_start, n)
     used = base + system + pinned + current  # the required input
     room = previous.context_window - previous.safety_margin - previous.max_tokens
     for cap in (opts.max_input_tokens, model.max_input_tokens):
         if cap is not None:
             room = min(room, cap)
-    before = memory.previous_cut(source) if opts.cache_stable else None
+    if index is not None and index.model is not counter.model:
+        index = None  # counts of another model's
+    groups = index.groups(pin_end, cur_start) if index is not None else None
+    before = memory.previous_cut(source) if memory is not None and opts.cache_stable else None
     # the cut the full path holds, the growth counted from the counts kept
     if before is None:
         grown = HistoryCut(0, end=cur_start)
     elif not before.end:
         grown = replace(before, end=cur_start)
     else:
-        grown = before.appended(cur_start, sum(tokens[before.end : cur_start]))
+        grown = before.appended(cur_start, span(before.end, cur_start))
     dropped = previous.dropped
     warnings: tuple[str, ...] = ()
+    fits = False
     if not len(dropped) and not previous.warnings and len(previous.messages) == sent:
-        start = pin_end if pin_end < cur_start else cur_start  # every history message kept
-        input_tokens = previous.input_tokens + sum(tokens[sent:n])
-        history = input_tokens - used
-        if input_tokens > room:
-            return None
+        # every history message was kept: kept now while the grown input fits
+        if index is not None and groups is not None and index.first <= pin_end:
+            history = index.cum[groups[1]] - index.cum[groups[0]]  # as counted now
+            input_tokens = used + history
+        else:
+            input_tokens = previous.input_tokens + span(sent, n)
+            history = input_tokens - used
+        fits = input_tokens <= room
+    elif not _only_dropped_warning(previous):
+        return None
+    if fits:
+        start = pin_end if pin_end < cur_start else cur_start
         messages: list[Any] = list(source)
         exact = previous.exact
     else:
-        if index is not None and index.model is not counter.model:
-            index = None  # counts of another model's
-        span = (pin_end, cur_start)
-        hold = grown if before is not None else None
-        held = _held(hold, source, index, span, room - used, opts, model, shrinkable)
-        if held is None or not previous.exact or not _only_dropped_warning(previous):
+        if index is None or groups is None:
+            return None
+        h = _History(index, pin_end, cur_start, *groups, room - used)
+        if opts.cache_stable:
+            hold = grown if before is not None else None
+            held = _held(hold, source, h, opts, model, shrinkable)
+        else:
+            held = _slid(source, h, opts, shrinkable, user_opens)
+        if held is None:
             return None
         start, history, section, runs = held
         input_tokens = used + history
@@ -376,44 +396,33 @@ def grown_plan(
         if log.isEnabledFor(logging.INFO):
             log_dropped(runs, model.name)
         messages = [*source[:pin_end], *source[start:n]]
-        exact = True
+        exact = counter.exact_for(messages, tools)  # (what it read before is not re-read)
     if input_tokens + previous.max_tokens + previous.safety_margin > previous.context_window:
         return None  # the promise (implied by the room; checked all the same)
     if previous.max_tokens > previous.context_window - previous.safety_margin - used:
         return None  # an output the window cannot give with the required input: flex
     parts = {"system": system, "pinned": pinned, "history": history, "current": current}
-    # exact: the previous plan's messages and tools were; the new ones are read here
-    exact = exact and all(map(counter.message_exact, source[sent:n]))
-    cut = HistoryCut(
-        start,
-        end=max(grown.end, cur_start),
-        growth=grown.growth,
-        grown=grown.grown,
-        at=time.time(),
-        input_tokens=input_tokens,
-    )
-    shared = memory.remember(source, cut, messages, counter)
-    plan = Plan(
+    if fits:  # exact: the previous plan's messages and tools were, and the new ones are
+        exact = exact and all(map(counter.message_exact, source[sent:n]))
+    shared = None
+    if memory is not None:
+        cut = HistoryCut(
+            start,
+            end=max(grown.end, cur_start),
+            growth=grown.growth,
+            grown=grown.grown,
+            at=time.time(),
+            input_tokens=input_tokens,
+        )
+        shared = memory.remember(source, cut, messages, counter)
+    plan = previous.evolved(  # the fields not given are the previous plan's (checked above)
         messages=messages,
-        max_tokens=previous.max_tokens,
         input_tokens=input_tokens,
-        context_window=previous.context_window,
-        safety_margin=previous.safety_margin,
-        requested_max_tokens=previous.requested_max_tokens,
-        min_output_tokens=previous.min_output_tokens,
-        model=model,
         sections={k: v for k, v in parts.items() if v} | {"tools_and_priming": base},
         dropped=dropped,
-        summary=None,
         warnings=warnings,
         exact=exact,
-        policy=previous.policy,
         elapsed_ms=(time.perf_counter() - started) * 1000,
-        fallback_from=None,
-        extras=previous.extras,
-        format=previous.format,
-        system=previous.system,
-        tools=previous.tools,
         prefix_tokens=shared,
         cached_tokens=cached_tokens(model, shared) if shared is not None else None,
     )
@@ -427,81 +436,108 @@ def _only_dropped_warning(plan: Plan) -> bool:
     return len(plan.warnings) == 1 and plan.warnings[0].startswith("history: dropped ")
 
 
+@dataclass(frozen=True, slots=True)
+class _History:
+    """The history ``source[lo:hi]`` a fast-path fit must cut: its running counts (the
+    groups ``[g_lo, g_hi)`` of ``index``) and its room, ``hard`` tokens."""
+
+    index: GroupIndex
+    lo: int
+    hi: int
+    g_lo: int
+    g_hi: int
+    hard: int
+
+    def within(self, room: int) -> int:
+        """The most newest groups within ``room`` tokens (bisected)."""
+        if room < 0:
+            return 0
+        cum, g_hi = self.index.cum, self.g_hi
+        return g_hi - bisect.bisect_left(cum, cum[g_hi] - room, self.g_lo, g_hi + 1)
+
+    def tokens(self, g: int) -> int:
+        """The tokens of the groups from ``g`` on."""
+        cum = self.index.cum
+        return cum[self.g_hi] - cum[g]
+
+    def section(self, source: Sequence[Message]) -> MessageSection:
+        """The section its dropped items are read from."""
+        return MessageSection(
+            "history", source, self.lo, self.hi, mode="newest", priority=10, index=self.index
+        )
+
+
+def _cut_due(h: _History, opts: FitOptions, shrinkable: bool) -> bool:
+    """Whether the solver cuts ``h`` as the fast path does: the whole history does not
+    fit, no shrink step has anything to shrink and no ``min_messages`` may act."""
+    return not opts.min_messages and not (shrinkable and ladder(opts)) and h.tokens(h.g_lo) > h.hard
+
+
+def _soft(h: _History, opts: FitOptions) -> tuple[int, int, str]:
+    """The history's soft room (its share of the room), the newest groups within it, and
+    why the next older one is dropped (``share``: it would fit the room; ``budget``)."""
+    soft = min(int(opts.history_share * max(0, h.hard)), h.hard)
+    fit_k = h.within(soft)
+    reason = "share" if h.tokens(h.g_hi - fit_k - 1) <= h.hard else "budget"
+    return soft, fit_k, reason
+
+
 def _held(
     hold: HistoryCut | None,
     source: Sequence[Message],
-    index: GroupIndex | None,
-    span: tuple[int, int],
-    hard: int,
+    h: _History,
     opts: FitOptions,
     model: Model,
     shrinkable: bool,
 ) -> tuple[int, int, MessageSection, list[DropRun]] | None:
-    """Where the solver holds the previous cut ``hold`` of the history ``source[lo:hi]``
-    (``span``) in ``hard`` tokens of room, by the rules of
-    :func:`tokenflex.budget.solve` for a cache-stable history section (the held cut
-    while it fits the room; ``held`` for the messages the room would keep beyond it,
+    """Where the solver holds the previous cut ``hold`` of the history ``h``, by the
+    rules of :func:`tokenflex.budget.solve` for a cache-stable history section (the held
+    cut while it fits the room; ``held`` for the messages the room would keep beyond it,
     ``budget`` or ``share`` for the older ones; a cut that no longer fits moved as the
     solver moves it, :func:`_moved`): the first message kept, the kept history's tokens,
     the section and its dropped runs. None where anything else is due: nothing must be
     cut, a shrink step or ``min_messages`` may act, the provider's cache expired."""
-    lo, hi = span
+    lo, hi = h.lo, h.hi
     if (
         hold is None
-        or index is None
         or not opts.cache_stable
-        or opts.min_messages
-        or (shrinkable and ladder(opts))
         or hold.cleared_before
         or hold.reasoning_before
         or hold.truncated_before
         or hold.summarized_before
         or not lo < hold.start < hi
         or not opens_history(source[hold.start])
+        or not _cut_due(h, opts, shrinkable)
     ):
         return None
     if hold.at and not cache_kept(model, hold.input_tokens, time.time() - hold.at):
         return None  # the cut is not held for a cache that expired
-    groups = index.groups(lo, hi)
-    if groups is None:
+    starts = h.index.starts
+    g = bisect.bisect_left(starts, hold.start, h.g_lo, h.g_hi)
+    if g >= h.g_hi or starts[g] != hold.start:
         return None
-    g_lo, g_hi = groups
-    starts, cum = index.starts, index.cum
-    g = bisect.bisect_left(starts, hold.start, g_lo, g_hi)
-    if g >= g_hi or starts[g] != hold.start:
-        return None
-    top = cum[g_hi]
-    if top - cum[g_lo] <= hard:
-        return None  # the whole history fits: kept as it is
-
-    def within(room: int) -> int:  # the most newest groups within room
-        return 0 if room < 0 else g_hi - bisect.bisect_left(cum, top - room, g_lo, g_hi + 1)
-
-    soft = min(int(opts.history_share * max(0, hard)), hard)
-    fit_k, hard_k, keep = within(soft), within(hard), g_hi - g
-    reason = "share" if top - cum[g_hi - fit_k - 1] <= hard else "budget"
+    soft, fit_k, reason = _soft(h, opts)
+    hard_k, keep = h.within(h.hard), h.g_hi - g
     runs: list[DropRun]
     if fit_k < keep <= hard_k:  # beyond the soft share: held whole
         runs = [DropRun("history", lo, hold.start, "held")]
     elif keep == fit_k:
         runs = [DropRun("history", lo, hold.start, reason)]
     elif keep < fit_k:
-        b = starts[g_hi - fit_k]
+        b = starts[h.g_hi - fit_k]
         runs = [DropRun("history", lo, b, reason), DropRun("history", b, hold.start, "held")]
     else:  # the held cut does not fit any more: it moves down to the low-water mark
-        moved = _moved(hold, source, index, (lo, g_lo, g_hi), soft, fit_k, reason, model, opts)
+        moved = _moved(hold, source, h, soft, fit_k, reason, model, opts)
         if moved is None:
             return None
         g, runs = moved
-    section = MessageSection("history", source, lo, hi, mode="newest", priority=10, index=index)
-    return starts[g], top - cum[g], section, runs
+    return starts[g], h.tokens(g), h.section(source), runs
 
 
 def _moved(
     hold: HistoryCut,
     source: Sequence[Message],
-    index: GroupIndex,
-    groups: tuple[int, int, int],
+    h: _History,
     soft: int,
     fit_k: int,
     reason: str,
@@ -509,29 +545,65 @@ def _moved(
     opts: FitOptions,
 ) -> tuple[int, list[DropRun]] | None:
     """Where the solver moves a held cut that no longer fits (the rules of
-    :func:`tokenflex.budget.solve` for a cache-stable section, on the groups ``[g_lo,
-    g_hi)`` of the history from message ``lo``, by bisection): the newest groups within
-    the low-water mark of the soft room (``"auto"``: the mark by the growth ``hold``
-    counts, O(1)), at most the ``fit_k`` that fit; older answers whose question is cut
-    dropped too (``orphan``). The first group kept and the dropped runs; None where the
-    full path decides (nothing kept: the cut is not held; a first kept message that is
-    not a user's, whose rule depends on the layout)."""
-    lo, g_lo, g_hi = groups
-    starts, cum = index.starts, index.cum
-    top = cum[g_hi]
+    :func:`tokenflex.budget.solve` for a cache-stable section, by bisection): the newest
+    groups within the low-water mark of the soft room (``"auto"``: the mark by the
+    growth ``hold`` counts, O(1)), at most the ``fit_k`` that fit; older answers whose
+    question is cut dropped too (``orphan``). The first group kept and the dropped runs;
+    None where the full path decides (nothing kept: the cut is not held; a first kept
+    message that is not a user's, whose rule depends on the layout)."""
     mark = low_water_mark(model, opts, hold)
     room = max(0, soft)
-    low_room = mark(room) if callable(mark) else int(mark * room)
-    low = g_hi - bisect.bisect_left(cum, top - low_room, g_lo, g_hi + 1)
-    k = min(low, fit_k)
-    cut = k
-    while k > 0 and not opens_history(source[starts[g_hi - k]]):
+    low = h.within(mark(room) if callable(mark) else int(mark * room))
+    return _opened(source, h, min(low, fit_k), fit_k, reason, None)
+
+
+def _slid(
+    source: Sequence[Message],
+    h: _History,
+    opts: FitOptions,
+    shrinkable: bool,
+    user_opens: bool | None,
+) -> tuple[int, int, MessageSection, list[DropRun]] | None:
+    """Where the solver cuts the history ``h`` of a fit that is not cache-stable, by the
+    rules of :func:`tokenflex.budget.solve`: the newest groups within its soft room,
+    ``share`` or ``budget`` for the older ones, older answers whose question is cut
+    dropped too (``orphan``). As :func:`_held` answers; None where the full path
+    decides (see :func:`_opened`)."""
+    if opts.cache_stable or not _cut_due(h, opts, shrinkable):
+        return None
+    _, fit_k, reason = _soft(h, opts)
+    opened = _opened(source, h, fit_k, fit_k, reason, user_opens)
+    if opened is None:
+        return None
+    g, runs = opened
+    return h.index.starts[g], h.tokens(g), h.section(source), runs
+
+
+def _opened(
+    source: Sequence[Message],
+    h: _History,
+    cut: int,
+    fit_k: int,
+    reason: str,
+    user_opens: bool | None,
+) -> tuple[int, list[DropRun]] | None:
+    """The newest ``cut`` groups of ``h`` (of the ``fit_k`` that fit), less the older
+    answers whose question is cut (``orphan``): the first group kept and the dropped
+    runs (``reason`` for those that do not fit, ``low_water`` for those a cache-stable
+    cut leaves out). None where the full path decides: nothing kept, or a first kept
+    message that is not a user's where the rule is not known (``user_opens`` None)."""
+    starts, g_hi = h.index.starts, h.g_hi
+    k = cut
+    user_only = bool(user_opens)
+    while k > 0 and not opens_history(source[starts[g_hi - k]], user_only=user_only):
         k -= 1  # an answer whose question is cut: dropped too (orphan)
-    first = source[starts[g_hi - k]] if k else None
-    if not isinstance(first, Mapping) or first.get("role") != "user":
+    if not k:
+        return None
+    first = source[starts[g_hi - k]]
+    if user_opens is None and (not isinstance(first, Mapping) or first.get("role") != "user"):
         return None
     g, b = g_hi - k, starts[g_hi - fit_k]  # 0 < k <= fit_k < the groups: it was cut
-    runs = [DropRun("history", lo, b, reason)]
+    runs = [DropRun("history", h.lo, b, reason)]
     if cut < fit_k:
         runs.append(DropRun("history", b, starts[g_hi - cut], "low_water"))
     if k < cut:
