@@ -28,20 +28,24 @@ fit_module = sys.modules["tokenflex.fit"]
 
 @contextmanager
 def counted() -> Iterator[list[int]]:
-    """How many fits the warm path answered."""
-    answers = [0]
-    real = fit_module._warm
+    """How many fits the warm path answered (``[0]``) and the grown path (``[1]``: a
+    remembered list grown by appending)."""
+    answers = [0, 0]
+    real = fit_module._warm, fit_module._grown
 
-    def spy(*args: Any, **kwargs: Any) -> Plan | None:
-        plan = real(*args, **kwargs)
-        answers[0] += plan is not None
-        return plan
+    def spy(k: int) -> Any:
+        def answer(*args: Any, **kwargs: Any) -> Plan | None:
+            plan = real[k](*args, **kwargs)
+            answers[k] += plan is not None
+            return plan
 
-    fit_module._warm = spy
+        return answer
+
+    fit_module._warm, fit_module._grown = spy(0), spy(1)
     try:
         yield answers
     finally:
-        fit_module._warm = real
+        fit_module._warm, fit_module._grown = real
 
 
 def opening(n: int) -> list[dict[str, Any]]:
@@ -132,6 +136,7 @@ def test_warm_fit_is_the_full_paths_plan(
                 with full_path():
                     same(again, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
     event(f"warm answers: {min(answers[0], 3)}")
+    event(f"grown answers: {min(answers[1], 3)}")
     # (a plan that cleared a tool result sends copies: the warm path declines it)
     assert answers[0] > 0 or not turns or clear
 
@@ -159,3 +164,84 @@ def test_warm_fit_answers_a_plain_list(caplog: pytest.LogCaptureFixture) -> None
         same(c, tokenflex.fit(msgs, **opts))
     same(a, c)
     assert len(a.dropped)
+
+
+GROWN_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["none", "none", "edit", "copy", "think", "truncate"]),
+        st.integers(0, 10**6),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@SETTINGS
+@given(
+    turns=sessions(),
+    edits=GROWN_EDITS,
+    window=st.sampled_from([1500, 3000, 8000]),
+    max_tokens=st.sampled_from([64, 300]),
+    pin=st.integers(0, 2),
+    rounds=st.booleans(),
+    options=st.fixed_dictionaries(
+        {},
+        optional={
+            "max_input_tokens": st.integers(300, 6000),
+            "history_share": st.sampled_from([0.5, 0.8, 1.0]),
+            "min_messages": st.integers(0, 4),
+            "clear_tool_results": st.booleans(),
+            "safety_margin": st.sampled_from([0, 100]),
+        },
+    ),
+)
+def test_grown_fit_is_the_full_paths_plan(
+    turns: list[list[dict[str, Any]]],
+    edits: list[tuple[str, int]],
+    window: int,
+    max_tokens: int,
+    pin: int,
+    rounds: bool,
+    options: dict[str, Any],
+) -> None:
+    """A list that grows by appending, fitted every turn: each plan, the grown path
+    allowed, equals the full path's of the same list at the same moment. Between fits
+    messages are edited in place (new text, or reasoning put on one: no longer plain
+    chat), replaced by equal copies, or the list is truncated. Small windows make
+    the newest groups that fit slide; tool rounds make the cut open on a call."""
+    forget()
+    turns = [[{k: v for k, v in m.items() if k != "reasoning_content"} for m in t] for t in turns]
+    if not rounds:
+        turns = [
+            [m for m in t if m["role"] in ("user", "assistant") and m.get("content")] for t in turns
+        ]
+    opts: dict[str, Any] = {"model": model(window), "max_tokens": max_tokens, "pin": pin, **options}
+    msgs = opening(40)
+    with counted() as answers:
+        for i, turn in enumerate(turns):
+            kind, seed = edits[i % len(edits)]
+            j = seed % len(msgs)
+            if kind == "edit":
+                msgs[j]["content"] = text(3 + seed % 50, seed)
+            elif kind == "copy":
+                msgs[j] = dict(msgs[j])
+            elif kind == "think":  # the opening too: read by the layout outside history
+                msgs[j if seed % 2 else seed % 3]["reasoning_content"] = text(5, seed)
+            elif kind == "truncate" and len(msgs) > 36:
+                del msgs[len(msgs) - 1 - seed % 4 :]
+            msgs.extend(turn)
+            if msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls"):
+                msgs.append({"role": "user", "content": "go on"})
+            try:
+                plan = tokenflex.fit(msgs, **opts)
+            except tokenflex.ContextOverflowError:
+                with full_path(), pytest.raises(tokenflex.ContextOverflowError):
+                    tokenflex.fit(msgs, **opts)
+                continue
+            with full_path():
+                same(plan, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
+    event(f"grown answers: {min(answers[1], 5)}")
+    kinds = {kind for kind, _ in edits}
+    declines = options.get("clear_tool_results") or options.get("min_messages")
+    if kinds == {"none"} and len(turns) > 10 and not declines:
+        assert answers[1] > 0  # a list that only grows is answered

@@ -50,9 +50,11 @@ from .engine import (
     Work,
     afit_layout,
     fit_layout,
+    grown_plan,
 )
 from .engine import flow as engine_flow
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
+from .formats.chat import is_plain_chat
 from .formats.registry import default_format, get_format
 from .history import (
     HistorySource,
@@ -73,6 +75,7 @@ from .options import (
     History,
     Shrink,
     Summarize,
+    flat_options,
     gather,
     plain_options,
 )
@@ -635,6 +638,10 @@ async def afit(
             error = exc
 
 
+_NOTHING = Gathered({})
+"""A call's options gathered when it gives no group and no object."""
+
+
 @dataclass(frozen=True)
 class _FitStep:
     """The flow needs a layout fitted (:func:`~tokenflex.engine.fit_layout`, or awaited
@@ -672,16 +679,16 @@ def _fit_flow(
     it yields the work that may call a tokenizer server (:class:`Work`), the history
     reads and the layout fits, and receives their answers (an exception is thrown in)."""
     started = time.perf_counter()
-    given = (
-        gather("fit()", options, groups)
-        if options or any(v is not None for v in groups.values())
-        else Gathered({})
-    )
-    # a chat loop's call (no options but max_tokens, maybe a summarizer or chunks): its
-    # options are checked once per max_tokens value, not on every turn
-    opts = None if given.options else plain_options(max_tokens)
+    # a chat loop's call (the same flat options every turn, or none but max_tokens):
+    # its options are checked once per set of values, not on every turn
+    grouped = any(v is not None for v in groups.values())
+    opts = None if grouped else flat_options(max_tokens, options)
+    given = _NOTHING
     if opts is None:
-        opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **given.options})
+        given = gather("fit()", options, groups) if options or grouped else _NOTHING
+        opts = None if given.options else plain_options(max_tokens)
+        if opts is None:
+            opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **given.options})
     history, documents = given.history, given.chunks
     summarizer, background_summaries = given.summarizer, given.background
     while True:
@@ -713,12 +720,20 @@ def _fit_flow(
             and req.converted is None
             and engine_flow.FAST_PATH
         )
-        if plain_call and req.last is not None:
-            again = _warm(req.last, messages, req, primary, opts, tools, started)
+        last = req.last if plain_call else None
+        if last is not None and last.n == len(messages):
+            again = _warm(last, messages, req, primary, opts, tools, started)
             if again is not None:
                 return trace_fit(again)
         if history is None:
             yield Work(functools.partial(check_prepared, req, primary))
+        if last is not None and last.n < len(messages):
+            # (counts the new messages: a tokenizer server is never asked on the loop)
+            grown: Plan | None = yield Work(
+                functools.partial(_grown, last, messages, req, primary, opts, tools, started)
+            )
+            if grown is not None:
+                return trace_fit(grown)
         layout = yield Work(
             functools.partial(
                 FitLayout,
@@ -777,13 +792,15 @@ def _fit_flow(
         started = time.perf_counter()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Warm:
     """fit()'s record of its plan of a remembered list (kept with the memo's read of
     it, :func:`tokenflex.roundtrip.remember`): what must be as it was for the plan to
     be the answer again (:func:`_warm`)."""
 
     plan: Plan
+    n: int
+    """The length of the list it was made for."""
     model: Model
     opts: FitOptions
     tools: Sequence[Tool] | None
@@ -855,6 +872,7 @@ def _remember(
         messages,
         _Warm(
             plan,
+            n,
             model,
             opts,
             tools,
@@ -883,15 +901,7 @@ def _warm(
     seen), the history the solver could read (the index's own check), the kept messages
     (by identity). A new :class:`Plan` (its ``messages`` a new list), else None."""
     plan = last.plan
-    try:
-        same = (
-            model is last.model
-            and (opts is last.opts or opts == last.opts)
-            and (tools is last.tools or tools == last.tools)
-        )
-    except Exception:  # a tool whose == raises: fit afresh
-        return None
-    if not same or req.given is not messages or req.index is None:
+    if not _same_call(last, messages, req, model, opts, tools):
         return None
     if _copies(messages, last.fixed) != last.copies:
         return None
@@ -908,14 +918,91 @@ def _warm(
         return None
     if len(plan.dropped):  # nothing dropped silently: logged as the full path logs it
         log_dropped([DropRun(*r) for r in plan.dropped.runs()], model.name)
-    return replace(
-        plan,
+    return plan.evolved(
         messages=kept,
         dropped=plan.dropped.again(),
         elapsed_ms=(time.perf_counter() - started) * 1000,
         # equal tools given anew: the plan sends the caller's objects of this call
         tools=tuple(tools) if tools and tools is not last.tools else plan.tools,
     )
+
+
+def _same_call(
+    last: _Warm,
+    messages: Sequence[Any],
+    req: Prepared,
+    model: Model,
+    opts: FitOptions,
+    tools: Sequence[Tool] | None,
+) -> bool:
+    """Whether this fit of the remembered list ``messages`` asks what ``last``'s did:
+    the same model object, equal options and tools, the list read from the memo."""
+    try:
+        return (
+            model is last.model
+            and (opts is last.opts or opts == last.opts)
+            and (tools is last.tools or tools == last.tools)
+            and req.given is messages
+            and req.index is not None
+        )
+    except Exception:  # a tool whose == raises: fit afresh
+        return False
+
+
+def _grown(
+    last: _Warm,
+    messages: Sequence[Any],
+    req: Prepared,
+    model: Model,
+    opts: FitOptions,
+    tools: Sequence[Tool] | None,
+    started: float,
+) -> Plan | None:
+    """The plan of a remembered list grown by appending since its last plan (``last``),
+    made from that plan and the list's running counts where nothing else can be due
+    (:func:`~tokenflex.engine.grown_plan`: everything kept while it fits, else the
+    newest groups that fit, by bisection): O(the new messages and the few the layout
+    reads), else None (the full path). The new messages were checked; the history a
+    solve could read is checked by the index's view, and the messages outside it are
+    counted afresh (by text, from the count cache)."""
+    if not _same_call(last, messages, req, model, opts, tools):
+        return None
+    counter = get_counter(model)
+    index = req.index
+    if counter is not last.counter or not isinstance(index, ListIndex):
+        return None
+    user_first = _user_first(req)
+    layout = FitLayout(req.messages, model, req.tools, opts, index=index, user_first=user_first)
+    lo, hi = layout.pin_end, layout.cur_start
+    if layout.summary_idx is not None:
+        return None
+    view = index.view(
+        messages, lo, hi, counter, bound=_index_bound(model, opts), most=opts.max_messages
+    )
+    if view is not last.index:
+        return None  # a message the last plan counted changed: the full path reads it
+    count = counter.message
+    plan = grown_plan(
+        last.plan,
+        last.n,
+        messages,
+        lambda a, b: sum(map(count, messages[a:b])),
+        (layout.sys_end, layout.hist_start, lo, hi),
+        opts,
+        None,
+        started,
+        tools=req.tools,
+        index=view,
+        user_opens=user_first and lo == layout.hist_start,
+    )
+    if plan is None:
+        return None
+    # edited in place since it was read (the history the last plan counted: the view checks)
+    if not (is_plain_chat(messages[:lo]) and is_plain_chat(messages[min(last.history[1], hi) :])):
+        return None
+    final = finish(plan, req)
+    _remember(final, messages, layout, req, model, opts, tools)
+    return final
 
 
 def _recall_fit(

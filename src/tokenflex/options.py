@@ -334,6 +334,34 @@ def _plain(max_tokens: int | None) -> FitOptions:
     return FitOptions(max_tokens=max_tokens)
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=64)
+def _flat(max_tokens: int | None, items: tuple[tuple[str, type, Any], ...]) -> FitOptions:
+    return FitOptions.from_kwargs({"max_tokens": max_tokens, **{k: v for k, _, v in items}})
+
+
+def flat_options(max_tokens: Any, options: Mapping[str, Any]) -> FitOptions | None:
+    """The options of a call that gives only flat :class:`FitOptions` names with scalar
+    values (a loop passing the same keywords every turn), checked once per set of values
+    and types (the last 64 kept); None where a value is of another kind or a name carries
+    an object (:func:`gather` and :meth:`FitOptions.from_kwargs` read those).
+
+    Raises:
+        InvalidInputError: a bad name or value (as :meth:`FitOptions.from_kwargs`).
+    """
+    if max_tokens is not None and type(max_tokens) is not int:
+        return None
+    items = []
+    for name, value in options.items():
+        kind = type(value)
+        if kind not in _SCALARS or name in _PLAIN:
+            return None
+        items.append((name, kind, value))
+    return _flat(max_tokens, tuple(items))
+
+
 def plain_options(max_tokens: Any) -> FitOptions | None:
     """The options of a call that gives none but ``max_tokens`` (a chat loop's call,
     every turn), checked once per value; None when ``max_tokens`` is not a plain int or

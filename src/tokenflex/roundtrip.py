@@ -79,8 +79,8 @@ class Prepared:
     ``system=`` among them are checked all the same: the parse vouches for the items)."""
     last: Any = None
     """What fit() kept of its last plan of this list (:func:`remember`), when the list
-    is read again from the memo unchanged in length (None: nothing kept, or the list
-    grew); fit() checks whether it still holds."""
+    is read again from the memo, unchanged in length or grown by appending (None:
+    nothing kept); fit() checks whether it still holds."""
 
     def evolved(self, **changes: Any) -> Prepared:
         """A shallow copy with ``changes`` (``dataclasses.replace`` without its per-call
@@ -152,8 +152,9 @@ def forget(messages: Sequence[Any] | None = None) -> None:
 
 def remember(messages: Sequence[Any], last: Any) -> None:
     """Keep ``last`` (fit()'s own record of its plan) with the memo's read of
-    ``messages``, as long as that read is the list's latest (a list grown since is read
-    again, and forgets it). :attr:`Prepared.last` gives it back."""
+    ``messages``, as long as that read is the list's latest. :attr:`Prepared.last` gives
+    it back when the list is read again unchanged, or grown by appending (once: the
+    grown list's read keeps the record fit() makes of it)."""
     read = _MEMO.get(messages) if type(messages) is list else None
     if read is not None and len(read.items) == len(messages):
         read.last = last
@@ -225,6 +226,7 @@ def prepare(
         grown = _grown(read, messages, counted, tools)
         if grown is not None:
             grown = _trusted(grown, checked_as)
+            grown.last = read.last  # (fit()'s record of the list as it was: it grew since)
             _MEMO.put(_Read(messages, list(messages), key, system, grown))
             return grown
     prepared = _trusted(

@@ -40,12 +40,23 @@ class _Free(CountCache):
         return 0
 
 
+_last: tuple[Model, EnvelopeCounter] | None = None
+"""The last checker made, with its model (a fit checks its new messages on every call)."""
+
+
 def shape_checker(model: Model) -> EnvelopeCounter:
     """A counter for ``model`` whose ``message(m)`` raises :class:`BadMessage` for a
-    malformed message and otherwise does no tokenizing (it returns envelope constants)."""
-    return EnvelopeCounter(
+    malformed message and otherwise does no tokenizing (it returns envelope constants).
+    The last one is kept for the same model object (it holds no state of its own)."""
+    global _last
+    last = _last
+    if last is not None and last[0] is model:
+        return last[1]
+    checker = EnvelopeCounter(
         model, _Free(_NoTokens()), exact=False, per_message=0, per_name=0, priming=0
     )
+    _last = (model, checker)
+    return checker
 
 
 def check_one(checker: EnvelopeCounter, message: Any) -> None:
