@@ -452,7 +452,9 @@ def _check_units(messages: Sequence[Any], checker: Any, lo: int, hi: int) -> Non
                         _json_ready(item)
                     except BadMessage as exc:
                         raise exc.at(m.start + offset) from None
-            else:  # a chat message is sent as given too: counting reads junk with str()
+            elif not (type(m) is dict and len(m) == 2 and type(m.get("content")) is str):
+                # a chat message is sent as given too: counting reads junk with str()
+                # (a {"role", "content": str} dict the check read is JSON as it is)
                 _json_ready(m)
         except BadMessage as exc:
             if not isinstance(m, NativeMessage):

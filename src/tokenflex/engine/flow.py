@@ -372,7 +372,8 @@ def grown_plan(
     if fits:
         start = pin_end if pin_end < cur_start else cur_start
         messages: list[Any] = list(source)
-        exact = previous.exact
+        # exact: the previous plan's messages and tools were, and the new ones are
+        exact = previous.exact and all(map(counter.message_exact, source[sent:n]))
     else:
         if index is None or groups is None:
             return None
@@ -396,14 +397,17 @@ def grown_plan(
         if log.isEnabledFor(logging.INFO):
             log_dropped(runs, model.name)
         messages = [*source[:pin_end], *source[start:n]]
-        exact = counter.exact_for(messages, tools)  # (what it read before is not re-read)
+        # exact: read where the previous plan's messages (and tools) were not all exact,
+        # or the new plan keeps one it dropped (where it started: its kept messages)
+        if previous.exact and start >= sent - (len(previous.messages) - pin_end):
+            exact = all(map(counter.message_exact, source[sent:n]))
+        else:
+            exact = counter.exact_for(messages, tools)
     if input_tokens + previous.max_tokens + previous.safety_margin > previous.context_window:
         return None  # the promise (implied by the room; checked all the same)
     if previous.max_tokens > previous.context_window - previous.safety_margin - used:
         return None  # an output the window cannot give with the required input: flex
     parts = {"system": system, "pinned": pinned, "history": history, "current": current}
-    if fits:  # exact: the previous plan's messages and tools were, and the new ones are
-        exact = exact and all(map(counter.message_exact, source[sent:n]))
     shared = None
     if memory is not None:
         cut = HistoryCut(
