@@ -24,6 +24,13 @@ the end. The machine's load (``os.getloadavg``) is printed beside the table: on 
     .venv/bin/python scripts/bench_proxy.py            # a few minutes
     .venv/bin/python scripts/bench_proxy.py --quick    # about a minute
     .venv/bin/python scripts/bench_proxy.py --soak 600 # throughput over 10 minutes
+    .venv/bin/python scripts/bench_proxy.py --cpu      # CPU per request, in process
+
+``--cpu`` measures what the throughput rows cannot tell apart on a shared machine: the CPU
+time per request of the two apps themselves, in process (driven through
+``httpx.ASGITransport``, each with an in-memory upstream that answers as the fake one
+does; no sockets, no uvicorn, one thread): the best of a few rounds, the apps alternated,
+with the proxy's log line written (to ``os.devnull``) as ``tokenflex serve`` writes it.
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
@@ -40,9 +47,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -247,6 +255,95 @@ def over_time(tf: str, ref: str, *, seconds: float, window: float) -> Row:
     )
 
 
+class _Reply(httpx.AsyncByteStream):
+    """The fake upstream's answer as a stream (the proxy reads it streamed)."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield load_proxy._REPLY
+
+
+def _in_memory_upstream() -> httpx.AsyncClient:
+    def answer(request: httpx.Request) -> httpx.Response:
+        request.read()
+        headers = {
+            "content-type": "application/json",
+            "content-length": str(len(load_proxy._REPLY)),
+        }
+        return httpx.Response(200, stream=_Reply(), headers=headers)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://upstream")
+
+
+def cpu_per_request(
+    sizes: tuple[int, ...] = SIZES, *, rounds: int = 5
+) -> dict[int, tuple[float, float]]:
+    """CPU ms per request of (tokenflex, reference) by request size, in process: the best
+    of ``rounds`` runs of each app, alternated (see ``--cpu``)."""
+    import logging
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from tokenflex.server import ServerConfig, create_app
+
+    reference_upstream = _in_memory_upstream()
+
+    async def forward(request: Request) -> Response:  # as _REFERENCE does
+        r = await reference_upstream.post(
+            request.url.path,
+            content=await request.body(),
+            headers={"content-type": "application/json"},
+        )
+        return Response(r.content, status_code=r.status_code, media_type="application/json")
+
+    reference = Starlette(routes=[Route("/v1/chat/completions", forward, methods=["POST"])])
+    app = create_app(ServerConfig.load(upstream="http://upstream", discover=False))
+    proxy = app.state.proxy
+    logger = logging.getLogger("tokenflex")
+    with open(os.devnull, "w") as sink:
+        handler = logging.StreamHandler(sink)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        level, propagate = logger.level, logger.propagate
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            return asyncio.run(_cpu_rounds(app, proxy, reference, sizes, rounds))
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+async def _cpu_rounds(
+    app: Any, proxy: Any, reference: Any, sizes: tuple[int, ...], rounds: int
+) -> dict[int, tuple[float, float]]:
+    counts = {10: 1000, 200: 300, 2000: 40}
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    out: dict[int, tuple[float, float]] = {}
+    async with proxy.lifespan(app):
+        proxy.upstream._client = _in_memory_upstream()
+        for n in sizes:
+            body, count = request_body(n), counts.get(n, 100)
+            best = {"tf": float("inf"), "ref": float("inf")}
+            for _ in range(rounds):
+                for name, target in (("ref", reference), ("tf", app)):
+                    transport = httpx.ASGITransport(app=target)
+                    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as c:
+                        for _ in range(5):  # warm up: tokenizer, counts, connections
+                            await c.post("/v1/chat/completions", content=body, headers=headers)
+                        start = time.process_time()
+                        for _ in range(count):
+                            r = await c.post("/v1/chat/completions", content=body, headers=headers)
+                            if r.status_code != 200:
+                                raise SystemExit(f"{name}: HTTP {r.status_code}: {r.text[:200]}")
+                        best[name] = min(best[name], (time.process_time() - start) / count * 1000)
+            out[n] = (best["tf"], best["ref"])
+    return out
+
+
 def rows(*, quick: bool, soak: float | None = None) -> list[Row]:
     """The proxy rows of the benchmark: (case, tokenflex, reference, ratio, goal, met).
 
@@ -267,7 +364,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short phases (about a minute)")
     ap.add_argument("--soak", type=float, help="seconds of the throughput-over-time check")
+    ap.add_argument(
+        "--cpu", action="store_true", help="CPU per request of the two apps, in process"
+    )
     args = ap.parse_args()
+    if args.cpu:
+        load = os.getloadavg()
+        for n, (tf, ref) in cpu_per_request().items():
+            print(
+                f"{n:>5,} messages: tokenflex {tf:.2f} ms, reference {ref:.2f} ms of CPU a request"
+            )
+        print(
+            f"in process, best of 5 rounds; load average {load[0]:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after"
+        )
+        return 0
     started = time.monotonic()
     load = os.getloadavg()
     table = rows(quick=args.quick, soak=args.soak)

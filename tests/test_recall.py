@@ -562,3 +562,27 @@ def test_a_fresh_cut_with_recall_leaves_the_room_a_cut_without_it_leaves(
             fresh = tokenflex.fit(msgs, state=MemoryStore(), **options)
             assert plan.input_tokens <= fresh.input_tokens, (k, plan.dropped.runs())
     assert fresh_cuts >= 2
+
+
+def test_each_counter_gets_its_own_recall_overhead() -> None:
+    """The tool's and the cut note's counts are kept per counter (and format): asked in
+    turn for models whose tokenizers and envelopes differ, each gets its own figures,
+    the ones its counter gives when asked directly, the first time and every time."""
+    from tokenflex.engine import cut_note
+    from tokenflex.recall import recall_overhead
+
+    names = ["gpt-4o", "gpt-4", "claude-3-5-sonnet-20241022", "llama-3.1-8b-instruct"]
+    counters = [tokenflex.get_counter(n) for n in names]
+    expected = {
+        (i, fmt): (
+            c.base([recall_tool(fmt)]) - c.base(None),
+            c.message(cut_note(10**6, "")) + 2 * 12,
+        )
+        for i, c in enumerate(counters)
+        for fmt in ("chat", "anthropic")
+    }
+    assert len(set(expected.values())) == len(expected)  # the cases tell the counters apart
+    for _ in range(2):
+        for (i, fmt), figures in expected.items():
+            assert recall_overhead(counters[i], fmt) == figures
+        assert recall_overhead(counters[0]) == expected[(0, "chat")]  # the default: chat

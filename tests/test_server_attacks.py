@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -1104,6 +1104,68 @@ def test_redact_removes_credentials(text: str, secret: str) -> None:
 )
 def test_redact_leaves_ordinary_warnings_alone(text: str) -> None:
     assert redact(text, ["short", None, ""]) == text
+
+
+_FRAGMENTS = [  # credential words in every case, the characters re.IGNORECASE folds, filler
+    "sk-",
+    "Bearer ",
+    "bearer\t",
+    "BEARER  ",
+    "Basic ",
+    "basic ",
+    "authorization",
+    "Authorization: ",
+    "AUTHOR\u0130ZATION=",
+    "api_key=",
+    "x-api-key: ",
+    "X-TOKENFLEX-KEY=",
+    "apikey",
+    "access_token",
+    "auth-token",
+    "client_secret",
+    "secret",
+    "pa\u017fsword",
+    "passwd",
+    "PASSWORD",
+    "http://",
+    "://",
+    "user:pw@",
+    "@",
+    "abc123XYZ",
+    "dXNlcjpwYXNzd29yZA==",
+    " ",
+    "=",
+    ":",
+    '"',
+    "'",
+    "\u212a",
+    "\u0131",
+    "\u0130",
+    "\u017f",
+    "\u0307",
+    "max_tokens=256",
+    "token",
+    "key",
+    "my-own-key",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=6), max_size=8).map("".join))
+@example("pa\u017fsword=hunter22")
+@example("AUTHOR\u0130ZATION: Token abcdef")
+@example("author\u0131zation: Token abcdef")
+@example("api_\u212aey=abcd")
+def test_redact_skips_only_patterns_that_cannot_match(text: str) -> None:
+    """redact() runs a pattern only where one of its words is (a log line without any
+    costs no regex scan): the same text as running every pattern, whatever the case and
+    the characters re.IGNORECASE folds (Kelvin sign, dotted and dotless i, long s)."""
+    from tokenflex import redact as module
+
+    expected = text.replace("my-own-key", "***")
+    for pattern, replacement in module._PATTERNS:
+        expected = pattern.sub(replacement, expected)
+    assert redact(text, ["my-own-key"]) == expected
 
 
 # -- bodies over the limit, time on the event loop ------------------------------------------

@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -59,6 +61,7 @@ __all__ = [
     "left_out",
     "recall",
     "recall_calls",
+    "recall_overhead",
     "recall_text",
     "recall_tool",
     "resolved_round",
@@ -415,6 +418,39 @@ def with_recall_tool(body: dict[str, Any], plan: Any) -> dict[str, Any]:
 # -- fitting with recall: one sequence for fit(), Prompt and Conversation --------------
 
 
+_OVERHEADS: weakref.WeakKeyDictionary[Any, dict[str, tuple[int, int]]] = weakref.WeakKeyDictionary()
+""":func:`recall_overhead` by counter object, then format (gone with the counter)."""
+_OVERHEADS_LOCK = threading.Lock()
+
+
+def recall_overhead(counter: Any, format: str | None = None) -> tuple[int, int]:
+    """What the ``tokenflex_recall`` tool in ``format``'s shape (default: the default
+    format's) adds to a request counted by ``counter``, and at least what a cut note with
+    a recall id costs: the note with the longest count, plus an id's characters each a
+    token or more (an id's hex digits tokenize worse than any one sample of them).
+
+    Both are constant for a counter: kept by counter object (one per model and registry
+    generation, :func:`~tokenflex.counting.get_counter`), so a fit with recall counts
+    them once, not on every call; an entry goes with its counter.
+
+    >>> from tokenflex import get_counter
+    >>> recall_overhead(get_counter("gpt-4o")) == recall_overhead(get_counter("gpt-4o"))
+    True
+    """
+    name = format or default_format().name
+    by_format = _OVERHEADS.get(counter)
+    hit = by_format.get(name) if by_format is not None else None
+    if hit is not None:
+        return hit
+    from .engine import cut_note
+
+    tool_tokens = counter.base([recall_tool(name)]) - counter.base(None)
+    note_tokens = counter.message(cut_note(10**6, "")) + 2 * _ID_CHARS
+    with _OVERHEADS_LOCK:
+        _OVERHEADS.setdefault(counter, {})[name] = (tool_tokens, note_tokens)
+    return tool_tokens, note_tokens
+
+
 class _Deferred:
     """A session memory whose ``remember`` waits until the plan sent is chosen (a fit
     with recall may make two, see :class:`RecallFit`)."""
@@ -499,13 +535,9 @@ class RecallFit:
         self.summarizer, self.given_tools = summarizer, given_tools
         counted = recall_tool(default_format().name)
         counter = get_counter(layout.model)
-        self.tool_tokens = counter.base([counted]) - counter.base(None)
-        from .engine import cut_note
-
-        # the note with the longest count, and an id's characters each a token or more
-        # (an id's hex digits tokenize worse than any one sample of them)
-        self.note_tokens = counter.message(cut_note(10**6, "")) + 2 * _ID_CHARS
-        """At least what a cut note with a recall id costs."""
+        self.tool_tokens, self.note_tokens = recall_overhead(counter, default_format().name)
+        """What the recall tool costs, and at least what a cut note with a recall id
+        costs (:func:`recall_overhead`)."""
         recaller.overhead, recaller.counter = (self.tool_tokens, self.note_tokens), counter
         self.with_tool = replace(layout, tools=[*(layout.tools or ()), counted], recall=recaller)
         self.mem1 = _Deferred(memory) if memory is not None else None

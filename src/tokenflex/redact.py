@@ -74,6 +74,17 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1" + MASK + "@"),
 ]
 
+_TRIGGERS: list[tuple[str, ...]] = [
+    ("sk-",),
+    ("bearer",),
+    ("basic",),
+    ("authorization",),
+    ("key", "access", "auth", "secret", "passw"),
+    ("://",),
+]
+"""For each of :data:`_PATTERNS`, words one of which any text it matches holds (in
+:func:`_folded` form): where none is, the pattern cannot match and is not run."""
+
 _secrets: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
     "tokenflex_request_secrets", default=()
 )
@@ -90,9 +101,25 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     known = {s for s in (*secrets, *_secrets.get()) if s and len(s) >= MIN_SECRET_LENGTH}
     for secret in sorted(known, key=len, reverse=True):
         text = text.replace(secret, MASK)
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    folded = _folded(text)
+    for (pattern, replacement), words in zip(_PATTERNS, _TRIGGERS, strict=True):
+        # a pattern runs only where its words are: a log line with no credential-like
+        # word costs a few substring searches instead of six regex scans (~80 us)
+        if any(w in folded for w in words):
+            text = pattern.sub(replacement, text)
+            folded = _folded(text)
     return text
+
+
+def _folded(text: str) -> str:
+    """``text`` lowercased so that every ASCII word a pattern matches case-insensitively
+    is found in it: ``re.IGNORECASE`` also matches ``İ`` and ``ı`` for ``i``, ``ſ`` for
+    ``s`` and the Kelvin sign for ``k`` (``lower()`` takes care of that one; ``İ``
+    lowers to ``i`` and a combining dot, which is dropped)."""
+    folded = text.lower()
+    if not folded.isascii():
+        folded = folded.replace("\u0307", "").replace("\u0131", "i").replace("\u017f", "s")
+    return folded
 
 
 @contextlib.contextmanager

@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._validate import dump_json
+
 __all__ = [
     "CREDENTIAL_HEADERS",
     "LAZY_DROPPED",
@@ -86,8 +88,9 @@ def credential_hash(headers: Mapping[str, str]) -> str:
 
 
 def serialize(data: Mapping[str, Any]) -> bytes:
-    """A plan's JSON bytes, as stored and served."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    """A plan's JSON bytes, as stored and served (compact UTF-8, orjson where it can:
+    kept on every request's path, :func:`~tokenflex.server._validate.dump_json`)."""
+    return dump_json(data)
 
 
 def defer(
@@ -132,7 +135,7 @@ def defer(
 
 def serialize_list(items: Sequence[Any]) -> bytes:
     """A list's JSON bytes (as :func:`serialize`)."""
-    return json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode()
+    return dump_json(items)
 
 
 @dataclass(frozen=True, slots=True)
