@@ -57,6 +57,27 @@ def opening(n: int) -> list[dict[str, Any]]:
     return out
 
 
+def edit_and_grow(
+    msgs: list[dict[str, Any]], kind: str, seed: int, turn: list[dict[str, Any]]
+) -> None:
+    """Between two fits: a message changed in place (``edit``: new text; ``think``:
+    reasoning put on it, no longer plain chat, the opening too: the layout reads it
+    outside the history), replaced by an equal copy (``copy``), or the list truncated;
+    then the turn appended (and a user's "go on" after a plain answer)."""
+    j = seed % len(msgs)
+    if kind == "edit":
+        msgs[j]["content"] = text(3 + seed % 50, seed)
+    elif kind == "copy":
+        msgs[j] = dict(msgs[j])
+    elif kind == "think":
+        msgs[j if seed % 2 else seed % 3]["reasoning_content"] = text(5, seed)
+    elif kind == "truncate" and len(msgs) > 36:
+        del msgs[len(msgs) - 1 - seed % 4 :]
+    msgs.extend(turn)
+    if msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls"):
+        msgs.append({"role": "user", "content": "go on"})
+
+
 EDITS = st.lists(
     st.tuples(st.sampled_from(["none", "edit", "copy", "truncate"]), st.integers(0, 10**6)),
     min_size=1,
@@ -104,17 +125,7 @@ def test_warm_fit_is_the_full_paths_plan(
     with counted() as answers:
         for i, turn in enumerate(turns):
             kind, seed = edits[i % len(edits)]
-            if kind == "edit":  # a message changed in place
-                j = seed % len(msgs)
-                msgs[j]["content"] = text(3 + seed % 50, seed)
-            elif kind == "copy":  # a message replaced by an equal copy
-                j = seed % len(msgs)
-                msgs[j] = dict(msgs[j])
-            elif kind == "truncate" and len(msgs) > 36:
-                del msgs[len(msgs) - 1 - seed % 4 :]
-            msgs.extend(turn)
-            if msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls"):
-                msgs.append({"role": "user", "content": "go on"})
+            edit_and_grow(msgs, kind, seed, turn)
             try:
                 first = tokenflex.fit(msgs, **opts)
             except tokenflex.ContextOverflowError:
@@ -219,19 +230,7 @@ def test_grown_fit_is_the_full_paths_plan(
     msgs = opening(40)
     with counted() as answers:
         for i, turn in enumerate(turns):
-            kind, seed = edits[i % len(edits)]
-            j = seed % len(msgs)
-            if kind == "edit":
-                msgs[j]["content"] = text(3 + seed % 50, seed)
-            elif kind == "copy":
-                msgs[j] = dict(msgs[j])
-            elif kind == "think":  # the opening too: read by the layout outside history
-                msgs[j if seed % 2 else seed % 3]["reasoning_content"] = text(5, seed)
-            elif kind == "truncate" and len(msgs) > 36:
-                del msgs[len(msgs) - 1 - seed % 4 :]
-            msgs.extend(turn)
-            if msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls"):
-                msgs.append({"role": "user", "content": "go on"})
+            edit_and_grow(msgs, *edits[i % len(edits)], turn)
             try:
                 plan = tokenflex.fit(msgs, **opts)
             except tokenflex.ContextOverflowError:

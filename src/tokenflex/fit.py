@@ -721,17 +721,16 @@ def _fit_flow(
             and engine_flow.FAST_PATH
         )
         last = req.last if plain_call else None
+        call = _Call(messages, req, primary, opts, tools, started)
         if last is not None and last.n == len(messages):
-            again = _warm(last, messages, req, primary, opts, tools, started)
+            again = _warm(last, call)
             if again is not None:
                 return trace_fit(again)
         if history is None:
             yield Work(functools.partial(check_prepared, req, primary))
         if last is not None and last.n < len(messages):
             # (counts the new messages: a tokenizer server is never asked on the loop)
-            grown: Plan | None = yield Work(
-                functools.partial(_grown, last, messages, req, primary, opts, tools, started)
-            )
+            grown: Plan | None = yield Work(functools.partial(_grown, last, call))
             if grown is not None:
                 return trace_fit(grown)
         layout = yield Work(
@@ -886,22 +885,14 @@ def _remember(
     )
 
 
-def _warm(
-    last: _Warm,
-    messages: Sequence[Any],
-    req: Prepared,
-    model: Model,
-    opts: FitOptions,
-    tools: Sequence[Tool] | None,
-    started: float,
-) -> Plan | None:
+def _warm(last: _Warm, call: _Call) -> Plan | None:
     """The previous plan of ``messages``, fitted again unchanged (same length, the memo
     saw the same items), when nothing else changed: the model, the options, the tools,
     the messages the layout reads (by value, their top-level fields: an edit in place is
     seen), the history the solver could read (the index's own check), the kept messages
     (by identity). A new :class:`Plan` (its ``messages`` a new list), else None."""
-    plan = last.plan
-    if not _same_call(last, messages, req, model, opts, tools):
+    plan, messages, req, model, tools = last.plan, call.messages, call.req, call.model, call.tools
+    if not _same_call(last, call):
         return None
     if _copies(messages, last.fixed) != last.copies:
         return None
@@ -921,22 +912,28 @@ def _warm(
     return plan.evolved(
         messages=kept,
         dropped=plan.dropped.again(),
-        elapsed_ms=(time.perf_counter() - started) * 1000,
+        elapsed_ms=(time.perf_counter() - call.started) * 1000,
         # equal tools given anew: the plan sends the caller's objects of this call
         tools=tuple(tools) if tools and tools is not last.tools else plan.tools,
     )
 
 
-def _same_call(
-    last: _Warm,
-    messages: Sequence[Any],
-    req: Prepared,
-    model: Model,
-    opts: FitOptions,
-    tools: Sequence[Tool] | None,
-) -> bool:
-    """Whether this fit of the remembered list ``messages`` asks what ``last``'s did:
-    the same model object, equal options and tools, the list read from the memo."""
+@dataclass(slots=True)
+class _Call:
+    """A fit() call of a remembered list, as the warm and grown paths read it."""
+
+    messages: Sequence[Any]
+    req: Prepared
+    model: Model
+    opts: FitOptions
+    tools: Sequence[Tool] | None
+    started: float
+
+
+def _same_call(last: _Warm, call: _Call) -> bool:
+    """Whether ``call`` asks what the fit that made ``last`` did: the same model object,
+    equal options and tools, the list read from the memo."""
+    messages, req, model, opts, tools = call.messages, call.req, call.model, call.opts, call.tools
     try:
         return (
             model is last.model
@@ -949,15 +946,7 @@ def _same_call(
         return False
 
 
-def _grown(
-    last: _Warm,
-    messages: Sequence[Any],
-    req: Prepared,
-    model: Model,
-    opts: FitOptions,
-    tools: Sequence[Tool] | None,
-    started: float,
-) -> Plan | None:
+def _grown(last: _Warm, call: _Call) -> Plan | None:
     """The plan of a remembered list grown by appending since its last plan (``last``),
     made from that plan and the list's running counts where nothing else can be due
     (:func:`~tokenflex.engine.grown_plan`: everything kept while it fits, else the
@@ -965,8 +954,9 @@ def _grown(
     reads), else None (the full path). The new messages were checked; the history a
     solve could read is checked by the index's view, and the messages outside it are
     counted afresh (by text, from the count cache)."""
-    if not _same_call(last, messages, req, model, opts, tools):
+    if not _same_call(last, call):
         return None
+    messages, req, model, opts = call.messages, call.req, call.model, call.opts
     counter = get_counter(model)
     index = req.index
     if counter is not last.counter or not isinstance(index, ListIndex):
@@ -990,7 +980,7 @@ def _grown(
         (layout.sys_end, layout.hist_start, lo, hi),
         opts,
         None,
-        started,
+        call.started,
         tools=req.tools,
         index=view,
         user_opens=user_first and lo == layout.hist_start,
@@ -1001,7 +991,7 @@ def _grown(
     if not (is_plain_chat(messages[:lo]) and is_plain_chat(messages[min(last.history[1], hi) :])):
         return None
     final = finish(plan, req)
-    _remember(final, messages, layout, req, model, opts, tools)
+    _remember(final, messages, layout, req, model, opts, call.tools)
     return final
 
 
