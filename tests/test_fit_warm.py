@@ -244,3 +244,22 @@ def test_grown_fit_is_the_full_paths_plan(
     declines = options.get("clear_tool_results") or options.get("min_messages")
     if kinds == {"none"} and len(turns) > 10 and not declines:
         assert answers[1] > 0  # a list that only grows is answered
+
+
+def test_an_evolved_plan_is_the_replaced_one_computed_afresh() -> None:
+    """``Plan.evolved`` (the fast paths' copy) against ``dataclasses.replace``: equal
+    fields, and what a plan computes on first access computed for the copy, not carried
+    over from the plan it was made from."""
+    import dataclasses
+
+    msgs = opening(200)
+    msgs.append({"role": "user", "content": "last"})
+    plan = tokenflex.fit(msgs, model="gpt-4o", max_tokens=300, max_input_tokens=2000)
+    assert len(plan.dropped)
+    before = (plan.cost, plan.full_input_tokens, plan.savings, plan.cache_cost)
+    changes = {"input_tokens": plan.input_tokens - 100, "cached_tokens": 0, "warnings": ("x",)}
+    a, b = plan.evolved(**changes), dataclasses.replace(plan, **changes)
+    assert a == b and a is not plan
+    after = (a.cost, a.full_input_tokens, a.savings, a.cache_cost)
+    assert after == (b.cost, b.full_input_tokens, b.savings, b.cache_cost)
+    assert all(x != y for x, y in zip(after, before, strict=True))

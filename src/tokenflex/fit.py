@@ -247,6 +247,10 @@ def _current(msgs: Sequence[Message], lo: int, n: int) -> int:
     rounds follow the last user message (an agent loop: one task, then calls and
     results), else the last user message; with neither, the last group. Read newest
     first only as far as that group (an agent's task may lie thousands of rounds back)."""
+    if n > lo:
+        m = msgs[n - 1]
+        if type(m) is dict and m.get("role") == "user":
+            return n - 1  # (the newest group: a user message stands alone)
     last = n
     for start, _stop, _ in iter_groups(msgs, lo, n, lambda _m: 0):
         m = msgs[start]

@@ -440,7 +440,7 @@ def _only_dropped_warning(plan: Plan) -> bool:
     return len(plan.warnings) == 1 and plan.warnings[0].startswith("history: dropped ")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _History:
     """The history ``source[lo:hi]`` a fast-path fit must cut: its running counts (the
     groups ``[g_lo, g_hi)`` of ``index``) and its room, ``hard`` tokens."""
