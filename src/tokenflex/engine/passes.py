@@ -294,7 +294,7 @@ def dropped_warning(
     for each reason, in the order of the runs); also the fast path's, which updates a
     held cut's counts without a pass."""
     dropped = sum(reasons.values())
-    why = ", ".join(f"{reason}: {n:,}" for reason, n in reasons.items())
+    why = ", ".join([f"{reason}: {n:,}" for reason, n in reasons.items()])
     which = "the newest " if s.role == "history" else ""
     text = (
         f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
@@ -302,7 +302,10 @@ def dropped_warning(
         f"({tokens:,} tokens). plan.dropped lists each one."
     )
     if not s.label:  # fit()'s own history: name the options that keep more
-        main = max(reasons, key=lambda k: (k != "orphan", reasons[k]))
+        main, most = "orphan", -1  # the reason that dropped the most; orphans only alone
+        for reason, n in reasons.items():
+            if reason != "orphan" and n > most:
+                main, most = reason, n
         fix = _TO_KEEP_MORE.get(main) or (
             "lower max_tokens" if max_tokens is not None else "lower min_output_tokens"
         )
