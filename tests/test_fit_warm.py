@@ -57,6 +57,27 @@ def opening(n: int) -> list[dict[str, Any]]:
     return out
 
 
+@contextmanager
+def dropped_log() -> Iterator[list[str]]:
+    """The "dropped" lines tokenflex logs inside (a fixture would not reset per example)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "dropped" in record.getMessage():
+                lines.append(record.getMessage())
+
+    logger, handler = logging.getLogger("tokenflex"), Keep()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def edit_and_grow(
     msgs: list[dict[str, Any]], kind: str, seed: int, turn: list[dict[str, Any]]
 ) -> None:
@@ -216,7 +237,9 @@ def test_grown_fit_is_the_full_paths_plan(
     options: dict[str, Any],
 ) -> None:
     """A list that grows by appending, fitted every turn: each plan, the grown path
-    allowed, equals the full path's of the same list at the same moment. Between fits
+    allowed, equals the full path's of the same list at the same moment, and so does what
+    it logs as dropped (but after reasoning was put on a kept message: the full path then
+    logs the plan it throws away before it reads the list afresh). Between fits
     messages are edited in place (new text, or reasoning put on one: no longer plain
     chat), replaced by equal copies, or the list is truncated. Small windows make
     the newest groups that fit slide; tool rounds make the cut open on a call."""
@@ -232,13 +255,16 @@ def test_grown_fit_is_the_full_paths_plan(
         for i, turn in enumerate(turns):
             edit_and_grow(msgs, *edits[i % len(edits)], turn)
             try:
-                plan = tokenflex.fit(msgs, **opts)
+                with dropped_log() as log:
+                    plan = tokenflex.fit(msgs, **opts)
             except tokenflex.ContextOverflowError:
                 with full_path(), pytest.raises(tokenflex.ContextOverflowError):
                     tokenflex.fit(msgs, **opts)
                 continue
-            with full_path():
+            with full_path(), dropped_log() as full_log:
                 same(plan, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
+            if edits[i % len(edits)][0] != "think":  # (see below)
+                assert log == full_log  # what it drops is logged once, as the full path does
     event(f"grown answers: {min(answers[1], 5)}")
     kinds = {kind for kind, _ in edits}
     declines = options.get("clear_tool_results") or options.get("min_messages")

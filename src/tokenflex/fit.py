@@ -975,6 +975,9 @@ def _grown(last: _Warm, call: _Call) -> Plan | None:
     )
     if view is not last.index:
         return None  # a message the last plan counted changed: the full path reads it
+    # edited in place since it was read (the history the last plan counted: the view checks)
+    if not (is_plain_chat(messages[:lo]) and is_plain_chat(messages[min(last.history[1], hi) :])):
+        return None
     count = counter.message
     plan = grown_plan(
         last.plan,
@@ -990,9 +993,6 @@ def _grown(last: _Warm, call: _Call) -> Plan | None:
         user_opens=user_first and lo == layout.hist_start,
     )
     if plan is None:
-        return None
-    # edited in place since it was read (the history the last plan counted: the view checks)
-    if not (is_plain_chat(messages[:lo]) and is_plain_chat(messages[min(last.history[1], hi) :])):
         return None
     final = finish(plan, req)
     _remember(final, messages, layout, req, model, opts, call.tools)
