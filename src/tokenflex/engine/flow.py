@@ -380,7 +380,7 @@ def grown_plan(
         h = _History(index, pin_end, cur_start, *groups, room - used)
         if opts.cache_stable:
             hold = grown if before is not None else None
-            held = _held(hold, source, h, opts, model, shrinkable)
+            held = _held(hold, source, h, opts, model, shrinkable, user_opens)
         else:
             held = _slid(source, h, opts, shrinkable, user_opens)
         if held is None:
@@ -493,6 +493,7 @@ def _held(
     opts: FitOptions,
     model: Model,
     shrinkable: bool,
+    user_opens: bool | None,
 ) -> tuple[int, int, MessageSection, list[DropRun]] | None:
     """Where the solver holds the previous cut ``hold`` of the history ``h``, by the
     rules of :func:`tokenflex.budget.solve` for a cache-stable history section (the held
@@ -510,7 +511,7 @@ def _held(
         or hold.truncated_before
         or hold.summarized_before
         or not lo < hold.start < hi
-        or not opens_history(source[hold.start])
+        or not opens_history(source[hold.start], user_only=bool(user_opens))
         or not _cut_due(h, opts, shrinkable)
     ):
         return None
@@ -531,7 +532,7 @@ def _held(
         b = starts[h.g_hi - fit_k]
         runs = [DropRun("history", lo, b, reason), DropRun("history", b, hold.start, "held")]
     else:  # the held cut does not fit any more: it moves down to the low-water mark
-        moved = _moved(hold, source, h, soft, fit_k, reason, model, opts)
+        moved = _moved(hold, source, h, (soft, fit_k, reason), model, opts, user_opens)
         if moved is None:
             return None
         g, runs = moved
@@ -542,23 +543,23 @@ def _moved(
     hold: HistoryCut,
     source: Sequence[Message],
     h: _History,
-    soft: int,
-    fit_k: int,
-    reason: str,
+    fits: tuple[int, int, str],
     model: Model,
     opts: FitOptions,
+    user_opens: bool | None,
 ) -> tuple[int, list[DropRun]] | None:
     """Where the solver moves a held cut that no longer fits (the rules of
     :func:`tokenflex.budget.solve` for a cache-stable section, by bisection): the newest
     groups within the low-water mark of the soft room (``"auto"``: the mark by the
     growth ``hold`` counts, O(1)), at most the ``fit_k`` that fit; older answers whose
     question is cut dropped too (``orphan``). The first group kept and the dropped runs;
-    None where the full path decides (nothing kept: the cut is not held; a first kept
-    message that is not a user's, whose rule depends on the layout)."""
+    ``fits``: the soft room, the groups within it and why the older ones do not fit.
+    None where the full path decides (see :func:`_opened`)."""
+    soft, fit_k, reason = fits
     mark = low_water_mark(model, opts, hold)
     room = max(0, soft)
     low = h.within(mark(room) if callable(mark) else int(mark * room))
-    return _opened(source, h, min(low, fit_k), fit_k, reason, None)
+    return _opened(source, h, min(low, fit_k), fit_k, reason, user_opens)
 
 
 def _slid(
