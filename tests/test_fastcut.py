@@ -3,6 +3,9 @@ regex it replaces: the same pieces, the same table count, the same estimates."""
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 import regex
 from hypothesis import example, given, settings
@@ -133,3 +136,72 @@ def test_the_bulk_look_up_declines_other_shapes() -> None:
         Sub(role="user", content="hi"),
     ):
         assert counter.tokenizer.plain_total([*plain, other], envelopes) is None, other
+
+
+# -- the count cache's run of plain messages, newest first (CountCache.plain_run) ---------
+
+
+def _plain_run_reference(
+    counter: Any, messages: list[Any], hi: int, lo: int, total: int, bound: int, limit: int
+) -> tuple[list[int], int]:
+    """What ``plain_run`` promises, message by message: counts newest first while each is
+    a plain dict of a role with an envelope whose text the cache holds, past ``bound`` or
+    ``limit`` included."""
+    counts: list[int] = []
+    envelopes = {"system", "user", "assistant", "developer"}
+    for i in range(min(hi, len(messages)) - 1, max(lo, 0) - 1, -1):
+        if len(counts) >= limit:
+            break
+        m = messages[i]
+        plain = (
+            type(m) is dict
+            and set(m) == {"role", "content"}
+            and type(m["role"]) is str
+            and m["role"] in envelopes
+            and type(m["content"]) is str
+            and m["content"] in counter.tokenizer
+        )
+        if not plain:
+            break
+        counts.append(counter.message(m))
+        total += counts[-1]
+        if total > bound:
+            break
+    return counts, total
+
+
+_PLAIN = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=40)}
+)
+RUNS = st.lists(  # mostly plain messages, so that runs are long
+    st.one_of(_PLAIN, _PLAIN, _PLAIN, PLAIN_MESSAGES.map(lambda ms: ms[0] if ms else {})),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RUNS, st.data())
+def test_a_run_of_plain_messages_is_counted_as_each_message_is(
+    messages: list[dict[str, object]], data: st.DataObject
+) -> None:
+    from tokenflex.counting import get_counter
+
+    counter = get_counter("gpt-4o")
+    counter.tokenizer.clear()
+    n = len(messages)
+    uncached = data.draw(st.sets(st.integers(0, max(n - 1, 0))))  # the native loop stops there
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if isinstance(content, str) and i not in uncached:
+            counter.tokenizer.count(content)
+    hi = data.draw(st.one_of(st.just(n), st.integers(0, n + 2)))
+    lo = data.draw(st.one_of(st.just(0), st.integers(-1, max(hi, 0))))
+    total = data.draw(st.integers(0, 50))
+    limit = data.draw(st.one_of(st.just(n + 1), st.integers(0, n + 1)))
+    whole, _ = _plain_run_reference(counter, messages, hi, lo, total, 10**9, limit)
+    sums = list(itertools.accumulate(whole, initial=total))  # a bound at a sum: not past it
+    bound = data.draw(st.one_of(st.integers(0, 400), st.sampled_from(sums)))
+    expected = _plain_run_reference(counter, messages, hi, lo, total, bound, limit)
+    got = counter.plain_run(messages, hi, lo, total, bound, limit)
+    assert got == expected
+    assert counter.plain_run(tuple(messages), hi, lo, total, bound, limit) is None  # a list only

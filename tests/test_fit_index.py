@@ -12,6 +12,7 @@ gives: the same messages, tokens, output and dropped items.
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -201,3 +202,49 @@ def test_the_running_counts_hold_no_more_than_the_fit_can_keep() -> None:
     assert enc.hits + enc.misses - before < 20
     forget()
     _same(plan, tokenflex.fit(list(msgs), model=big, max_tokens=200, max_messages=4))
+
+
+@st.composite
+def _history(draw: Any) -> list[Any]:
+    msgs: list[Any] = [{"role": "system", "content": "Be brief."}]
+    for k in range(draw(st.integers(0, 12))):
+        msgs += draw(_turn(k))
+        if draw(st.booleans()):  # another shape between plain runs
+            msgs.append({"role": "user", "content": _text(draw), "name": "ann"})
+    return msgs
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_history(), st.data())
+def test_the_running_counts_are_the_groups_read_one_by_one(
+    msgs: list[Any], data: st.DataObject
+) -> None:
+    """The index's first read (plain runs counted in one native loop, other groups one by
+    one) against the groups read newest first with each message counted alone."""
+    from tokenflex.counting import get_counter
+    from tokenflex.engine.sections import ListIndex
+    from tokenflex.history import iter_groups
+
+    counter = get_counter("gpt-4o")
+    counter.tokenizer.clear()
+    for m in data.draw(st.lists(st.sampled_from(msgs), max_size=40)):
+        if isinstance(m.get("content"), str):  # some texts cached: the native loop stops
+            counter.tokenizer.count(m["content"])
+    lo = data.draw(st.integers(0, 1))
+    bound = data.draw(st.integers(1, 3000))
+    most = data.draw(st.one_of(st.none(), st.integers(1, 20)))
+    view = ListIndex().view(msgs, lo, len(msgs), counter, bound=bound, most=most)
+    assert view is not None
+    groups: list[tuple[int, int, int]] = []
+    total = 0
+    for group in iter_groups(msgs, lo, len(msgs), counter.message):
+        groups.append(group)
+        total += group[2]
+        if total > bound or (most is not None and len(groups) > most):
+            break
+    groups.reverse()
+    first = groups[0][0] if groups else len(msgs)
+    assert view.first == first
+    assert list(view.starts) == [g[0] for g in groups]
+    assert list(view.cum) == [0, *itertools.accumulate(g[2] for g in groups)]
+    assert list(view.tokens) == [counter.message(m) for m in msgs[first:]]

@@ -148,6 +148,17 @@ class MessageCounter:
         tools), not a conservative estimate."""
         return self.exact
 
+    def plain_run(
+        self, messages: Sequence[Message], hi: int, lo: int, total: int, bound: int, limit: int
+    ) -> tuple[list[int], int] | None:
+        """:meth:`message` of ``messages[hi - 1]``, ``messages[hi - 2]``, ... down to
+        ``messages[lo]`` in one native loop, as far as the messages are plain chat whose
+        counts are cached, each its own group (never a tool call or result): the counts,
+        newest first, and ``total`` plus their sum; it stops after the count that takes the
+        sum past ``bound`` or makes ``limit`` counts. None: no such loop for this counter
+        (count message by message)."""
+        return None
+
     def message_exact(self, msg: Message) -> bool:
         """Whether :meth:`message` is the model's own count for ``msg``: False where a
         part of it is estimated (media, unknown fields, a rule beyond the chat format).
@@ -385,6 +396,14 @@ class EnvelopeCounter(MessageCounter):
                 if envelope is not None:
                     return envelope + self._count(content)
         return self._message(msg)
+
+    def plain_run(
+        self, messages: Sequence[Message], hi: int, lo: int, total: int, bound: int, limit: int
+    ) -> tuple[list[int], int] | None:
+        # (the roles of _role_tokens are never a tool's: each plain message is its own group)
+        if type(messages) is not list:
+            return None
+        return self.tokenizer.plain_run(messages, hi, lo, self._role_tokens, total, bound, limit)
 
     def count(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
         # A chat history of plain {"role", "content"} dicts is summed in one C loop (the

@@ -22,6 +22,7 @@ from ..counting import MessageCounter
 from ..errors import InvalidMessagesError
 from ..history import iter_groups
 from ..message.checks import BadMessage
+from ..message.groups import group_start
 from ..models import Model
 from ..options import FitOptions
 from ..plan import DropRun
@@ -248,7 +249,7 @@ class ListIndex:
             elif model is not self._model or lo != self._lo:
                 return None
             try:
-                return self._view(src, lo, hi, counter.message, model, (bound, most))
+                return self._view(src, lo, hi, counter, model, (bound, most))
             except BadMessage:
                 self._reset()
                 return None
@@ -267,7 +268,7 @@ class ListIndex:
         src: Sequence[Message],
         lo: int,
         hi: int,
-        count: Callable[[Message], int],
+        counter: MessageCounter,
         model: Model,
         limits: tuple[int, int | None],
     ) -> GroupIndex:
@@ -284,11 +285,11 @@ class ListIndex:
                 self._reset()
                 gi = None
             elif hi > end:
-                self._append(src, gi, end, hi, count)
+                self._append(src, gi, end, hi, counter.message)
         if gi is None:
             gi = self._index = GroupIndex(model, [], [0], [], hi, owned=False)
         if gi.first > lo and not _beyond(gi, limits):
-            gi = self._index = self._older(src, gi, lo, count, limits)
+            gi = self._index = self._older(src, gi, lo, counter, limits)
         return gi
 
     def _valid(
@@ -334,31 +335,59 @@ class ListIndex:
         src: Sequence[Message],
         gi: GroupIndex,
         lo: int,
-        count: Callable[[Message], int],
+        counter: MessageCounter,
         limits: tuple[int, int | None],
     ) -> GroupIndex:
         """``gi`` with older groups counted until it holds more than ``limits`` allow
-        or reaches ``lo``."""
+        or reaches ``lo``: each message counted once, plain chat in runs of one native
+        loop (:meth:`~tokenflex.counting.MessageCounter.plain_run`)."""
         bound, most = limits
+        count = counter.message
         total, n = gi.cum[-1], len(gi.starts)
-        groups: list[tuple[int, int, int]] = []
-        for start, stop, t in iter_groups(src, lo, gi.first, count):
-            groups.append((start, stop, t))
+        # newest first: the groups' starts and sums, and every message's count
+        starts: list[int] = []
+        sums: list[int] = []
+        tokens: list[int] = []
+        i = gi.first
+        while i > lo:
+            limit = i - lo if most is None else most - n - len(starts) + 1
+            run = counter.plain_run(src, i, lo, total, bound, limit)
+            if run:
+                counts, total = run[0], run[1]
+                if counts:
+                    k = len(counts)
+                    starts.extend(range(i - 1, i - 1 - k, -1))
+                    sums.extend(counts)
+                    tokens.extend(counts)
+                    i -= k
+                    if total > bound or (most is not None and n + len(starts) > most):
+                        break
+                    if i <= lo:
+                        break
+            start = group_start(src, i - 1, lo)
+            counts = [count(src[k]) for k in range(i - 1, start - 1, -1)]
+            t = sum(counts)
+            starts.append(start)
+            sums.append(t)
+            tokens.extend(counts)
             total += t
-            if total > bound or (most is not None and n + len(groups) > most):
+            i = start
+            if total > bound or (most is not None and n + len(starts) > most):
                 break
-        groups.reverse()
-        first = groups[0][0] if groups else gi.first
-        starts = [g[0] for g in groups] + list(gi.starts)
+        starts.reverse()
+        sums.reverse()
+        tokens.reverse()
+        first = starts[0] if starts else gi.first
         cum = [0]
-        for _, _, t in groups:
+        for t in sums:
             cum.append(cum[-1] + t)
         base = cum[-1]
         cum += [base + c for c in gi.cum[1:]]
-        older = [src[i] for i in range(first, gi.first)]
-        tokens = [count(m) for m in older] + list(gi.tokens)
+        older = [src[k] for k in range(first, gi.first)]
         self._copies = [dict(m) if isinstance(m, Mapping) else m for m in older] + self._copies
-        return GroupIndex(gi.model, starts, cum, tokens, first, owned=False)
+        return GroupIndex(
+            gi.model, starts + list(gi.starts), cum, tokens + list(gi.tokens), first, owned=False
+        )
 
 
 class _NewestFirst(Sequence[int]):

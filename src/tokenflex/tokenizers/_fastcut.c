@@ -301,6 +301,91 @@ fail:
     return NULL;
 }
 
+/* plain_run(messages, hi, lo, envelopes, cache, shift, total, bound, limit)
+ *     -> (list[int], int): messages[hi-1], messages[hi-2], ... down to messages[lo],
+ * counted while each is a plain {"role": str, "content": str} dict whose role is a key of
+ * ``envelopes`` and whose content ``cache`` holds with its length (as plain_total reads
+ * them): their counts, newest first, and ``total`` plus their sum. Stops before the first
+ * message that is not (the caller counts it), and after the one that takes the sum past
+ * ``bound`` or makes ``limit`` counts. */
+static PyObject *fastcut_plain_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_run(messages, hi, lo, envelopes, cache, shift, total, bound, limit)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *envelopes = args[3], *cache = args[4];
+    if (!PyList_CheckExact(messages) || !PyDict_CheckExact(envelopes) || !PyDict_CheckExact(cache)) {
+        PyErr_SetString(PyExc_TypeError, "plain_run takes a list and two dicts");
+        return NULL;
+    }
+    Py_ssize_t hi = PyLong_AsSsize_t(args[1]);
+    if (hi == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t lo = PyLong_AsSsize_t(args[2]);
+    if (lo == -1 && PyErr_Occurred()) return NULL;
+    int shift = (int)PyLong_AsLong(args[5]);
+    if (shift == -1 && PyErr_Occurred()) return NULL;
+    long long total = PyLong_AsLongLong(args[6]);
+    if (total == -1 && PyErr_Occurred()) return NULL;
+    long long bound = PyLong_AsLongLong(args[7]);
+    if (bound == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[8]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (shift <= 0 || shift >= 62) {
+        PyErr_SetString(PyExc_ValueError, "shift must be in 1..61");
+        return NULL;
+    }
+    if (hi > PyList_GET_SIZE(messages)) hi = PyList_GET_SIZE(messages);
+    if (lo < 0) lo = 0;
+    static PyObject *role_key = NULL, *content_key = NULL;
+    if (role_key == NULL) {
+        role_key = PyUnicode_InternFromString("role");
+        content_key = PyUnicode_InternFromString("content");
+        if (role_key == NULL || content_key == NULL) return NULL;
+    }
+    long long mask = (1LL << shift) - 1;
+    PyObject *counts = PyList_New(0);
+    if (counts == NULL) return NULL;
+    for (Py_ssize_t i = hi - 1; i >= lo && PyList_GET_SIZE(counts) < limit; i--) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) break;
+        PyObject *role = PyDict_GetItemWithError(m, role_key);
+        if (role == NULL) goto stop_or_error;
+        PyObject *content = PyDict_GetItemWithError(m, content_key);
+        if (content == NULL) goto stop_or_error;
+        if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(content)) break;
+        PyObject *env = PyDict_GetItemWithError(envelopes, role);
+        if (env == NULL) goto stop_or_error;
+        long long e = PyLong_AsLongLong(env);
+        if (e == -1 && PyErr_Occurred()) goto fail;
+        Py_hash_t h = PyObject_Hash(content);
+        if (h == -1) goto fail;
+        PyObject *key = PyLong_FromSsize_t(h);
+        if (key == NULL) goto fail;
+        PyObject *v = PyDict_GetItemWithError(cache, key);
+        Py_DECREF(key);
+        if (v == NULL) goto stop_or_error;
+        long long value = PyLong_AsLongLong(v);
+        if (value == -1 && PyErr_Occurred()) goto fail;
+        if (value < 0 || (value >> shift) != (long long)PyUnicode_GET_LENGTH(content)) break;
+        long long t = e + (value & mask);
+        PyObject *item = PyLong_FromLongLong(t);
+        if (item == NULL) goto fail;
+        int bad = PyList_Append(counts, item);
+        Py_DECREF(item);
+        if (bad < 0) goto fail;
+        total += t;
+        if (total > bound) break;
+    }
+    return Py_BuildValue("(NL)", counts, total);
+stop_or_error:
+    if (PyErr_Occurred()) goto fail;
+    return Py_BuildValue("(NL)", counts, total);
+fail:
+    Py_DECREF(counts);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"count", count, METH_VARARGS,
      "count(text, table) -> (int, list[str]): how many pieces of the ASCII text are in the\n"
@@ -308,6 +393,10 @@ static PyMethodDef methods[] = {
     {"plain_total", (PyCFunction)(void (*)(void))fastcut_plain_total, METH_FASTCALL,
      "plain_total(messages, envelopes, cache, shift) -> (int, list[int]) | None: a plain\n"
      "chat history's envelopes and cached counts, and the indices not cached."},
+    {"plain_run", (PyCFunction)(void (*)(void))fastcut_plain_run, METH_FASTCALL,
+     "plain_run(messages, hi, lo, envelopes, cache, shift, total, bound, limit)\n"
+     "-> (list[int], int): the plain messages' counts newest first from hi, while cached,\n"
+     "and the running total; stops past bound or at limit counts."},
     {"split", split, METH_O,
      "split(text) -> list[str]: ASCII text cut as re.findall(_ASCII_PATTERN, text) cuts it."},
     {NULL, NULL, 0, NULL},

@@ -7,3 +7,15 @@ def plain_total(
     shift: int,
     /,
 ) -> tuple[int, list[int]] | None: ...
+def plain_run(
+    messages: list[dict[str, object]],
+    hi: int,
+    lo: int,
+    envelopes: dict[str, int],
+    cache: dict[int, int],
+    shift: int,
+    total: int,
+    bound: int,
+    limit: int,
+    /,
+) -> tuple[list[int], int]: ...

@@ -33,6 +33,18 @@ def _native_plain_total() -> Callable[..., tuple[int, list[int]] | None] | None:
 _PLAIN_TOTAL = _native_plain_total()
 
 
+def _native_plain_run() -> Callable[..., tuple[list[int], int]] | None:
+    """The C loop of :meth:`CountCache.plain_run`, or None (no C compiler)."""
+    try:
+        from ._fastcut import plain_run
+    except ImportError:
+        return None
+    return plain_run
+
+
+_PLAIN_RUN = _native_plain_run()
+
+
 def encodable(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, as tiktoken does (native
     tokenizers such as fastokens and SentencePiece raise on them)."""
@@ -200,6 +212,31 @@ class CountCache:
         for i in misses:  # not in the newer half: count() looks in the older, then counts
             total += self.count(messages[i]["content"])
         return total
+
+    def plain_run(
+        self,
+        messages: list[Any],
+        hi: int,
+        lo: int,
+        envelopes: dict[str, int],
+        total: int,
+        bound: int,
+        limit: int,
+    ) -> tuple[list[int], int] | None:
+        """``envelopes[m["role"]] + self.count(m["content"])`` of ``messages[hi - 1]``,
+        ``messages[hi - 2]``, ... down to ``messages[lo]`` (newest first), while each is a
+        plain ``{"role", "content"}`` dict of strings whose role is in ``envelopes`` and
+        whose text the newer half holds, with ``total`` plus their sum: one C loop. It
+        stops before the first other message (the caller counts it as it would) and after
+        the one that takes the sum past ``bound`` or makes ``limit`` counts. None where the
+        native part was not built."""
+        if _PLAIN_RUN is None:
+            return None
+        counts, total = _PLAIN_RUN(
+            messages, hi, lo, envelopes, self._new, _LEN_SHIFT, total, bound, limit
+        )
+        self.hits += len(counts)
+        return counts, total
 
     def _store(self, text: str, n: int) -> None:
         if entry_bytes(text) > self.max_entry_bytes or self.max_bytes // 2 < ENTRY_BYTES:
