@@ -104,10 +104,15 @@ class HistoryCut:
 _FLOAT_FIELDS = frozenset({"growth", "at"})
 
 
+# json.dumps(m, sort_keys=True, ensure_ascii=False, default=str) without a new encoder
+# built on every call (the text, and so every stored fingerprint, is the same)
+_FINGERPRINT_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+
+
 def fingerprint(message: Any) -> str:
     """A short, stable hash of one message's content."""
     try:
-        text = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+        text = _FINGERPRINT_JSON(message)
     except (TypeError, ValueError):  # pragma: no cover - exotic keys
         text = repr(message)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
@@ -116,6 +121,12 @@ def fingerprint(message: Any) -> str:
 def _identity(message: Any) -> str:
     """The :func:`fingerprint` of a message as one turn of its conversation: without
     ``cache_control`` markers, which clients move to the newest messages every request."""
+    if (
+        type(message) is dict
+        and "cache_control" not in message
+        and not isinstance(message.get("content"), list)
+    ):
+        return fingerprint(message)  # nothing to take out
     if isinstance(message, Mapping):
         bare = {k: v for k, v in message.items() if k != "cache_control"}
         content = bare.get("content")

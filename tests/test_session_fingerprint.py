@@ -1,0 +1,78 @@
+"""A message's fingerprint (what a state store keeps of a request's messages) is the
+hash of its sorted JSON: the same text, so the same fingerprints, for every shape a
+client sends, and a message's identity as a turn leaves out only ``cache_control``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenflex.session import StoreMemory, fingerprint
+from tokenflex.state import MemoryStore
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20))
+PART = st.dictionaries(
+    st.sampled_from(["type", "text", "cache_control", "image_url"]),
+    st.one_of(SCALARS, st.fixed_dictionaries({"type": st.just("ephemeral")})),
+    max_size=3,
+)
+MESSAGE = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "system"]), "content": st.text()}
+    ),
+    st.dictionaries(
+        st.sampled_from(["role", "content", "name", "cache_control", "tool_calls"]),
+        st.one_of(SCALARS, st.lists(PART, max_size=3), st.lists(st.text(max_size=5))),
+        max_size=4,
+    ),
+)
+
+
+def _reference(message: Any) -> str:
+    text = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def _bare(message: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in message.items() if k != "cache_control"}
+    if isinstance(out.get("content"), list):
+        out["content"] = [
+            {k: v for k, v in p.items() if k != "cache_control"} if isinstance(p, dict) else p
+            for p in out["content"]
+        ]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(MESSAGE)
+def test_a_fingerprint_is_the_hash_of_the_sorted_json(message: dict[str, Any]) -> None:
+    assert fingerprint(message) == _reference(message)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(MESSAGE, min_size=1, max_size=6), st.data())
+def test_a_stored_turn_is_known_by_its_json_without_cache_markers(
+    messages: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """The probes a state keeps are the reference fingerprints of the messages as turns:
+    a request that differs from it only in ``cache_control`` extends it, any other
+    change at a probed place does not."""
+    import tokenflex
+    from tokenflex.session import HistoryCut
+
+    store = MemoryStore()
+    memory = StoreMemory(store, "gpt-4o", messages)
+    counter = tokenflex.get_counter("gpt-4o")
+    memory.remember(messages, HistoryCut(0, end=len(messages)), [], counter)
+    state = json.loads(memory.store.get(memory.key))
+    for i, h in state["probes"]:
+        assert h == _reference(_bare(messages[i]))
+    marked = [
+        {**m, "cache_control": {"type": "ephemeral"}} if data.draw(st.booleans()) else m
+        for m in messages
+    ]
+    assert StoreMemory(store, "gpt-4o", messages).previous_cut(marked) is not None
