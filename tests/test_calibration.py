@@ -463,3 +463,57 @@ def test_an_exact_count_is_never_learned_below_itself() -> None:
     for _ in range(30):  # an estimate is: toward what the upstream counts, one step each
         cal.observe("estimated", 1000, 600)
     assert 0.61 <= cal.factor("estimated") < 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=30)}
+            ),
+            st.fixed_dictionaries(
+                {
+                    "role": st.just("user"),
+                    "content": st.lists(
+                        st.fixed_dictionaries({"type": st.just("text"), "text": st.text()}),
+                        min_size=1,
+                        max_size=2,
+                    ),
+                }
+            ),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([1.0, 1.25]),
+)
+def test_a_plans_text_is_counted_part_by_part(messages: list[Any], used: float) -> None:
+    """The text an observation weighs: each kept message's text parts counted by the base
+    tokenizer (scaled by the factor the plan carried), whichever loop counts them."""
+    from tokenflex.tokenizers import get_tokenizer
+
+    model = get_model("gpt-4o").replace(name="cal-text")
+    if used != 1.0:
+        model = model.replace(tokenizer=scaled_tokenizer("o200k_base", used))
+    plan = fit(messages, model=model, max_tokens=10)
+    base = get_tokenizer("o200k_base")
+    parts = [
+        t
+        for m in plan.messages
+        for t in (
+            [m["content"]] if isinstance(m["content"], str) else [p["text"] for p in m["content"]]
+        )
+    ]
+    seen: dict[str, Any] = {}
+    cal = Calibration()
+    real = cal.observe
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    cal.observe = spy  # type: ignore[method-assign]
+    cal.observe_plan(plan, plan.input_tokens)
+    assert seen["text_tokens"] == sum(base.count(t) for t in parts)
+    assert seen["scaled_text_tokens"] == sum(math.ceil(base.count(t) * used) for t in parts)

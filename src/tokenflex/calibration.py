@@ -257,6 +257,9 @@ class Observation:
         return text
 
 
+_NO_ENVELOPES = dict.fromkeys(("system", "developer", "user", "assistant"), 0)
+
+
 def _texts(content: Any) -> list[str]:
     if isinstance(content, str):
         return [content]
@@ -453,11 +456,20 @@ class Calibration:
         if len(model.name) <= MAX_NAME:
             base = get_tokenizer(model.tokenizer.partition(_SEP)[0])
             exact = bool(getattr(base, "exact", False))
-            for message in plan.messages:
-                for part in _texts(message.get("content")):
-                    n = base.count(part)
-                    text += n
-                    scaled += math.ceil(n * used) if used != 1.0 else n
+            messages = plan.messages
+            bulk = (  # plain chat, unscaled: one C loop over the cached counts
+                base.plain_total(messages, _NO_ENVELOPES)
+                if used == 1.0 and type(messages) is list
+                else None
+            )
+            if bulk is not None:
+                text = scaled = bulk
+            else:
+                for message in messages:
+                    for part in _texts(message.get("content")):
+                        n = base.count(part)
+                        text += n
+                        scaled += math.ceil(n * used) if used != 1.0 else n
         return self.observe(
             model.name,
             plan.input_tokens,
