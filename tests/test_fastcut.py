@@ -205,3 +205,38 @@ def test_a_run_of_plain_messages_is_counted_as_each_message_is(
     got = counter.plain_run(messages, hi, lo, total, bound, limit)
     assert got == expected
     assert counter.plain_run(tuple(messages), hi, lo, total, bound, limit) is None  # a list only
+
+
+@settings(max_examples=200, deadline=None)
+@given(PLAIN_MESSAGES, st.data())
+def test_a_history_counted_in_a_count_scope_leaves_the_cache_as_it_was(
+    messages: list[dict[str, object]], data: st.DataObject
+) -> None:
+    """The C loop inside a count scope (the proxy's, per request): the same total as
+    message by message, and a discarded scope's new counts never reach the cache."""
+    from tokenflex.counting import get_counter
+    from tokenflex.counting.messages import MessageCounter
+    from tokenflex.tokenizers.base import count_scope
+
+    counter = get_counter("gpt-4o")
+    counter.tokenizer.clear()
+    for m in data.draw(st.lists(st.sampled_from(messages), max_size=10)) if messages else []:
+        if isinstance(m["content"], str):
+            counter.tokenizer.count(m["content"])
+
+    def cached() -> set[object]:
+        return {m["content"] for m in messages if m["content"] in counter.tokenizer}
+
+    before = cached()
+    with count_scope() as scope:
+        try:
+            expected = MessageCounter.total(counter, messages)  # message by message
+        except Exception:
+            return  # a role the counter refuses (the test above holds both ways to it)
+        scope.discard()
+    assert cached() == before
+    with count_scope() as scope:
+        assert counter.total(messages) == expected
+        assert counter.total(messages) == expected  # the scope's own counts found again
+        scope.discard()
+    assert cached() == before

@@ -148,6 +148,10 @@ class MessageCounter:
         tools), not a conservative estimate."""
         return self.exact
 
+    def total(self, messages: Sequence[Message]) -> int:
+        """The sum of :meth:`message` over ``messages`` (no reply priming, no tools)."""
+        return sum(map(self.message, messages))
+
     def plain_run(
         self, messages: Sequence[Message], hi: int, lo: int, total: int, bound: int, limit: int
     ) -> tuple[list[int], int] | None:
@@ -413,6 +417,13 @@ class EnvelopeCounter(MessageCounter):
             if plain is not None:
                 return self.base(tools) + plain
         return super().count(messages, tools)
+
+    def total(self, messages: Sequence[Message]) -> int:
+        if type(messages) is list and messages:
+            plain = self.tokenizer.plain_total(messages, self._role_tokens)
+            if plain is not None:
+                return plain
+        return super().total(messages)
 
     def _message(self, msg: Any) -> int:
         role = validated_role(msg)

@@ -181,7 +181,7 @@ def run_pass(
         if not inexact:
             break
         for s in inexact:
-            tokens[s.name] = sum(counter.message(m) for m in rendered[s.name])
+            tokens[s.name] = counter.total(rendered[s.name])
         real = base + sum(tokens[s.name] for s in active)
         if real <= alloc.input_tokens:
             alloc = alloc.settle(real)

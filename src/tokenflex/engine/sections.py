@@ -384,7 +384,9 @@ class ListIndex:
         base = cum[-1]
         cum += [base + c for c in gi.cum[1:]]
         older = [src[k] for k in range(first, gi.first)]
-        self._copies = [dict(m) if isinstance(m, Mapping) else m for m in older] + self._copies
+        self._copies = [
+            dict(m) if type(m) is dict or isinstance(m, Mapping) else m for m in older
+        ] + self._copies
         return GroupIndex(
             gi.model, starts + list(gi.starts), cum, tokens + list(gi.tokens), first, owned=False
         )

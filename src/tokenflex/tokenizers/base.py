@@ -202,8 +202,9 @@ class CountCache:
         ``envelopes``, the cached counts looked up in one C loop (a warm recount of a
         whole history makes no Python call per message); None for another shape, or where
         the native part was not built (the caller counts message by message)."""
-        if _PLAIN_TOTAL is None or _scope.get() is not None:
+        if _PLAIN_TOTAL is None:
             return None
+        # (inside a count scope too: a hit is in the cache; a miss is counted by count())
         got = _PLAIN_TOTAL(messages, envelopes, self._new, _LEN_SHIFT)
         if got is None:
             return None
