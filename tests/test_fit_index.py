@@ -248,3 +248,37 @@ def test_the_running_counts_are_the_groups_read_one_by_one(
     assert list(view.starts) == [g[0] for g in groups]
     assert list(view.cum) == [0, *itertools.accumulate(g[2] for g in groups)]
     assert list(view.tokens) == [counter.message(m) for m in msgs[first:]]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_history(), st.booleans(), st.data())
+def test_a_dropped_runs_tokens_are_summed_as_its_items_are_counted(
+    msgs: list[Any], clear: bool, data: st.DataObject
+) -> None:
+    """What recall reads of a plan's dropped history (how far past a bound its tokens
+    go, newest first) is what the plan's items say they cost, one by one."""
+    from tokenflex.engine.sections import MessageSection
+
+    forget()
+    model = MODEL.replace(context_window=data.draw(st.sampled_from([300, 600, 1200])))
+    try:
+        plan = tokenflex.fit(msgs, model=model, max_tokens=50, clear_tool_results=clear)
+    except tokenflex.TokenflexError:
+        return
+    counter = plan.dropped.counter
+    for section, a, b, _ in plan.dropped.runs():
+        source = plan.dropped.source(section)
+        if not isinstance(source, MessageSection):
+            continue
+        total = data.draw(st.integers(0, 100))
+        sums = [total]
+        for i in range(b - 1, a - 1, -1):
+            sums.append(sums[-1] + source.item_tokens(i, source.item(i), counter))
+        near = [s + d for s in sums for d in (-1, 0, 1)]  # bounds at and beside each sum
+        for bound in [*near, data.draw(st.integers(0, 2000))]:
+            expected = total
+            for i in range(b - 1, a - 1, -1):
+                if expected > bound:
+                    break
+                expected += source.item_tokens(i, source.item(i), counter)
+            assert source.tokens_until(a, b, total, bound, counter) == expected

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ._types import Message
 from .counting import get_counter
 from .engine.passes import TakenOut
+from .engine.sections import MessageSection
 from .errors import ContextOverflowError
 from .formats.native import NativeMessage
 from .formats.registry import default_format, get_format
@@ -597,10 +598,16 @@ class RecallFit:
         for section, a, b, reason in dropped.runs():  # by run: no record per item
             if section == TakenOut.section or reason in (*ITEM_REASONS, "summarized"):
                 continue  # never sent, or sent shrunk (its stand-in is in the input)
-            for i in range(a, b):
-                total += dropped.cost_of(section, i)
-                if total > slack:
-                    return True
+            source = dropped.source(section)
+            if isinstance(source, MessageSection):
+                total = source.tokens_until(a, b, total, slack, dropped.counter)
+            else:
+                for i in range(a, b):
+                    total += dropped.cost_of(section, i)
+                    if total > slack:
+                        break
+            if total > slack:
+                return True
         return False
 
     def _fresh_cut(self, plan: Plan) -> int | None:

@@ -686,6 +686,25 @@ class MessageSection(Section):
         changed = self.changed.get(index)
         return changed[0] if changed is not None else self.source[index]
 
+    def tokens_until(
+        self, lo: int, hi: int, total: int, bound: int, counter: MessageCounter
+    ) -> int:
+        """``total`` plus what items ``[lo, hi)`` cost (:meth:`item_tokens`), newest first,
+        as far as it takes to pass ``bound``: runs of plain chat in one native loop
+        (:meth:`~tokenflex.counting.MessageCounter.plain_run`) where nothing was shrunk."""
+        i = hi
+        while i > lo and total <= bound:
+            if not self.changed:
+                run = counter.plain_run(self.source, i, lo, total, bound, i - lo)
+                if run is not None:
+                    i -= len(run[0])
+                    total = run[1]
+                    if i <= lo or total > bound:
+                        break
+            i -= 1
+            total += self.item_tokens(i, self.item(i), counter)
+        return total
+
     def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
         if index in self.changed:
             full = counter.message(item)
