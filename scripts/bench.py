@@ -14,6 +14,10 @@ References:
 - **a minimal pass-through proxy** (the proxy rows, from ``scripts/bench_proxy.py`` when it
   is there).
 
+The session rows are measured again, last, with ``prefer_fast_backend()`` where fastokens
+is installed (the ``[fast]`` extra; what the proxy and any long-running process that opts in
+count with), against the same tiktoken floor: informational, marked "fast backend".
+
 "Cold" is a fit with tokenflex's count cache cleared before it, of a list fitted before
 (as the issue measured it), with fit()'s last plan of that list dropped too (an unchanged
 list is otherwise answered from it without counting: that is the warm row); "first
@@ -293,6 +297,8 @@ def local_rows(quick: bool) -> list[Row]:
             )
         )
 
+    sessions_end = len(rows)  # the fast backend's rows go here, measured last (below)
+
     print("count_messages warm, 100k...", file=sys.stderr)
     tokenflex.count_messages(n100, model=model)
     t = interleaved({"warm": (lambda: tokenflex.count_messages(n100, model=model), None)}, 3)
@@ -337,7 +343,61 @@ def local_rows(quick: bool) -> list[Row]:
             f"{speed:.2f}× as fast",
         )
     )
+    rows[sessions_end:sessions_end] = fast_session_rows(
+        {"floor": floor, "list": list_session}, conv_session, clear, turns, 3 if quick else 5
+    )
     return rows
+
+
+def fast_session_rows(
+    runs_of: dict[str, Callable[[], None]],
+    conv_session: Callable[[int], Callable[[], None]],
+    clear: Callable[[], None],
+    turns: str,
+    runs: int,
+) -> list[Row]:
+    """The session rows again with ``prefer_fast_backend()`` (fastokens: what the proxy
+    and any long-running process that opts in counts with), against the same tiktoken
+    floor, interleaved in one run. Informational: the goals are for the default
+    backend. Measured last: the switch holds for the rest of the process."""
+    import tokenflex
+    from tokenflex.tokenizers import prefer_fast_backend
+
+    if not prefer_fast_backend():
+        return [("sessions, fast backend", "—", "—", "—", "—", "not measured (no fastokens)")]
+    print("sessions, fast backend...", file=sys.stderr)
+    tokenflex.get_tokenizer("o200k_base").count("load the fast backend: not timed")
+    t = interleaved(
+        {
+            "floor": (runs_of["floor"], clear),
+            "list": (runs_of["list"], clear),
+            "conv8k": (conv_session(bf.BUDGET), clear),
+            "conv100k": (conv_session(100_000), clear),
+        },
+        runs,
+    )
+    out = [
+        row(
+            f"fit(growing list), {turns}, fast backend",
+            t["list"],
+            t["floor"],
+            "incremental limit",
+            "—",
+            None,
+        )
+    ]
+    for key, label in (("conv8k", "8k"), ("conv100k", "100k")):
+        out.append(
+            row(
+                f"Conversation append + fit, {turns}, B = {label}, fast backend",
+                t[key],
+                t["floor"],
+                "incremental limit",
+                "—",
+                None,
+            )
+        )
+    return out
 
 
 def startup_rows(quick: bool) -> list[Row]:
