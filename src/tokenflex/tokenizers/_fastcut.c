@@ -223,6 +223,56 @@ static PyObject *count(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nN)", exact, rest);
 }
 
+static PyObject *role_key = NULL, *content_key = NULL;
+
+/* One message of a chat history, as plain_total and plain_run read it: PLAIN_COUNTED (a
+ * {"role": str, "content": str} dict whose role is a key of ``envelopes`` and whose
+ * content ``cache`` holds with its length: *envelope and *count set), PLAIN_MISSED (such
+ * a dict whose content is not cached: *envelope set), PLAIN_OTHER (another shape, or a
+ * role with no envelope), or -1 with an exception set. */
+enum { PLAIN_OTHER = 0, PLAIN_COUNTED = 1, PLAIN_MISSED = 2 };
+
+static int plain_message(PyObject *m, PyObject *envelopes, PyObject *cache, int shift,
+                         long long *envelope, long long *count) {
+    if (role_key == NULL) {
+        role_key = PyUnicode_InternFromString("role");
+        content_key = PyUnicode_InternFromString("content");
+        if (role_key == NULL || content_key == NULL) return -1;
+    }
+    if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) return PLAIN_OTHER;
+    PyObject *role = PyDict_GetItemWithError(m, role_key);
+    if (role == NULL) return PyErr_Occurred() ? -1 : PLAIN_OTHER;
+    PyObject *content = PyDict_GetItemWithError(m, content_key);
+    if (content == NULL) return PyErr_Occurred() ? -1 : PLAIN_OTHER;
+    if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(content)) return PLAIN_OTHER;
+    PyObject *env = PyDict_GetItemWithError(envelopes, role);
+    if (env == NULL) return PyErr_Occurred() ? -1 : PLAIN_OTHER;
+    *envelope = PyLong_AsLongLong(env);
+    if (*envelope == -1 && PyErr_Occurred()) return -1;
+    Py_hash_t h = PyObject_Hash(content);
+    if (h == -1) return -1;
+    PyObject *key = PyLong_FromSsize_t(h);
+    if (key == NULL) return -1;
+    PyObject *v = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
+    if (v == NULL) return PyErr_Occurred() ? -1 : PLAIN_MISSED;
+    long long value = PyLong_AsLongLong(v);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (value < 0 || (value >> shift) != (long long)PyUnicode_GET_LENGTH(content)) return PLAIN_MISSED;
+    *count = value & ((1LL << shift) - 1);
+    return PLAIN_COUNTED;
+}
+
+static int read_shift(PyObject *arg) {
+    int shift = (int)PyLong_AsLong(arg);
+    if (shift == -1 && PyErr_Occurred()) return -1;
+    if (shift <= 0 || shift >= 62) {
+        PyErr_SetString(PyExc_ValueError, "shift must be in 1..61");
+        return -1;
+    }
+    return shift;
+}
+
 /* plain_total(messages, envelopes, cache, shift) -> (int, list[int]) | None: for a list of
  * {"role": str, "content": str} dicts whose roles are keys of ``envelopes`` (role ->
  * tokens), the envelopes plus the cached counts of the contents (``cache``: hash(text) ->
@@ -238,51 +288,22 @@ static PyObject *fastcut_plain_total(PyObject *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_TypeError, "plain_total takes a list and two dicts");
         return NULL;
     }
-    int shift = (int)PyLong_AsLong(args[3]);
-    if (shift == -1 && PyErr_Occurred()) return NULL;
-    if (shift <= 0 || shift >= 62) {
-        PyErr_SetString(PyExc_ValueError, "shift must be in 1..61");
-        return NULL;
-    }
-    static PyObject *role_key = NULL, *content_key = NULL;
-    if (role_key == NULL) {
-        role_key = PyUnicode_InternFromString("role");
-        content_key = PyUnicode_InternFromString("content");
-        if (role_key == NULL || content_key == NULL) return NULL;
-    }
-    long long mask = (1LL << shift) - 1, total = 0;
+    int shift = read_shift(args[3]);
+    if (shift < 0) return NULL;
+    long long total = 0;
     PyObject *misses = PyList_New(0);
     if (misses == NULL) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(messages);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PyList_GET_ITEM(messages, i);
-        if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) goto other;
-        PyObject *role = PyDict_GetItemWithError(m, role_key);
-        if (role == NULL) goto other_or_error;
-        PyObject *content = PyDict_GetItemWithError(m, content_key);
-        if (content == NULL) goto other_or_error;
-        if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(content)) goto other;
-        PyObject *env = PyDict_GetItemWithError(envelopes, role);
-        if (env == NULL) goto other_or_error;
-        long long e = PyLong_AsLongLong(env);
-        if (e == -1 && PyErr_Occurred()) goto fail;
-        total += e;
-        Py_hash_t h = PyObject_Hash(content);
-        if (h == -1) goto fail;
-        PyObject *key = PyLong_FromSsize_t(h);
-        if (key == NULL) goto fail;
-        PyObject *v = PyDict_GetItemWithError(cache, key);
-        Py_DECREF(key);
-        long long value = -1;
-        if (v != NULL) {
-            value = PyLong_AsLongLong(v);
-            if (value == -1 && PyErr_Occurred()) goto fail;
-        } else if (PyErr_Occurred()) {
-            goto fail;
+        long long envelope = 0, count = 0;
+        int kind = plain_message(PyList_GET_ITEM(messages, i), envelopes, cache, shift, &envelope, &count);
+        if (kind < 0) goto fail;
+        if (kind == PLAIN_OTHER) {
+            Py_DECREF(misses);
+            Py_RETURN_NONE;
         }
-        if (value >= 0 && (value >> shift) == (long long)PyUnicode_GET_LENGTH(content)) {
-            total += value & mask;
-        } else {
+        total += envelope + count;
+        if (kind == PLAIN_MISSED) {
             PyObject *index = PyLong_FromSsize_t(i);
             if (index == NULL) goto fail;
             int bad = PyList_Append(misses, index);
@@ -291,11 +312,6 @@ static PyObject *fastcut_plain_total(PyObject *self, PyObject *const *args, Py_s
         }
     }
     return Py_BuildValue("(LN)", total, misses);
-other_or_error:
-    if (PyErr_Occurred()) goto fail;
-other:
-    Py_DECREF(misses);
-    Py_RETURN_NONE;
 fail:
     Py_DECREF(misses);
     return NULL;
@@ -303,8 +319,7 @@ fail:
 
 /* plain_run(messages, hi, lo, envelopes, cache, shift, total, bound, limit)
  *     -> (list[int], int): messages[hi-1], messages[hi-2], ... down to messages[lo],
- * counted while each is a plain {"role": str, "content": str} dict whose role is a key of
- * ``envelopes`` and whose content ``cache`` holds with its length (as plain_total reads
+ * counted while each is a plain message whose content is cached (as plain_total reads
  * them): their counts, newest first, and ``total`` plus their sum. Stops before the first
  * message that is not (the caller counts it), and after the one that takes the sum past
  * ``bound`` or makes ``limit`` counts. */
@@ -323,63 +338,31 @@ static PyObject *fastcut_plain_run(PyObject *self, PyObject *const *args, Py_ssi
     if (hi == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t lo = PyLong_AsSsize_t(args[2]);
     if (lo == -1 && PyErr_Occurred()) return NULL;
-    int shift = (int)PyLong_AsLong(args[5]);
-    if (shift == -1 && PyErr_Occurred()) return NULL;
+    int shift = read_shift(args[5]);
+    if (shift < 0) return NULL;
     long long total = PyLong_AsLongLong(args[6]);
     if (total == -1 && PyErr_Occurred()) return NULL;
     long long bound = PyLong_AsLongLong(args[7]);
     if (bound == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t limit = PyLong_AsSsize_t(args[8]);
     if (limit == -1 && PyErr_Occurred()) return NULL;
-    if (shift <= 0 || shift >= 62) {
-        PyErr_SetString(PyExc_ValueError, "shift must be in 1..61");
-        return NULL;
-    }
     if (hi > PyList_GET_SIZE(messages)) hi = PyList_GET_SIZE(messages);
     if (lo < 0) lo = 0;
-    static PyObject *role_key = NULL, *content_key = NULL;
-    if (role_key == NULL) {
-        role_key = PyUnicode_InternFromString("role");
-        content_key = PyUnicode_InternFromString("content");
-        if (role_key == NULL || content_key == NULL) return NULL;
-    }
-    long long mask = (1LL << shift) - 1;
     PyObject *counts = PyList_New(0);
     if (counts == NULL) return NULL;
     for (Py_ssize_t i = hi - 1; i >= lo && PyList_GET_SIZE(counts) < limit; i--) {
-        PyObject *m = PyList_GET_ITEM(messages, i);
-        if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) break;
-        PyObject *role = PyDict_GetItemWithError(m, role_key);
-        if (role == NULL) goto stop_or_error;
-        PyObject *content = PyDict_GetItemWithError(m, content_key);
-        if (content == NULL) goto stop_or_error;
-        if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(content)) break;
-        PyObject *env = PyDict_GetItemWithError(envelopes, role);
-        if (env == NULL) goto stop_or_error;
-        long long e = PyLong_AsLongLong(env);
-        if (e == -1 && PyErr_Occurred()) goto fail;
-        Py_hash_t h = PyObject_Hash(content);
-        if (h == -1) goto fail;
-        PyObject *key = PyLong_FromSsize_t(h);
-        if (key == NULL) goto fail;
-        PyObject *v = PyDict_GetItemWithError(cache, key);
-        Py_DECREF(key);
-        if (v == NULL) goto stop_or_error;
-        long long value = PyLong_AsLongLong(v);
-        if (value == -1 && PyErr_Occurred()) goto fail;
-        if (value < 0 || (value >> shift) != (long long)PyUnicode_GET_LENGTH(content)) break;
-        long long t = e + (value & mask);
-        PyObject *item = PyLong_FromLongLong(t);
+        long long envelope = 0, count = 0;
+        int kind = plain_message(PyList_GET_ITEM(messages, i), envelopes, cache, shift, &envelope, &count);
+        if (kind < 0) goto fail;
+        if (kind != PLAIN_COUNTED) break;
+        PyObject *item = PyLong_FromLongLong(envelope + count);
         if (item == NULL) goto fail;
         int bad = PyList_Append(counts, item);
         Py_DECREF(item);
         if (bad < 0) goto fail;
-        total += t;
+        total += envelope + count;
         if (total > bound) break;
     }
-    return Py_BuildValue("(NL)", counts, total);
-stop_or_error:
-    if (PyErr_Occurred()) goto fail;
     return Py_BuildValue("(NL)", counts, total);
 fail:
     Py_DECREF(counts);
