@@ -410,20 +410,21 @@ class EnvelopeCounter(MessageCounter):
         return self.tokenizer.plain_run(messages, hi, lo, self._role_tokens, total, bound, limit)
 
     def count(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
-        # A chat history of plain {"role", "content"} dicts is summed in one C loop (the
-        # envelope per role, the cached count per text); any other shape message by message.
-        if type(messages) is list and messages:
-            plain = self.tokenizer.plain_total(messages, self._role_tokens)
-            if plain is not None:
-                return self.base(tools) + plain
+        plain = self._plain_total(messages)
+        if plain is not None:
+            return self.base(tools) + plain
         return super().count(messages, tools)
 
     def total(self, messages: Sequence[Message]) -> int:
+        plain = self._plain_total(messages)
+        return plain if plain is not None else super().total(messages)
+
+    def _plain_total(self, messages: Any) -> int | None:
+        """A chat history of plain {"role", "content"} dicts summed in one C loop (the
+        envelope per role, the cached count per text); None: count message by message."""
         if type(messages) is list and messages:
-            plain = self.tokenizer.plain_total(messages, self._role_tokens)
-            if plain is not None:
-                return plain
-        return super().total(messages)
+            return self.tokenizer.plain_total(messages, self._role_tokens)
+        return None
 
     def _message(self, msg: Any) -> int:
         role = validated_role(msg)
