@@ -352,18 +352,14 @@ class ListIndex:
         while i > lo:
             limit = i - lo if most is None else most - n - len(starts) + 1
             run = counter.plain_run(src, i, lo, total, bound, limit)
-            if run:
-                counts, total = run[0], run[1]
-                if counts:
-                    k = len(counts)
-                    starts.extend(range(i - 1, i - 1 - k, -1))
-                    sums.extend(counts)
-                    tokens.extend(counts)
-                    i -= k
-                    if total > bound or (most is not None and n + len(starts) > most):
-                        break
-                    if i <= lo:
-                        break
+            if run is not None and run[0]:  # each plain message its own group
+                counts, total = run
+                starts.extend(range(i - 1, i - 1 - len(counts), -1))
+                sums.extend(counts)
+                tokens.extend(counts)
+                i -= len(counts)
+                if i <= lo or total > bound or (most is not None and n + len(starts) > most):
+                    break
             start = group_start(src, i - 1, lo)
             counts = [count(src[k]) for k in range(i - 1, start - 1, -1)]
             t = sum(counts)
