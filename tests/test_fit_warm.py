@@ -49,7 +49,8 @@ def counted() -> Iterator[list[int]]:
 
 
 def opening(n: int) -> list[dict[str, Any]]:
-    """A system message and ``n`` older turns (the memo keeps lists of 32 or more)."""
+    """A system message and ``n`` older turns (the memo keeps a list of 32 or more from
+    its first read, a shorter one from its second)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": text(12, 1)}]
     for i in range(n):
         role = "user" if i % 2 == 0 else "assistant"
@@ -116,6 +117,7 @@ EDITS = st.lists(
     share=st.sampled_from([0.5, 1.0]),
     tools=st.booleans(),
     clear=st.booleans(),
+    start=st.sampled_from([0, 5, 40]),
 )
 def test_warm_fit_is_the_full_paths_plan(
     turns: list[list[dict[str, Any]]],
@@ -126,6 +128,7 @@ def test_warm_fit_is_the_full_paths_plan(
     share: float,
     tools: bool,
     clear: bool,
+    start: int,
 ) -> None:
     forget()
     m = model(window)
@@ -142,7 +145,7 @@ def test_warm_fit_is_the_full_paths_plan(
         "clear_tool_results": clear,
         "keep_tool_results": 1,
     }
-    msgs = opening(40)
+    msgs = opening(start)
     with counted() as answers:
         for i, turn in enumerate(turns):
             kind, seed = edits[i % len(edits)]
@@ -169,8 +172,10 @@ def test_warm_fit_is_the_full_paths_plan(
                     same(again, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
     event(f"warm answers: {min(answers[0], 3)}")
     event(f"grown answers: {min(answers[1], 3)}")
-    # (a plan that cleared a tool result sends copies: the warm path declines it)
-    assert answers[0] > 0 or not turns or clear
+    # (a plan that cleared a tool result sends copies: the warm path declines it; a short
+    # list is remembered from its second read, and reasoning in an early turn converts it
+    # for good: test_a_short_list_is_remembered_from_its_second_read answers those)
+    assert answers[0] > 0 or not turns or clear or start < 32
 
 
 def test_warm_fit_answers_a_plain_list(caplog: pytest.LogCaptureFixture) -> None:
@@ -198,6 +203,37 @@ def test_warm_fit_answers_a_plain_list(caplog: pytest.LogCaptureFixture) -> None
     assert len(a.dropped)
 
 
+def test_a_short_list_is_remembered_from_its_second_read() -> None:
+    """A chat loop's short list (under 32 messages) is read afresh once, remembered from
+    its second fit, and grown from its third, also where its pinned question moves the
+    history's start after the first turn; a new list every call (a request parsed once)
+    is never answered from the memo, and neither is a list a parse vouched for."""
+    from tokenflex.formats.body import vouch
+
+    forget()
+    # (pin=1: the history starts after the first question once there is an older one)
+    opts: dict[str, Any] = {"model": model(8000), "max_tokens": 300, "pin": 1}
+    msgs = opening(0)
+    with counted() as answers:
+        for turn in range(6):
+            msgs.append({"role": "user", "content": text(4, turn)})
+            plan = tokenflex.fit(msgs, **opts)
+            with full_path():
+                same(plan, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
+            assert answers[1] == max(0, turn - 1)  # grown from the third fit on
+            msgs.append({"role": "assistant", "content": text(6, turn)})
+        grown = tokenflex.fit(msgs, **opts)  # the answer appended: grown
+        same(tokenflex.fit(msgs, **opts), grown)  # unchanged: warm
+        assert answers == [1, 5]
+        for _ in range(3):  # a new list each time, with the same items
+            tokenflex.fit(list(msgs), **opts)
+        parsed = list(msgs)
+        for _ in range(3):  # the same object, vouched for by a parse each time
+            vouch(parsed, "chat")
+            tokenflex.fit(parsed, **opts)
+        assert answers == [1, 5]
+
+
 GROWN_EDITS = st.lists(
     st.tuples(
         st.sampled_from(["none", "none", "edit", "copy", "think", "truncate"]),
@@ -216,6 +252,7 @@ GROWN_EDITS = st.lists(
     max_tokens=st.sampled_from([64, 300]),
     pin=st.integers(0, 2),
     rounds=st.booleans(),
+    start=st.sampled_from([0, 5, 40]),
     options=st.fixed_dictionaries(
         {},
         optional={
@@ -234,6 +271,7 @@ def test_grown_fit_is_the_full_paths_plan(
     max_tokens: int,
     pin: int,
     rounds: bool,
+    start: int,
     options: dict[str, Any],
 ) -> None:
     """A list that grows by appending, fitted every turn: each plan, the grown path
@@ -250,7 +288,7 @@ def test_grown_fit_is_the_full_paths_plan(
             [m for m in t if m["role"] in ("user", "assistant") and m.get("content")] for t in turns
         ]
     opts: dict[str, Any] = {"model": model(window), "max_tokens": max_tokens, "pin": pin, **options}
-    msgs = opening(40)
+    msgs = opening(start)
     with counted() as answers:
         for i, turn in enumerate(turns):
             edit_and_grow(msgs, *edits[i % len(edits)], turn)

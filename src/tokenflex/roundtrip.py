@@ -92,7 +92,10 @@ class Prepared:
 
 
 _MEMO_MIN = 32
-"""Lists shorter than this are read afresh every call (cheap, and nothing is kept)."""
+"""Lists shorter than this are remembered from their second read: a chat loop's list comes
+back every turn, a short request parsed once (the proxy's) is read afresh."""
+_SEEN_SIZE = 8
+"""Short lists noted on their first read (:meth:`_Memo.seen`)."""
 _MEMO_SIZE = 4
 """Lists remembered (each with a copy of its items and its conversion)."""
 
@@ -117,7 +120,22 @@ class _Memo:
 
     def __init__(self) -> None:
         self._reads: dict[int, _Read] = {}
+        self._seen: dict[int, list[Any]] = {}
         self._lock = threading.Lock()
+
+    def seen(self, messages: list[Any]) -> bool:
+        """Whether the short list ``messages`` (this very object) was read before; noted
+        for the next read if not (the last :data:`_SEEN_SIZE`, held so their ids stay
+        theirs). A list read once is not worth remembering; one read again is a loop's."""
+        key = id(messages)
+        if self._seen.get(key) is messages:
+            return True
+        with self._lock:
+            self._seen.pop(key, None)
+            while len(self._seen) >= _SEEN_SIZE:
+                del self._seen[next(iter(self._seen))]
+            self._seen[key] = messages
+        return False
 
     def get(self, messages: list[Any]) -> _Read | None:
         read = self._reads.get(id(messages))
@@ -133,10 +151,12 @@ class _Memo:
     def forget(self, messages: Sequence[Any]) -> None:
         with self._lock:
             self._reads.pop(id(messages), None)
+            self._seen.pop(id(messages), None)
 
     def clear(self) -> None:
         with self._lock:
             self._reads.clear()
+            self._seen.clear()
 
 
 _MEMO = _Memo()
@@ -207,7 +227,13 @@ def prepare(
         else tools
     )
     checked_as = vouched(messages) if type(messages) is list else None
-    if not (reuse and type(messages) is list and len(messages) >= _MEMO_MIN) or lazy_history:
+    if (
+        not reuse
+        or type(messages) is not list
+        or lazy_history
+        or (len(messages) < _MEMO_MIN and (checked_as is not None or not _MEMO.seen(messages)))
+    ):
+        # (a short list a parse vouched for is a request read once: not even noted)
         prepared = _prepare(messages, format, system, counted, tools, keep_reasoning, lazy_history)
         return _trusted(prepared, checked_as)
     key = (format, keep_reasoning)

@@ -217,8 +217,9 @@ class ListIndex:
     fields, and before every use the messages a solve could read (newest first, as far
     as those limits) are compared with them (one C-speed list comparison); a message edited
     in place, or replaced by one that is not equal, makes it count afresh. An edit inside a
-    nested value is not seen (as :mod:`tokenflex.roundtrip` says). Bound to one model and
-    one history start: any other asks the lazy path (None). Thread-safe.
+    nested value is not seen (as :mod:`tokenflex.roundtrip` says). Bound to one model (any
+    other asks the lazy path: None) and one history start (another, such as a short
+    list's pinned turns growing, counts afresh from there). Thread-safe.
     """
 
     def __init__(self) -> None:
@@ -246,8 +247,11 @@ class ListIndex:
         with self._lock:
             if self._model is None:
                 self._model, self._lo = model, lo
-            elif model is not self._model or lo != self._lo:
+            elif model is not self._model:
                 return None
+            elif lo != self._lo:  # the history starts elsewhere now (a turn got pinned)
+                self._lo = lo
+                self._reset()
             try:
                 return self._view(src, lo, hi, counter, model, (bound, most))
             except BadMessage:
