@@ -348,9 +348,11 @@ def grown_plan(
         index = None  # counts of another model's
     groups = index.groups(pin_end, cur_start) if index is not None else None
     before = memory.previous_cut(source) if memory is not None and opts.cache_stable else None
-    # the cut the full path holds, the growth counted from the counts kept
+    # the cut the full path holds, the growth counted from the counts kept (None: no cut
+    # held, and a record of the plan starts its growth afresh)
+    grown: HistoryCut | None
     if before is None:
-        grown = HistoryCut(0, end=cur_start)
+        grown = None
     elif not before.end:
         grown = replace(before, end=cur_start)
     else:
@@ -379,8 +381,7 @@ def grown_plan(
             return None
         h = _History(index, pin_end, cur_start, *groups, room - used)
         if opts.cache_stable:
-            hold = grown if before is not None else None
-            held = _held(hold, source, h, opts, model, shrinkable, user_opens)
+            held = _held(grown, source, h, opts, model, shrinkable, user_opens)
         else:
             held = _slid(source, h, opts, shrinkable, user_opens)
         if held is None:
@@ -412,9 +413,9 @@ def grown_plan(
     if memory is not None:
         cut = HistoryCut(
             start,
-            end=max(grown.end, cur_start),
-            growth=grown.growth,
-            grown=grown.grown,
+            end=max(grown.end, cur_start) if grown is not None else cur_start,
+            growth=grown.growth if grown is not None else 0.0,
+            grown=grown.grown if grown is not None else 0,
             at=time.time(),
             input_tokens=input_tokens,
         )
