@@ -10,6 +10,13 @@ not (see docs/benchmarks.md)::
 
     PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         .venv/bin/python scripts/bench_turns.py conv 100000 3
+
+``split`` (``split list``, ``split 8192``: a Conversation's window) splits a session's
+wall-clock time into tiktoken's encodes (timed one by one inside the session) and the
+rest, tokenflex's own work, against the floor measured between its runs: the median of
+``reps`` rounds (default 7)::
+
+    PYTHONPATH=src .venv/bin/python scripts/bench_turns.py split list
 """
 
 from __future__ import annotations
@@ -24,8 +31,75 @@ import bench_fit as bf
 import tokenflex
 
 
+def split(which: str, reps: int) -> None:
+    """Print a session's time split into tiktoken's encodes and the rest (see above)."""
+    import statistics
+    import time
+
+    import tiktoken
+
+    model = bf.tf_model()
+    system, pairs = bf.session()
+    pairs = pairs[:300]
+    opts = bf.fit_options(model)
+    enc = bf.encoding()
+    encode = tiktoken.Encoding.encode_ordinary
+    spent = [0.0]
+
+    def timed(self: tiktoken.Encoding, text: str) -> list[int]:
+        t = time.perf_counter()
+        ids = encode(self, text)
+        spent[0] += time.perf_counter() - t
+        return ids
+
+    def floor() -> None:
+        for user, assistant in pairs:
+            len(enc.encode_ordinary(user["content"]))
+            len(enc.encode_ordinary(assistant["content"]))
+
+    def growing() -> None:
+        msgs = [system]
+        for user, assistant in pairs:
+            msgs.append(user)
+            tokenflex.fit(msgs, **opts)
+            msgs.append(assistant)
+
+    run = growing if which == "list" else bf.conversation_session(system, pairs, model, int(which))
+    tokenflex.fit([system], **opts)
+    rounds: list[tuple[float, float, float, float]] = []
+    for _ in range(reps):
+        bf.clear_tokenflex()
+        t = time.perf_counter()
+        floor()
+        bare = time.perf_counter() - t
+        spent[0] = 0.0
+        tiktoken.Encoding.encode_ordinary = timed  # type: ignore[method-assign]
+        try:
+            floor()
+            in_floor = spent[0]
+            bf.clear_tokenflex()
+            spent[0] = 0.0
+            t = time.perf_counter()
+            run()
+            total, in_session = time.perf_counter() - t, spent[0]
+        finally:
+            tiktoken.Encoding.encode_ordinary = encode  # type: ignore[method-assign]
+        rounds.append((bare, in_floor, total, in_session))
+    bare, in_floor, total, in_session = (statistics.median(r) for r in zip(*rounds, strict=True))
+    name = "fit(growing list)" if which == "list" else f"Conversation, B = {int(which):,}"
+    print(
+        f"{name}, 300 turns: {total * 1000:.1f} ms = encodes {in_session * 1000:.1f} ms "
+        f"({in_session / in_floor:.2f}x their time in the floor's loop) + the rest "
+        f"{(total - in_session) * 1000:.1f} ms ({(total - in_session) / 300 * 1e6:.0f} us a "
+        f"turn); floor {bare * 1000:.1f} ms; ratio {total / bare:.2f}x"
+    )
+
+
 def main() -> None:
     which = sys.argv[1]
+    if which == "split":
+        split(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 7)
+        return
     window = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     model = bf.tf_model()
