@@ -85,9 +85,8 @@ class HistoryCut:
         """
         if end <= self.end:
             return self
-        n = min(self.grown, GROWTH_REQUESTS - 1) + 1
-        growth = self.growth + (tokens - self.growth) / n
-        return HistoryCut(  # built directly: a conversation's every turn comes here
+        _, growth, grown = self.grown_by(end, tokens)
+        return HistoryCut(  # built directly, every field given
             self.start,
             cleared_before=self.cleared_before,
             reasoning_before=self.reasoning_before,
@@ -95,10 +94,22 @@ class HistoryCut:
             summarized_before=self.summarized_before,
             end=end,
             growth=growth,
-            grown=self.grown + 1,
+            grown=grown,
             at=self.at,
             input_tokens=self.input_tokens,
         )
+
+    def grown_by(self, end: int, tokens: int) -> tuple[int, float, int]:
+        """``(end, growth, grown)`` of :meth:`appended`, without the cut (a conversation's
+        fast path reads them on every turn and writes one record).
+
+        >>> HistoryCut(0, end=4, growth=100.0, grown=1).grown_by(6, 300)
+        (6, 200.0, 2)
+        """
+        if end <= self.end:
+            return self.end, self.growth, self.grown
+        n = min(self.grown, GROWTH_REQUESTS - 1) + 1
+        return end, self.growth + (tokens - self.growth) / n, self.grown + 1
 
 
 _FLOAT_FIELDS = frozenset({"growth", "at"})

@@ -348,15 +348,15 @@ def grown_plan(
         index = None  # counts of another model's
     groups = index.groups(pin_end, cur_start) if index is not None else None
     before = memory.previous_cut(source) if memory is not None and opts.cache_stable else None
-    # the cut the full path holds, the growth counted from the counts kept (None: no cut
-    # held, and a record of the plan starts its growth afresh)
-    grown: HistoryCut | None
+    # the cut the full path holds, and its growth counted from the counts kept: the
+    # ``(end, growth, grown)`` the record of this plan keeps (no cut made for them)
+    growth: tuple[int, float, int]
     if before is None:
-        grown = None
+        growth = (cur_start, 0.0, 0)
     elif not before.end:
-        grown = replace(before, end=cur_start)
+        growth = (cur_start, before.growth, before.grown)
     else:
-        grown = before.appended(cur_start, span(before.end, cur_start))
+        growth = before.grown_by(cur_start, span(before.end, cur_start))
     dropped = previous.dropped
     warnings: tuple[str, ...] = ()
     fits = False
@@ -381,7 +381,7 @@ def grown_plan(
             return None
         h = _History(index, pin_end, cur_start, *groups, room - used)
         if opts.cache_stable:
-            held = _held(grown, source, h, opts, model, shrinkable, user_opens)
+            held = _held(before, growth, source, h, opts, model, shrinkable, user_opens)
         else:
             held = _slid(source, h, opts, shrinkable, user_opens)
         if held is None:
@@ -411,11 +411,12 @@ def grown_plan(
     parts = {"system": system, "pinned": pinned, "history": history, "current": current}
     shared = None
     if memory is not None:
+        end, per_request, requests = growth
         cut = HistoryCut(
             start,
-            end=max(grown.end, cur_start) if grown is not None else cur_start,
-            growth=grown.growth if grown is not None else 0.0,
-            grown=grown.grown if grown is not None else 0,
+            end=max(end, cur_start),
+            growth=per_request,
+            grown=requests,
             at=time.time(),
             input_tokens=input_tokens,
         )
@@ -489,6 +490,7 @@ def _soft(h: _History, opts: FitOptions) -> tuple[int, int, str]:
 
 def _held(
     hold: HistoryCut | None,
+    growth: tuple[int, float, int],
     source: Sequence[Message],
     h: _History,
     opts: FitOptions,
@@ -502,7 +504,10 @@ def _held(
     ``budget`` or ``share`` for the older ones; a cut that no longer fits moved as the
     solver moves it, :func:`_moved`): the first message kept, the kept history's tokens,
     the section and its dropped runs. None where anything else is due: nothing must be
-    cut, a shrink step or ``min_messages`` may act, the provider's cache expired."""
+    cut, a shrink step or ``min_messages`` may act, the provider's cache expired.
+    ``growth``: the cut's ``(end, growth, grown)`` with this request counted
+    (:meth:`~tokenflex.session.HistoryCut.grown_by`), which a moved cut's low-water mark
+    reads."""
     lo, hi = h.lo, h.hi
     if (
         hold is None
@@ -533,7 +538,9 @@ def _held(
         b = starts[h.g_hi - fit_k]
         runs = [DropRun("history", lo, b, reason), DropRun("history", b, hold.start, "held")]
     else:  # the held cut does not fit any more: it moves down to the low-water mark
-        moved = _moved(hold, source, h, (soft, fit_k, reason), model, opts, user_opens)
+        end, per_request, requests = growth  # the held cut with this request's growth
+        grown = replace(hold, end=end, growth=per_request, grown=requests)
+        moved = _moved(grown, source, h, (soft, fit_k, reason), model, opts, user_opens)
         if moved is None:
             return None
         g, runs = moved
