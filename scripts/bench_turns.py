@@ -22,7 +22,9 @@ rest, tokenflex's own work, against the floor measured between its runs: the med
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,26 +33,15 @@ import bench_fit as bf
 import tokenflex
 
 
-def split(which: str, reps: int) -> None:
-    """Print a session's time split into tiktoken's encodes and the rest (see above)."""
-    import statistics
-    import time
-
-    import tiktoken
-
+def sessions() -> tuple[Any, Any, list[Any], Callable[[], None], Callable[[], None]]:
+    """The bench's model, system message and first 300 turns; the floor (tiktoken's
+    ``encode_ordinary`` of each new message, looked up on every call) and the growing
+    list's session over them."""
     model = bf.tf_model()
     system, pairs = bf.session()
     pairs = pairs[:300]
-    opts = bf.fit_options(model)
     enc = bf.encoding()
-    encode = tiktoken.Encoding.encode_ordinary
-    spent = [0.0]
-
-    def timed(self: tiktoken.Encoding, text: str) -> list[int]:
-        t = time.perf_counter()
-        ids = encode(self, text)
-        spent[0] += time.perf_counter() - t
-        return ids
+    opts = bf.fit_options(model)
 
     def floor() -> None:
         for user, assistant in pairs:
@@ -64,8 +55,28 @@ def split(which: str, reps: int) -> None:
             tokenflex.fit(msgs, **opts)
             msgs.append(assistant)
 
+    return model, system, pairs, floor, growing
+
+
+def split(which: str, reps: int) -> None:
+    """Print a session's time split into tiktoken's encodes and the rest (see above)."""
+    import statistics
+    import time
+
+    import tiktoken
+
+    model, system, pairs, floor, growing = sessions()
+    encode = tiktoken.Encoding.encode_ordinary
+    spent = [0.0]
+
+    def timed(self: tiktoken.Encoding, text: str) -> list[int]:
+        t = time.perf_counter()
+        ids = encode(self, text)
+        spent[0] += time.perf_counter() - t
+        return ids
+
     run = growing if which == "list" else bf.conversation_session(system, pairs, model, int(which))
-    tokenflex.fit([system], **opts)
+    tokenflex.fit([system], **bf.fit_options(model))
     rounds: list[tuple[float, float, float, float]] = []
     for _ in range(reps):
         bf.clear_tokenflex()
@@ -102,23 +113,8 @@ def main() -> None:
         return
     window = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    model = bf.tf_model()
-    system, pairs = bf.session()
-    pairs = pairs[:300]
-    enc = bf.encoding()
+    model, system, pairs, floor, growing = sessions()
     opts = bf.fit_options(model)
-
-    def floor() -> None:
-        for user, assistant in pairs:
-            len(enc.encode_ordinary(user["content"]))
-            len(enc.encode_ordinary(assistant["content"]))
-
-    def growing() -> None:
-        msgs = [system]
-        for user, assistant in pairs:
-            msgs.append(user)
-            tokenflex.fit(msgs, **opts)
-            msgs.append(assistant)
 
     def nothing() -> None:
         return None
