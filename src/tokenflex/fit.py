@@ -98,6 +98,8 @@ PINNED_ROLES = ("system", "developer")
 
 def check_messages(messages: Any) -> Sequence[Message]:
     """``messages`` if it is a list of messages, else :class:`InvalidMessagesError`."""
+    if type(messages) is list:  # (the usual call: no ABC checks)
+        return messages
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
         raise InvalidMessagesError(
             f"messages must be a list of message dicts, got {type(messages).__name__}. "
@@ -685,7 +687,7 @@ def _fit_flow(
     started = time.perf_counter()
     # a chat loop's call (the same flat options every turn, or none but max_tokens):
     # its options are checked once per set of values, not on every turn
-    grouped = any(v is not None for v in groups.values())
+    grouped = list(groups.values()).count(None) < len(groups)  # (a group given)
     opts = None if grouped else flat_options(max_tokens, options)
     given = _NOTHING
     if opts is None:
@@ -827,11 +829,11 @@ def _index_bound(model: Model, opts: FitOptions) -> int:
     """The largest room of a fit (the window, or a smaller input cap): the bound a
     :class:`~tokenflex.engine.ListIndex` view is read with, by the layout and by the warm
     path's record alike."""
-    return min(
-        c
-        for c in (model.context_window, model.max_input_tokens, opts.max_input_tokens)
-        if c is not None
-    )
+    bound = model.context_window
+    for cap in (model.max_input_tokens, opts.max_input_tokens):
+        if cap is not None and cap < bound:
+            bound = cap
+    return bound
 
 
 def _copies(messages: Sequence[Any], fixed: tuple[int, int]) -> list[Any]:

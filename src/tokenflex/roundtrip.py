@@ -61,7 +61,8 @@ class Prepared:
     converted: Converted | None
     """None on the fast path (plain chat dicts: nothing to give back)."""
     checked: dict[Any, int] = field(default_factory=dict)
-    """Per model (:func:`_model_key`): how many leading messages are checked."""
+    """Per model (the :class:`Model`, or its id where it cannot be hashed): how many
+    leading messages are checked."""
     marks: dict[int, Any] = field(default_factory=dict)
     """A converted request read again: caller's index -> :func:`_mark` of the items of
     the unit that starts there, as they were converted (see :func:`fresh`)."""
@@ -422,14 +423,6 @@ def _prepare(
     return Prepared(conv.messages, counted, tools, conv)
 
 
-def _model_key(model: Model) -> Any:
-    try:
-        hash(model)
-    except TypeError:  # a Model built with a list field
-        return id(model)
-    return model
-
-
 def check_prepared(prepared: Prepared, model: Model) -> None:
     """Check every internal message (kept or not) the way counting reads it, naming the
     caller's index: the first of the items a unit stands for, or ``system=``. Each
@@ -441,8 +434,12 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
         InvalidInputError: a tool that cannot be sent as JSON.
     """
     _check_sent_as_given(prepared)
-    key = _model_key(model)
-    start = prepared.checked.get(key, 0)
+    key: Any = model
+    try:
+        start = prepared.checked.get(key, 0)
+    except TypeError:  # a Model built with a list field cannot be a key: its id is
+        key = id(model)
+        start = prepared.checked.get(key, 0)
     messages = prepared.messages
     if start >= len(messages):
         return
