@@ -265,6 +265,11 @@ def local_rows(quick: bool) -> list[Row]:
     def conv_session(window: int) -> Callable[[], None]:
         return bf.conversation_session(system, pairs, model, window)
 
+    # The rows above left their 10k- and 100k-message lists in what fit() remembers (the
+    # last four lists): each round's new growing list would push one of them out, and pay
+    # for freeing it (about 1 ms for 100k messages) inside a timed session. A chat loop
+    # pays that once in a process, not once per 300 turns: forgotten here, untimed.
+    forget()
     t = interleaved(
         {
             "floor": (floor, clear),
