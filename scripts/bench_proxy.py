@@ -25,12 +25,17 @@ the end. The machine's load (``os.getloadavg``) is printed beside the table: on 
     .venv/bin/python scripts/bench_proxy.py --quick    # about a minute
     .venv/bin/python scripts/bench_proxy.py --soak 600 # throughput over 10 minutes
     .venv/bin/python scripts/bench_proxy.py --cpu      # CPU per request, in process
+    .venv/bin/python scripts/bench_proxy.py --split    # CPU per request, by process
 
 ``--cpu`` measures what the throughput rows cannot tell apart on a shared machine: the CPU
 time per request of the two apps themselves, in process (driven through
 ``httpx.ASGITransport``, each with an in-memory upstream that answers as the fake one
 does; no sockets, no uvicorn, one thread): the best of a few rounds, the apps alternated,
 with the proxy's log line written (to ``os.devnull``) as ``tokenflex serve`` writes it.
+
+``--split`` runs the throughput rows' closed loops again and divides each process's CPU
+time over a loop (the fake upstream, the proxy measured, the client) by the requests it
+completed: what bounds each proxy's throughput, on the same machine and sockets.
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
@@ -131,9 +136,10 @@ async def closed_loop(url: str, body: bytes, *, seconds: float, clients: int) ->
 
 
 @contextlib.contextmanager
-def servers() -> Iterator[tuple[str, str]]:
+def servers(pids: dict[str, int] | None = None) -> Iterator[tuple[str, str]]:
     """The fake upstream, tokenflex serve and the reference proxy; their base URLs
-    (tokenflex, reference). Stopped on exit."""
+    (tokenflex, reference). Stopped on exit. ``pids``, when given, is filled with each
+    process's id by name (``upstream``, ``tokenflex``, ``reference``)."""
     up, tf, ref = (load_proxy._free_port() for _ in range(3))
     up_url = f"http://{HOST}:{up}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
@@ -165,6 +171,10 @@ def servers() -> Iterator[tuple[str, str]]:
         ),
         subprocess.Popen([py, "-c", _REFERENCE, up_url, str(ref)], env=env, stderr=log),
     ]
+    if pids is not None:
+        pids.update(
+            zip(("upstream", "tokenflex", "reference"), [p.pid for p in procs], strict=True)
+        )
     try:
         load_proxy._wait_up(f"{up_url}/v1/models", procs[0], "fake upstream")
         tf_url, ref_url = f"http://{HOST}:{tf}", f"http://{HOST}:{ref}"
@@ -344,6 +354,45 @@ async def _cpu_rounds(
     return out
 
 
+def cpu_split(
+    sizes: tuple[int, ...] = SIZES, *, seconds: float = 4.0
+) -> list[tuple[int, str, float, dict[str, float]]]:
+    """Where the CPU of a throughput run goes: for each size, each proxy's closed loop
+    (``CONCURRENCY`` clients, as the throughput rows run it) with the CPU time each
+    process spent over it divided by the requests completed: ``(size, proxy, req/s,
+    {process: ms a request})``, the processes being the fake upstream, the proxy measured
+    and the client (this process). A proxy's server is one event loop: it serves at most
+    1 / (its CPU a request) requests a second, and the three processes share 2 cores."""
+    import psutil
+
+    pids: dict[str, int] = {}
+    out: list[tuple[int, str, float, dict[str, float]]] = []
+    with servers(pids) as (tf, ref):
+        client = psutil.Process()
+        for n in sizes:
+            body = request_body(n)
+            for url in (tf, ref):  # warm up
+                asyncio.run(closed_loop(url + "/v1/chat/completions", body, seconds=1.0, clients=2))
+            for name, url in (("reference", ref), ("tokenflex", tf)):
+                procs = {
+                    "upstream": psutil.Process(pids["upstream"]),
+                    name: psutil.Process(pids[name]),
+                }
+                procs["client"] = client
+                before = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+                w = asyncio.run(
+                    closed_loop(
+                        url + "/v1/chat/completions", body, seconds=seconds, clients=CONCURRENCY
+                    )
+                )
+                done = max(1, len(w.latencies))
+                cpu = {
+                    k: (sum(p.cpu_times()[:2]) - before[k]) / done * 1000 for k, p in procs.items()
+                }
+                out.append((n, name, w.rps, cpu))
+    return out
+
+
 def rows(*, quick: bool, soak: float | None = None) -> list[Row]:
     """The proxy rows of the benchmark: (case, tokenflex, reference, ratio, goal, met).
 
@@ -367,7 +416,22 @@ def main() -> int:
     ap.add_argument(
         "--cpu", action="store_true", help="CPU per request of the two apps, in process"
     )
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="CPU per request of each process (upstream, proxy, client) in a throughput run",
+    )
     args = ap.parse_args()
+    if args.split:
+        load = os.getloadavg()
+        for n, name, rps, cpu in cpu_split():
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+            print(f"{n:>5,} messages, {name:<9}: {rps:6,.0f} req/s; ms of CPU a request: {shown}")
+        print(
+            f"{CONCURRENCY} clients; load average {load[0]:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after"
+        )
+        return 0
     if args.cpu:
         load = os.getloadavg()
         for n, (tf, ref) in cpu_per_request().items():
