@@ -35,7 +35,10 @@ with the proxy's log line written (to ``os.devnull``) as ``tokenflex serve`` wri
 
 ``--split`` runs the throughput rows' closed loops again and divides each process's CPU
 time over a loop (the fake upstream, the proxy measured, the client) by the requests it
-completed: what bounds each proxy's throughput, on the same machine and sockets.
+completed: what bounds each proxy's throughput, on the same machine and sockets. It then
+prints what each throughput goal leaves for tokenflex's own work (the server CPU a request
+the goal's rate allows, less the reference server's) beside what parsing the request and
+one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``).
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
@@ -393,6 +396,63 @@ def cpu_split(
     return out
 
 
+def floor_per_request(sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, float]]:
+    """CPU ms of what any fitting proxy must do for each request, in this process:
+    ``(parse, fit)``: the body parsed as the proxy parses it, and one ``tokenflex.fit()``
+    of its messages as a list never seen (the counts cached, no state, no recall, no plan
+    kept: the library alone), best of 3 rounds."""
+    import tokenflex
+    from tokenflex.server._validate import parse_json
+
+    out: dict[int, tuple[float, float]] = {}
+    for n in sizes:
+        raw = request_body(n)
+        k = max(20, 20_000 // n)
+        best = [float("inf"), float("inf")]
+        for _ in range(3):
+            bodies = [parse_json(raw) for _ in range(k)]
+            tokenflex.fit(bodies[0]["messages"], model="gpt-4o", max_tokens=256)
+            start = time.process_time()
+            for _ in range(k):
+                parse_json(raw)
+            best[0] = min(best[0], (time.process_time() - start) / k * 1000)
+            start = time.process_time()
+            for body in bodies:
+                tokenflex.fit(body["messages"], model="gpt-4o", max_tokens=256)
+            best[1] = min(best[1], (time.process_time() - start) / k * 1000)
+        out[n] = (best[0], best[1])
+    return out
+
+
+def print_split() -> None:
+    """``--split``: each process's CPU a request, then what each goal leaves for
+    tokenflex's own work against what parsing and one fit of the request cost."""
+    load = os.getloadavg()
+    split = cpu_split()
+    for n, name, rps, cpu in split:
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+        print(f"{n:>5,} messages, {name:<9}: {rps:6,.0f} req/s; ms of CPU a request: {shown}")
+    print(
+        f"{CONCURRENCY} clients; load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
+    )
+    floor = floor_per_request()
+    print(
+        "\nThe budget (a proxy's server is one event loop: it serves at most 1 / its CPU a "
+        "request):"
+    )
+    for n, name, rps, cpu in split:
+        if name != "reference":
+            continue
+        allowed = 1000 / (GOALS[n] * rps)  # ms of server CPU a request at the goal's rate
+        own = allowed - cpu["reference"]  # beyond what the pass-through's server spends
+        parse, fit = floor[n]
+        print(
+            f"{n:>5,} messages: goal {GOALS[n]} of {rps:,.0f} req/s allows {allowed:.2f} ms "
+            f"of server CPU, {own:.2f} ms beyond the reference's {cpu['reference']:.2f}; "
+            f"parse {parse:.3f} + fit() of a fresh list {fit:.3f} = {parse + fit:.3f} ms"
+        )
+
+
 def rows(*, quick: bool, soak: float | None = None) -> list[Row]:
     """The proxy rows of the benchmark: (case, tokenflex, reference, ratio, goal, met).
 
@@ -423,14 +483,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.split:
-        load = os.getloadavg()
-        for n, name, rps, cpu in cpu_split():
-            shown = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
-            print(f"{n:>5,} messages, {name:<9}: {rps:6,.0f} req/s; ms of CPU a request: {shown}")
-        print(
-            f"{CONCURRENCY} clients; load average {load[0]:.1f} before, "
-            f"{os.getloadavg()[0]:.1f} after"
-        )
+        print_split()
         return 0
     if args.cpu:
         load = os.getloadavg()
