@@ -38,7 +38,8 @@ time over a loop (the fake upstream, the proxy measured, the client) by the requ
 completed: what bounds each proxy's throughput, on the same machine and sockets. It then
 prints what each throughput goal leaves for tokenflex's own work (the server CPU a request
 the goal's rate allows, less the reference server's) beside what parsing the request and
-one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``).
+one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``), and the
+CPU of the proxy's upstream exchange against the reference's (``upstream_exchange``).
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
@@ -139,10 +140,13 @@ async def closed_loop(url: str, body: bytes, *, seconds: float, clients: int) ->
 
 
 @contextlib.contextmanager
-def servers(pids: dict[str, int] | None = None) -> Iterator[tuple[str, str]]:
-    """The fake upstream, tokenflex serve and the reference proxy; their base URLs
-    (tokenflex, reference). Stopped on exit. ``pids``, when given, is filled with each
-    process's id by name (``upstream``, ``tokenflex``, ``reference``)."""
+def servers(
+    pids: dict[str, int] | None = None, config: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """The fake upstream, tokenflex serve (with the TOML file ``config`` when given) and
+    the reference proxy; their base URLs (tokenflex, reference). Stopped on exit.
+    ``pids``, when given, is filled with each process's id by name (``upstream``,
+    ``tokenflex``, ``reference``)."""
     up, tf, ref = (load_proxy._free_port() for _ in range(3))
     up_url = f"http://{HOST}:{up}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
@@ -167,6 +171,7 @@ def servers(pids: dict[str, int] | None = None) -> Iterator[tuple[str, str]]:
                 str(tf),
                 "--host",
                 HOST,
+                *(["--config", config] if config else []),
             ],
             env=env,
             stdout=log,
@@ -288,10 +293,11 @@ def _in_memory_upstream() -> httpx.AsyncClient:
 
 
 def cpu_per_request(
-    sizes: tuple[int, ...] = SIZES, *, rounds: int = 5
+    sizes: tuple[int, ...] = SIZES, *, rounds: int = 5, config: str | None = None
 ) -> dict[int, tuple[float, float]]:
     """CPU ms per request of (tokenflex, reference) by request size, in process: the best
-    of ``rounds`` runs of each app, alternated (see ``--cpu``)."""
+    of ``rounds`` runs of each app, alternated (see ``--cpu``); ``config``: the proxy's
+    TOML config file."""
     import logging
 
     from starlette.applications import Starlette
@@ -312,7 +318,7 @@ def cpu_per_request(
         return Response(r.content, status_code=r.status_code, media_type="application/json")
 
     reference = Starlette(routes=[Route("/v1/chat/completions", forward, methods=["POST"])])
-    app = create_app(ServerConfig.load(upstream="http://upstream", discover=False))
+    app = create_app(ServerConfig.load(config, upstream="http://upstream", discover=False))
     proxy = app.state.proxy
     logger = logging.getLogger("tokenflex")
     with open(os.devnull, "w") as sink:
@@ -358,7 +364,7 @@ async def _cpu_rounds(
 
 
 def cpu_split(
-    sizes: tuple[int, ...] = SIZES, *, seconds: float = 4.0
+    sizes: tuple[int, ...] = SIZES, *, seconds: float = 4.0, config: str | None = None
 ) -> list[tuple[int, str, float, dict[str, float]]]:
     """Where the CPU of a throughput run goes: for each size, each proxy's closed loop
     (``CONCURRENCY`` clients, as the throughput rows run it) with the CPU time each
@@ -370,7 +376,7 @@ def cpu_split(
 
     pids: dict[str, int] = {}
     out: list[tuple[int, str, float, dict[str, float]]] = []
-    with servers(pids) as (tf, ref):
+    with servers(pids, config) as (tf, ref):
         client = psutil.Process()
         for n in sizes:
             body = request_body(n)
@@ -424,11 +430,82 @@ def floor_per_request(sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, 
     return out
 
 
-def print_split() -> None:
+def upstream_exchange(messages: int = 10, count: int = 2000) -> tuple[float, float]:
+    """CPU ms of one upstream exchange over a real socket to the fake upstream, one
+    request at a time, in this process: ``(tokenflex, plain)``, the proxy's
+    (:class:`~tokenflex.server._upstream.Upstream`: the client's headers filtered, the
+    send under its deadline, the answer read streamed and bounded, its headers filtered)
+    against an ``httpx.AsyncClient.post`` as the reference proxy sends; best of 3 rounds,
+    alternated."""
+    from starlette.datastructures import Headers
+
+    from tokenflex.server import ServerConfig
+    from tokenflex.server._upstream import Upstream
+
+    port = load_proxy._free_port()
+    url = f"http://{HOST}:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
+    proc = subprocess.Popen(
+        [sys.executable, load_proxy.__file__, "--serve-upstream", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    body = request_body(messages)
+    client_headers = Headers(
+        {
+            "content-type": "application/json",
+            "authorization": "Bearer sk-bench",
+            "host": f"{HOST}:8787",
+            "accept": "*/*",
+            "accept-encoding": "gzip, deflate",
+            "connection": "keep-alive",
+            "content-length": str(len(body)),
+        }
+    )
+
+    async def rounds() -> tuple[float, float]:
+        upstream = Upstream(ServerConfig.load(upstream=url, discover=False))
+        plain = httpx.AsyncClient(base_url=url, timeout=30, trust_env=False)
+        target = upstream.url("/v1/chat/completions")
+
+        async def ours() -> None:
+            headers = upstream.request_headers(client_headers, HOST)
+            response = await upstream.send("POST", target, headers, body)
+            await upstream.buffered(response, {"x-tokenflex-input-tokens": "1"})
+
+        async def reference() -> None:
+            r = await plain.post(
+                "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+            )
+            _ = r.content
+
+        best = {"ours": float("inf"), "reference": float("inf")}
+        try:
+            for _ in range(3):
+                for name, one in (("ours", ours), ("reference", reference)):
+                    for _ in range(50):  # warm: the connection
+                        await one()
+                    start = time.process_time()
+                    for _ in range(count):
+                        await one()
+                    best[name] = min(best[name], (time.process_time() - start) / count * 1000)
+        finally:
+            await upstream.aclose()
+            await plain.aclose()
+        return best["ours"], best["reference"]
+
+    try:
+        load_proxy._wait_up(f"{url}/v1/models", proc, "fake upstream")
+        return asyncio.run(rounds())
+    finally:
+        load_proxy.stop([proc])
+
+
+def print_split(config: str | None = None) -> None:
     """``--split``: each process's CPU a request, then what each goal leaves for
     tokenflex's own work against what parsing and one fit of the request cost."""
     load = os.getloadavg()
-    split = cpu_split()
+    split = cpu_split(config=config)
     for n, name, rps, cpu in split:
         shown = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
         print(f"{n:>5,} messages, {name:<9}: {rps:6,.0f} req/s; ms of CPU a request: {shown}")
@@ -451,9 +528,14 @@ def print_split() -> None:
             f"of server CPU, {own:.2f} ms beyond the reference's {cpu['reference']:.2f}; "
             f"parse {parse:.3f} + fit() of a fresh list {fit:.3f} = {parse + fit:.3f} ms"
         )
+    ours, plain = upstream_exchange()
+    print(
+        f"\nOne upstream exchange (10 messages, real socket, one at a time): tokenflex's "
+        f"{ours:.3f} ms of CPU, an httpx post {plain:.3f} ms"
+    )
 
 
-def rows(*, quick: bool, soak: float | None = None) -> list[Row]:
+def rows(*, quick: bool, soak: float | None = None, config: str | None = None) -> list[Row]:
     """The proxy rows of the benchmark: (case, tokenflex, reference, ratio, goal, met).
 
     ``quick``: short phases (about a minute in all); else a few minutes. ``soak``: the
@@ -462,7 +544,7 @@ def rows(*, quick: bool, soak: float | None = None) -> list[Row]:
     if soak is None:
         soak = 15.0 if quick else 120.0
     out: list[Row] = []
-    with servers() as (tf, ref):
+    with servers(config=config) as (tf, ref):
         for n in SIZES:
             out += compare(tf, ref, n, seconds=seconds, rounds=rounds)
         out.append(over_time(tf, ref, seconds=soak, window=5.0 if quick else 10.0))
@@ -481,13 +563,16 @@ def main() -> int:
         action="store_true",
         help="CPU per request of each process (upstream, proxy, client) in a throughput run",
     )
+    ap.add_argument(
+        "--config", help="a TOML config file for tokenflex serve (default: none, the defaults)"
+    )
     args = ap.parse_args()
     if args.split:
-        print_split()
+        print_split(args.config)
         return 0
     if args.cpu:
         load = os.getloadavg()
-        for n, (tf, ref) in cpu_per_request().items():
+        for n, (tf, ref) in cpu_per_request(config=args.config).items():
             print(
                 f"{n:>5,} messages: tokenflex {tf:.2f} ms, reference {ref:.2f} ms of CPU a request"
             )
@@ -498,7 +583,7 @@ def main() -> int:
         return 0
     started = time.monotonic()
     load = os.getloadavg()
-    table = rows(quick=args.quick, soak=args.soak)
+    table = rows(quick=args.quick, soak=args.soak, config=args.config)
     header = ("case", "tokenflex", "reference", "ratio", "goal", "met")
     widths = [max(len(r[i]) for r in (header, *table)) for i in range(len(header))]
     for r in (header, tuple("-" * w for w in widths), *table):
