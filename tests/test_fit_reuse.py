@@ -10,6 +10,7 @@ raises, naming the same index.
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import pytest
@@ -173,6 +174,30 @@ def test_a_kept_message_edited_in_place_is_read_again() -> None:
     msgs[-1]["content"] = [{"type": "text", "text": 5}]
     with pytest.raises(InvalidMessagesError, match=rf"messages\[{len(msgs) - 1}\]"):
         _fit(msgs, "anthropic")
+
+
+def test_a_plan_discarded_for_an_edit_in_place_is_said_so_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A kept message edited in place after the list was read: the plan made from the read
+    is discarded and the list fitted afresh. Its drops were logged when it was made, so
+    the log says it was discarded before the drops of the plan returned."""
+    forget()
+    msgs: list[Any] = []
+    for k in range(200):
+        msgs += _fixed_turn("anthropic", k)
+    _fit(msgs, "anthropic")
+    msgs[-1]["content"] = "answer edited"  # kept, converted when read: read again
+    with caplog.at_level(logging.INFO, logger="tokenflex"):
+        plan = _fit(msgs, "anthropic")
+    lines = [r.getMessage() for r in caplog.records if r.name == "tokenflex"]
+    drops = [i for i, line in enumerate(lines) if line.startswith("tokenflex: dropped ")]
+    discarded = [i for i, line in enumerate(lines) if "discarding the plan" in line]
+    runs = len({(d.section, d.reason) for d in plan.dropped})
+    assert plan.dropped and len(discarded) == 1 and len(drops) == 2 * runs
+    # the discarded plan's drops, the line, then the drops of the plan returned
+    assert drops[runs - 1] < discarded[0] < drops[runs]
+    assert "gpt-4o-reuse" in lines[discarded[0]]
 
 
 def test_items_of_another_format_appended_are_detected_afresh() -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import operator
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -91,6 +92,8 @@ if TYPE_CHECKING:
     from .summarize import Summarizer
 
 __all__ = ["PINNED_ROLES", "FitLayout", "afit", "fit"]
+
+log = logging.getLogger("tokenflex")
 
 PINNED_ROLES = ("system", "developer")
 """Roles of the leading messages that are always kept."""
@@ -792,7 +795,15 @@ def _fit_flow(
             if plain_call and req.given is messages:
                 _remember(final, messages, layout, req, primary, opts, tools)
             return trace_fit(final)
-        forget(messages)  # a kept message was edited in place: read the list afresh
+        # a kept message was edited in place since the list was read: read it afresh (the
+        # drops of the plan made from the old read were logged as it was made: say so)
+        log.info(
+            "tokenflex: discarding the plan just made for %s (the drops logged for it did "
+            "not happen): a message it keeps was edited in place since fit() read the list; "
+            "fitting the list afresh",
+            primary.name,
+        )
+        forget(messages)
         history = None  # (what it gave is in messages now)
         started = time.perf_counter()
 
