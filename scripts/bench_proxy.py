@@ -139,6 +139,23 @@ async def closed_loop(url: str, body: bytes, *, seconds: float, clients: int) ->
     return window
 
 
+def _env() -> dict[str, str]:
+    """The environment of the processes started here: no ``TOKENFLEX_*`` settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
+
+
+def fake_upstream() -> tuple[subprocess.Popen[bytes], str]:
+    """``load_proxy``'s fast fake upstream, started on a free loopback port (not yet
+    answering: wait for ``/v1/models``); the process and its base URL."""
+    port = load_proxy._free_port()
+    proc = subprocess.Popen(
+        [sys.executable, load_proxy.__file__, "--serve-upstream", str(port)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+    )
+    return proc, f"http://{HOST}:{port}"
+
+
 @contextlib.contextmanager
 def servers(
     pids: dict[str, int] | None = None, config: str | None = None
@@ -147,18 +164,14 @@ def servers(
     the reference proxy; their base URLs (tokenflex, reference). Stopped on exit.
     ``pids``, when given, is filled with each process's id by name (``upstream``,
     ``tokenflex``, ``reference``)."""
-    up, tf, ref = (load_proxy._free_port() for _ in range(3))
-    up_url = f"http://{HOST}:{up}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
+    tf, ref = (load_proxy._free_port() for _ in range(2))
+    upstream, up_url = fake_upstream()
+    env = _env()
     log_fd, log_path = tempfile.mkstemp(prefix="tokenflex-bench-proxy-", suffix=".log")
     log = os.fdopen(log_fd, "wb")
     py = sys.executable
     procs = [
-        subprocess.Popen(
-            [py, load_proxy.__file__, "--serve-upstream", str(up)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-        ),
+        upstream,
         subprocess.Popen(
             [
                 py,
@@ -442,14 +455,7 @@ def upstream_exchange(messages: int = 10, count: int = 2000) -> tuple[float, flo
     from tokenflex.server import ServerConfig
     from tokenflex.server._upstream import Upstream
 
-    port = load_proxy._free_port()
-    url = f"http://{HOST}:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOKENFLEX_")}
-    proc = subprocess.Popen(
-        [sys.executable, load_proxy.__file__, "--serve-upstream", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
+    proc, url = fake_upstream()
     body = request_body(messages)
     client_headers = Headers(
         {
