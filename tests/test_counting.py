@@ -26,6 +26,7 @@ from tokenflex.counting.messages import (
     GENERIC_TOKENS_PER_MESSAGE,
     TOOL_CALL_OVERHEAD,
     TOOL_RESULT_OVERHEAD,
+    shared_prefix,
 )
 from tokenflex.counting.tools import GENERIC_TOOLS_PREAMBLE
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
@@ -782,3 +783,23 @@ def test_adjacent_text_parts_cost_no_less_than_their_join(a: str, b: str) -> Non
         parts = cost([{"type": "text", "text": a}, {"type": "output_text", "text": b}])
         assert parts >= cost(a + b), (model, a, b)
         assert parts >= cost(a) + cost(b) - cost(""), (model, a, b)
+
+
+_ITEMS = st.sampled_from(
+    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, 1, 1.0]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.lists(_ITEMS, max_size=12), b=st.lists(_ITEMS, max_size=12), common=st.integers(0, 12))
+def test_shared_prefix_is_the_leading_items_two_lists_share(
+    a: list[Any], b: list[Any], common: int
+) -> None:
+    # the reference: item by item, ``is`` or ``==`` (equal copies share; the longer list
+    # either one; lists that extend each other, the usual case, drawn by ``common``)
+    b = a[:common] + b
+    k = 0
+    while k < min(len(a), len(b)) and (a[k] is b[k] or a[k] == b[k]):
+        k += 1
+    assert shared_prefix(a, b) == k
+    assert shared_prefix(b, a) == k

@@ -74,7 +74,8 @@ def shared_prefix(a: list[Any], b: list[Any]) -> int:
     (2, 1)
     """
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    # (the longer list sliced only: a list's usual successor extends it)
+    if (a == b[:n]) if len(a) == n else (a[:n] == b):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
