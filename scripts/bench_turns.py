@@ -14,9 +14,11 @@ not (see docs/benchmarks.md)::
 ``split`` (``split list``, ``split 8192``: a Conversation's window) splits a session's
 wall-clock time into tiktoken's encodes (timed one by one inside the session) and the
 rest, tokenflex's own work, against the floor measured between its runs: the median of
-``reps`` rounds (default 7)::
+``reps`` rounds (default 7), over the first 300 turns or the number given after ``reps``
+(1,000: the full table's sessions)::
 
     PYTHONPATH=src .venv/bin/python scripts/bench_turns.py split list
+    PYTHONPATH=src .venv/bin/python scripts/bench_turns.py split 8192 5 1000
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ import bench_fit as bf
 import tokenflex
 
 
-def sessions() -> tuple[Any, Any, list[Any], Callable[[], None], Callable[[], None]]:
-    """The bench's model, system message and first 300 turns; the floor (tiktoken's
-    ``encode_ordinary`` of each new message, looked up on every call) and the growing
-    list's session over them."""
+def sessions(
+    turns: int = 300,
+) -> tuple[Any, Any, list[Any], Callable[[], None], Callable[[], None]]:
+    """The bench's model, system message and first ``turns`` turns (300: the quick
+    table's; 1,000: the full one's); the floor (tiktoken's ``encode_ordinary`` of each new
+    message, looked up on every call) and the growing list's session over them."""
     model = bf.tf_model()
     system, pairs = bf.session()
-    pairs = pairs[:300]
+    pairs = pairs[:turns]
     enc = bf.encoding()
     opts = bf.fit_options(model)
 
@@ -58,14 +62,14 @@ def sessions() -> tuple[Any, Any, list[Any], Callable[[], None], Callable[[], No
     return model, system, pairs, floor, growing
 
 
-def split(which: str, reps: int) -> None:
+def split(which: str, reps: int, turns: int = 300) -> None:
     """Print a session's time split into tiktoken's encodes and the rest (see above)."""
     import statistics
     import time
 
     import tiktoken
 
-    model, system, pairs, floor, growing = sessions()
+    model, system, pairs, floor, growing = sessions(turns)
     encode = tiktoken.Encoding.encode_ordinary
     spent = [0.0]
 
@@ -99,9 +103,9 @@ def split(which: str, reps: int) -> None:
     bare, in_floor, total, in_session = (statistics.median(r) for r in zip(*rounds, strict=True))
     name = "fit(growing list)" if which == "list" else f"Conversation, B = {int(which):,}"
     print(
-        f"{name}, 300 turns: {total * 1000:.1f} ms = encodes {in_session * 1000:.1f} ms "
+        f"{name}, {len(pairs):,} turns: {total * 1000:.1f} ms = encodes {in_session * 1000:.1f} ms "
         f"({in_session / in_floor:.2f}x their time in the floor's loop) + the rest "
-        f"{(total - in_session) * 1000:.1f} ms ({(total - in_session) / 300 * 1e6:.0f} us a "
+        f"{(total - in_session) * 1000:.1f} ms ({(total - in_session) / len(pairs) * 1e6:.0f} us a "
         f"turn); floor {bare * 1000:.1f} ms; ratio {total / bare:.2f}x"
     )
 
@@ -109,7 +113,8 @@ def split(which: str, reps: int) -> None:
 def main() -> None:
     which = sys.argv[1]
     if which == "split":
-        split(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 7)
+        reps = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+        split(sys.argv[2], reps, int(sys.argv[4]) if len(sys.argv) > 4 else 300)
         return
     window = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
