@@ -74,8 +74,8 @@ def shared_prefix(a: list[Any], b: list[Any]) -> int:
     (2, 1)
     """
     n = min(len(a), len(b))
-    # (the longer list sliced only: a list's usual successor extends it)
-    if (a == b[:n]) if len(a) == n else (a[:n] == b):
+    # (only a list longer than the other is sliced: a list's usual successor extends it)
+    if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
