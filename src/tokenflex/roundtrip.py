@@ -60,9 +60,10 @@ class Prepared:
     """Tools as the caller gave them (sent by ``plan.request()``)."""
     converted: Converted | None
     """None on the fast path (plain chat dicts: nothing to give back)."""
-    checked: dict[Any, int] = field(default_factory=dict)
-    """Per model (the :class:`Model`, or its id where it cannot be hashed): how many
-    leading messages are checked."""
+    checked: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    """Per model, by its id: the :class:`Model` (held, so its id stays its own) and how
+    many leading messages are checked for it (an equal model of another object checks
+    again: a model is not hashed on every call)."""
     marks: dict[int, Any] = field(default_factory=dict)
     """A converted request read again: caller's index -> :func:`_mark` of the items of
     the unit that starts there, as they were converted (see :func:`fresh`)."""
@@ -181,18 +182,28 @@ def remember(messages: Sequence[Any], last: Any) -> None:
         read.last = last
 
 
-def _same_prefix(read: _Read, messages: list[Any]) -> bool:
-    """Whether ``messages`` opens with the items ``read`` saw (one C-speed pass of
-    ``==``, which is ``is`` for the same objects and equality for equal copies: an
-    equal copy converts to the same internal message, and :func:`finish` gives back
-    the caller's objects from the list itself)."""
+def _read_again(read: _Read, messages: list[Any]) -> list[Any] | None:
+    """The record of ``messages`` for the next read when it opens with the items
+    ``read`` saw (``read.items`` itself where nothing was appended; else a copy), None
+    where it does not: one C-speed pass of ``==`` (which is ``is`` for the same objects
+    and equality for equal copies: an equal copy converts to the same internal message,
+    and :func:`finish` gives back the caller's objects from the list itself), and one
+    copy of a grown list."""
     n = len(read.items)
     if len(messages) < n:
-        return False
+        return None
     try:
-        return (messages if len(messages) == n else messages[:n]) == read.items
+        if len(messages) == n:
+            return read.items if messages == read.items else None
+        items = list(messages)
+        tail = items[n:]
+        del items[n:]  # (compared at the read's length, then made whole: no second copy)
+        if items != read.items:
+            return None
     except Exception:  # an item whose == raises: read it afresh
-        return False
+        return None
+    items += tail
+    return items
 
 
 def prepare(
@@ -239,13 +250,13 @@ def prepare(
         return _trusted(prepared, checked_as)
     key = (format, keep_reasoning)
     read = _MEMO.get(messages)
-    if (
-        read is not None
-        and read.key == key
-        and _same_system(read.system, system)
-        and _same_prefix(read, messages)
-    ):
-        if len(messages) == len(read.items):
+    items = (
+        _read_again(read, messages)
+        if read is not None and read.key == key and _same_system(read.system, system)
+        else None
+    )
+    if read is not None and items is not None:
+        if items is read.items:
             return _trusted(
                 read.prepared.evolved(tools=counted, given_tools=tools, last=read.last),
                 checked_as,
@@ -254,7 +265,7 @@ def prepare(
         if grown is not None:
             grown = _trusted(grown, checked_as)
             grown.last = read.last  # (fit()'s record of the list as it was: it grew since)
-            _MEMO.put(_Read(messages, list(messages), key, system, grown))
+            _MEMO.put(_Read(messages, items, key, system, grown))
             return grown
     prepared = _trusted(
         _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
@@ -263,7 +274,8 @@ def prepare(
     prepared = prepared.evolved(given=messages, index=index)
     if prepared.converted is not None:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
-    _MEMO.put(_Read(messages, list(messages), key, system, prepared))
+    # (a grown list read afresh: the copy made to compare it is its record)
+    _MEMO.put(_Read(messages, list(messages) if items is None else items, key, system, prepared))
     return prepared
 
 
@@ -351,7 +363,7 @@ def _grown(
             *((i + restart, t) for i, t in tail.reasoning),
         ],
     )
-    checked = {k: min(v, keep) for k, v in old.checked.items()}
+    checked = {k: (m, min(v, keep)) for k, (m, v) in old.checked.items()}
     prepared = Prepared(
         grown.messages,
         counted,
@@ -434,12 +446,9 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
         InvalidInputError: a tool that cannot be sent as JSON.
     """
     _check_sent_as_given(prepared)
-    key: Any = model
-    try:
-        start = prepared.checked.get(key, 0)
-    except TypeError:  # a Model built with a list field cannot be a key: its id is
-        key = id(model)
-        start = prepared.checked.get(key, 0)
+    key = id(model)
+    done = prepared.checked.get(key)
+    start = done[1] if done is not None and done[0] is model else 0
     messages = prepared.messages
     if start >= len(messages):
         return
@@ -456,7 +465,7 @@ def check_prepared(prepared: Prepared, model: Model) -> None:
     _check_units(messages, checker, start, len(messages))
     if len(prepared.checked) >= 8:
         prepared.checked.clear()
-    prepared.checked[key] = len(messages)
+    prepared.checked[key] = (model, len(messages))
 
 
 def _is_system_unit(m: Any) -> bool:
