@@ -76,7 +76,8 @@ def _turn(draw: Any, fmt: str, k: int) -> list[Any]:
 @st.composite
 def _story(draw: Any) -> tuple[str, list[Any], list[tuple[str, int, Any]]]:
     """A format, an opening of 32+ items, and steps: append a turn, fit, replace an item
-    by an equal copy, give a message a new content in place."""
+    by an equal copy or by a copy with a new content, give a message a new content in
+    place."""
     fmt = draw(st.sampled_from(FORMATS))
     opening: list[Any] = [{"role": "system", "content": "Be brief."}] if fmt != "anthropic" else []
     k = 0
@@ -85,7 +86,7 @@ def _story(draw: Any) -> tuple[str, list[Any], list[tuple[str, int, Any]]]:
         k += 1
     steps: list[tuple[str, int, Any]] = []
     for _ in range(draw(st.integers(2, 6))):
-        op = draw(st.sampled_from(["append", "fit", "copy", "edit"]))
+        op = draw(st.sampled_from(["append", "fit", "copy", "replace", "edit"]))
         steps.append((op, draw(st.integers(0, 10_000)), draw(_turn(fmt, k))))
         k += 1
     return fmt, opening, steps
@@ -138,6 +139,14 @@ def test_a_list_fitted_again_gives_the_plan_a_fresh_read_gives(
         elif op == "copy":
             i = at % len(msgs)
             msgs[i] = copy.deepcopy(msgs[i])
+        elif op == "replace":
+            # anywhere, read or not: another object, another content (then a turn may
+            # be appended: the grown list's read must see it)
+            i = at % len(msgs)
+            msgs[i] = copy.deepcopy(msgs[i])
+            _edit(msgs, i, " ".join(reversed(WORDS)))
+            if at % 2:
+                msgs += turn
         elif op == "edit":
             # the newest messages: the ones a fit reads (and keeps)
             _edit(msgs, len(msgs) - 1 - at % 4, " ".join(WORDS) * (1 + at % 3))
@@ -234,3 +243,42 @@ def _fixed_turn(fmt: str, k: int) -> list[Any]:
     if fmt == "chat-reasoning":
         answer["reasoning_content"] = "thinking"
     return [{"role": "user", "content": f"question {k}"}, answer]
+
+
+@pytest.mark.parametrize("fmt", ["chat", "chat-reasoning"])
+def test_an_item_replaced_before_a_turn_is_appended_is_read_again(fmt: str) -> None:
+    # a list read before, one of its items replaced by another message, then a turn
+    # appended: the grown list's read compares what it read before, and reads it afresh
+    forget()
+    msgs: list[Any] = [{"role": "system", "content": "Be brief."}]
+    for k in range(20):  # (a list long enough to be remembered at its first read)
+        answer: dict[str, Any] = {"role": "assistant", "content": f"answer {k}"}
+        if fmt == "chat-reasoning":
+            answer["reasoning_content"] = f"thinking {k}"
+        msgs += [{"role": "user", "content": f"question {k}"}, answer]
+    _fit(msgs, fmt)
+    msgs[1] = {"role": "user", "content": " ".join(WORDS * 5)}
+    msgs += [{"role": "user", "content": "and now?"}]
+    plan = _fit(msgs, fmt)
+    _same(plan, _fit(list(msgs), fmt))
+    assert plan.messages[1] is msgs[1]
+
+
+def test_a_model_that_cannot_be_hashed_fits_a_list_turn_after_turn() -> None:
+    # aliases given as a list: the model is no dict key; the checks a remembered list
+    # keeps per model (by identity) still read each new message, and name a bad one
+    model = MODEL.replace(name="gpt-4o-listed", aliases=["listed"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        hash(model)
+    forget()
+    msgs: list[Any] = [{"role": "system", "content": "Be brief."}]
+    for k in range(20):
+        msgs += [{"role": "user", "content": f"q {k}"}, {"role": "assistant", "content": "a"}]
+        msgs.append({"role": "user", "content": "next"})
+        plan = tokenflex.fit(msgs, model=model, max_tokens=200)
+        again = tokenflex.fit(list(msgs), model=model, max_tokens=200)
+        assert (plan.messages, plan.input_tokens) == (again.messages, again.input_tokens)
+        msgs.pop()
+    msgs.append({"role": "user", "content": 7})
+    with pytest.raises(tokenflex.InvalidMessagesError, match=r"messages\[41\]"):
+        tokenflex.fit(msgs, model=model, max_tokens=200)
