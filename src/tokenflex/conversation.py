@@ -294,9 +294,19 @@ class Conversation:
         this call (a group sets the fields it was given).
         """
         started = time.perf_counter()
-        given = (documents, summarize, history, shrink, cache, fallback)
         # (a chat loop's call gives no group: no dict to build)
-        groups = {} if all(g is None for g in given) else dict(zip(_GROUPS, given, strict=True))
+        groups = (
+            {}
+            if documents is None
+            and summarize is None
+            and history is None
+            and shrink is None
+            and cache is None
+            and fallback is None
+            else dict(
+                zip(_GROUPS, (documents, summarize, history, shrink, cache, fallback), strict=True)
+            )
+        )
         opts, documents, summarizer = self._options(max_tokens, groups, overrides)
         if not documents:
             grown = self._grown(opts, summarizer, started)

@@ -524,14 +524,7 @@ def fit(
         keep_reasoning=keep_reasoning,
         recall=recall,
         options=options,
-        groups={
-            "history": history,
-            "documents": documents,
-            "summarize": summarize,
-            "shrink": shrink,
-            "cache": cache,
-            "fallback": fallback,
-        },
+        groups=_groups(history, documents, summarize, shrink, cache, fallback),
     )
     answer: Any = None
     error: Exception | None = None
@@ -617,14 +610,7 @@ async def afit(
         keep_reasoning=keep_reasoning,
         recall=recall,
         options=options,
-        groups={
-            "history": history,
-            "documents": documents,
-            "summarize": summarize,
-            "shrink": shrink,
-            "cache": cache,
-            "fallback": fallback,
-        },
+        groups=_groups(history, documents, summarize, shrink, cache, fallback),
     )
     answer: Any = None
     error: Exception | None = None
@@ -670,6 +656,30 @@ class _ReadHistory:
     page: int
 
 
+def _groups(
+    history: Any, documents: Any, summarize: Any, shrink: Any, cache: Any, fallback: Any
+) -> dict[str, Any] | None:
+    """fit()'s option groups by keyword, None where none was given (a chat loop's call:
+    no dict built)."""
+    if (
+        history is None
+        and documents is None
+        and summarize is None
+        and shrink is None
+        and cache is None
+        and fallback is None
+    ):
+        return None
+    return {
+        "history": history,
+        "documents": documents,
+        "summarize": summarize,
+        "shrink": shrink,
+        "cache": cache,
+        "fallback": fallback,
+    }
+
+
 def _fit_flow(
     messages: Sequence[Message],
     *,
@@ -682,7 +692,7 @@ def _fit_flow(
     keep_reasoning: bool,
     recall: bool,
     options: dict[str, Any],
-    groups: dict[str, Any],
+    groups: dict[str, Any] | None,
 ) -> Generator[Work | _FitStep | _ReadHistory, Any, Plan]:
     """fit() and afit(), written once (sans I/O, as :func:`tokenflex.engine.layout_flow`):
     it yields the work that may call a tokenizer server (:class:`Work`), the history
@@ -690,11 +700,11 @@ def _fit_flow(
     started = time.perf_counter()
     # a chat loop's call (the same flat options every turn, or none but max_tokens):
     # its options are checked once per set of values, not on every turn
-    grouped = list(groups.values()).count(None) < len(groups)  # (a group given)
+    grouped = groups is not None  # (a group given)
     opts = None if grouped else flat_options(max_tokens, options)
     given = _NOTHING
     if opts is None:
-        given = gather("fit()", options, groups) if options or grouped else _NOTHING
+        given = gather("fit()", options, groups or {}) if options or grouped else _NOTHING
         opts = None if given.options else plain_options(max_tokens)
         if opts is None:
             opts = FitOptions.from_kwargs({"max_tokens": max_tokens, **given.options})

@@ -100,15 +100,18 @@ class DroppedItems(Sequence[DroppedItem]):
     def __init__(
         self, runs: Sequence[DropRun], sources: Mapping[str, ItemSource], counter: Any
     ) -> None:
-        self._runs = tuple(r for r in runs if r.stop > r.start)
         self._sources = sources
         self._counter = counter
         self._costs: dict[tuple[str, int], int] = {}
+        kept: list[DropRun] = []
         starts = []
         total = 0
-        for r in self._runs:
-            starts.append(total)
-            total += r.stop - r.start
+        for r in runs:
+            if r.stop > r.start:
+                kept.append(r)
+                starts.append(total)
+                total += r.stop - r.start
+        self._runs = tuple(kept)
         self._starts = starts
         self._len = total
 

@@ -217,7 +217,7 @@ class ObjectMemory:
             # O(what changed): the shared prefix is found at C speed, and its tokens are
             # counted once, as far as a plan shares it (kept, prefix sums, for the next).
             k = shared_prefix(previous, sent)
-            cum = cum[: k + 1]
+            del cum[k + 1 :]  # (this memory's own list: cut in place, not copied)
             message = counter.message
             known = self._counts[1] if self._counts and self._counts[0] is counter else {}
             for m in sent[len(cum) - 1 : k]:

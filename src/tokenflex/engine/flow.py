@@ -408,7 +408,14 @@ def grown_plan(
         return None  # the promise (implied by the room; checked all the same)
     if previous.max_tokens > previous.context_window - previous.safety_margin - used:
         return None  # an output the window cannot give with the required input: flex
-    parts = {"system": system, "pinned": pinned, "history": history, "current": current}
+    sections: dict[str, int] = {"system": system} if system else {}  # the full path's order
+    if pinned:
+        sections["pinned"] = pinned
+    if history:
+        sections["history"] = history
+    if current:
+        sections["current"] = current
+    sections["tools_and_priming"] = base
     shared = None
     if memory is not None:
         end, per_request, requests = growth
@@ -424,7 +431,7 @@ def grown_plan(
     plan = previous.evolved(  # the fields not given are the previous plan's (checked above)
         messages=messages,
         input_tokens=input_tokens,
-        sections={k: v for k, v in parts.items() if v} | {"tools_and_priming": base},
+        sections=sections,
         dropped=dropped,
         warnings=warnings,
         exact=exact,
