@@ -282,3 +282,47 @@ def test_a_model_that_cannot_be_hashed_fits_a_list_turn_after_turn() -> None:
     msgs.append({"role": "user", "content": 7})
     with pytest.raises(tokenflex.InvalidMessagesError, match=r"messages\[41\]"):
         tokenflex.fit(msgs, model=model, max_tokens=200)
+
+
+def _fit_at_once(msgs: list[Any], fmt: str, threads: int = 4) -> list[Any]:
+    """The plans of ``threads`` threads fitting ``msgs`` at the same moment."""
+    import threading
+
+    start = threading.Barrier(threads)
+    plans: list[Any] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            start.wait()
+            plans.append(_fit(msgs, fmt))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    running = [threading.Thread(target=one) for _ in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    assert not errors, errors
+    return plans
+
+
+@pytest.mark.parametrize("fmt", ["chat", "responses"])
+def test_threads_fitting_one_grown_list_at_once_get_the_plan_of_a_fresh_read(fmt: str) -> None:
+    # the list grows between rounds; each round, four threads fit it at the same moment:
+    # one of them extends the record kept of it, the others keep records of their own,
+    # and every plan is the one a fresh read gives
+    forget()
+    msgs: list[Any] = [{"role": "system", "content": "Be brief."}]
+    for k in range(20):
+        msgs += [{"role": "user", "content": f"q {k}"}, {"role": "assistant", "content": "a"}]
+    _fit(msgs, fmt)
+    for k in range(12):
+        msgs += [{"role": "user", "content": f"next {k} " + " ".join(WORDS * (k % 3))}]
+        ref = _fit(list(msgs), fmt)
+        plans = _fit_at_once(msgs, fmt)
+        assert len(plans) == 4
+        for plan in plans:
+            _same(plan, ref)
+        msgs.append({"role": "assistant", "content": f"answer {k}"})

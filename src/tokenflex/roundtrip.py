@@ -11,7 +11,8 @@ of chat messages (``Converted.reasoning``) is listed by the engine's plan itself
 (:class:`tokenflex.engine.TakenOut`).
 
 Pay for what is read, once: :func:`prepare` remembers the last few lists it read (by
-identity, with a copy of their items), so a list fitted again, or grown by appending,
+identity, with a record of their items that a list grown by appending extends), so a
+list fitted again, or grown by appending,
 is converted and checked only where it is new; :func:`check_prepared` checks each unit
 once per model, and not at all where the proxy's parser checked the list as strictly
 (:func:`~tokenflex.formats.body.vouched`). A message edited in place (the same dict
@@ -109,7 +110,9 @@ class _Read:
     given: list[Any]
     """The caller's list (kept: its id stays unique while it is remembered)."""
     items: list[Any]
-    """A copy of its items when it was read."""
+    """Its items when it was read: ``items[:n]``. The list is shared with the reads of
+    the same list grown since, which append to it (never change what is there)."""
+    n: int
     key: tuple[Any, ...]
     system: Any
     prepared: Prepared
@@ -178,32 +181,39 @@ def remember(messages: Sequence[Any], last: Any) -> None:
     it back when the list is read again unchanged, or grown by appending (once: the
     grown list's read keeps the record fit() makes of it)."""
     read = _MEMO.get(messages) if type(messages) is list else None
-    if read is not None and len(read.items) == len(messages):
+    if read is not None and read.n == len(messages):
         read.last = last
 
 
 def _read_again(read: _Read, messages: list[Any]) -> list[Any] | None:
-    """The record of ``messages`` for the next read when it opens with the items
-    ``read`` saw (``read.items`` itself where nothing was appended; else a copy), None
-    where it does not: one C-speed pass of ``==`` (which is ``is`` for the same objects
-    and equality for equal copies: an equal copy converts to the same internal message,
-    and :func:`finish` gives back the caller's objects from the list itself), and one
-    copy of a grown list."""
-    n = len(read.items)
+    """The record of ``messages`` for its next read (``items[:len(messages)]``) when it
+    opens with the items ``read`` saw, None where it does not. One C-speed pass of
+    ``==`` over the list, which is ``is`` for the same objects and never touches them
+    (equality for equal copies: an equal copy converts to the same internal message, and
+    :func:`finish` gives back the caller's objects from the list itself); the record
+    is ``read``'s own list, its appended items added to it (O(the new items)), unless
+    another read of it appended first (then a copy). The items of a list compared
+    unequal stay past ``read.n``, where no read looks."""
+    n, items = read.n, read.items
     if len(messages) < n:
         return None
     try:
-        if len(messages) == n:
-            return read.items if messages == read.items else None
-        items = list(messages)
-        tail = items[n:]
-        del items[n:]  # (compared at the read's length, then made whole: no second copy)
-        if items != read.items:
-            return None
+        if len(messages) > n:
+            with _APPEND_LOCK:
+                if len(items) == n:
+                    items.extend(messages[n:])  # the shared record's new items
+                else:  # another read of this list appended: a record of its own
+                    items = [*items[:n], *messages[n:]]
+        elif len(items) != n:
+            items = items[:n]
+        return items if messages == items else None  # (the new items: themselves)
     except Exception:  # an item whose == raises: read it afresh
         return None
-    items += tail
-    return items
+
+
+_APPEND_LOCK = threading.Lock()
+"""Held to append to a shared record (:func:`_read_again`): of two reads that find it at
+their length, one appends, the other copies."""
 
 
 def prepare(
@@ -256,7 +266,7 @@ def prepare(
         else None
     )
     if read is not None and items is not None:
-        if items is read.items:
+        if len(messages) == read.n:
             return _trusted(
                 read.prepared.evolved(tools=counted, given_tools=tools, last=read.last),
                 checked_as,
@@ -265,7 +275,7 @@ def prepare(
         if grown is not None:
             grown = _trusted(grown, checked_as)
             grown.last = read.last  # (fit()'s record of the list as it was: it grew since)
-            _MEMO.put(_Read(messages, items, key, system, grown))
+            _MEMO.put(_Read(messages, items, len(messages), key, system, grown))
             return grown
     prepared = _trusted(
         _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
@@ -274,8 +284,9 @@ def prepare(
     prepared = prepared.evolved(given=messages, index=index)
     if prepared.converted is not None:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
-    # (a grown list read afresh: the copy made to compare it is its record)
-    _MEMO.put(_Read(messages, list(messages) if items is None else items, key, system, prepared))
+    # (a grown list read afresh: the record it was compared with is its own)
+    record = list(messages) if items is None else items
+    _MEMO.put(_Read(messages, record, len(messages), key, system, prepared))
     return prepared
 
 
@@ -320,7 +331,7 @@ def _grown(
     afresh). Only the appended items are converted and checked, and the last unit
     before them again (a Responses assistant turn goes on with the next item)."""
     old = read.prepared
-    n = len(read.items)
+    n = read.n
     conv = old.converted
     if conv is None:
         if not is_plain_chat(messages[n:]):
