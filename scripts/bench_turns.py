@@ -19,6 +19,16 @@ rest, tokenflex's own work, against the floor measured between its runs: the med
 
     PYTHONPATH=src .venv/bin/python scripts/bench_turns.py split list
     PYTHONPATH=src .venv/bin/python scripts/bench_turns.py split 8192 5 1000
+
+``cuts WINDOW [TURNS]``: a `Conversation` session's time by step (the appends, the fit)
+and its fits by the cut they made (1,000 turns)::
+
+    PYTHONPATH=src .venv/bin/python scripts/bench_turns.py cuts 8192
+
+``grown N``: ``fit()`` of an N-message list grown by one turn, a call's median time beside
+encoding the two messages new since the last fit (the incremental limit of one turn)::
+
+    PYTHONPATH=src .venv/bin/python scripts/bench_turns.py grown 100000
 """
 
 from __future__ import annotations
@@ -110,8 +120,100 @@ def split(which: str, reps: int, turns: int = 300) -> None:
     )
 
 
+def grown(n: int, calls: int = 200) -> None:
+    """Print the median time of ``fit()`` of an ``n``-message list grown by one turn
+    (the user's message appended, fitted, the answer appended), beside the incremental
+    limit: tiktoken's ``encode_ordinary`` of the two messages new since the last fit
+    (the answer before, the question). Each turn's messages are new dicts (with the
+    session's texts); the list's first fit is not timed."""
+    import statistics
+    import time
+
+    model = bf.tf_model()
+    system, pairs = bf.session()
+    enc = bf.encoding()
+    opts = bf.fit_options(model)
+    msgs: list[Any] = [system]
+    k = 0
+    while len(msgs) < n:
+        user, assistant = pairs[k % len(pairs)]
+        msgs += [dict(user), dict(assistant)]
+        k += 1
+    tokenflex.fit(msgs, **opts)
+    fits: list[float] = []
+    limits: list[float] = []
+    for i in range(calls):
+        user, assistant = pairs[i % len(pairs)]
+        user = dict(user)
+        msgs.append(user)
+        t = time.perf_counter()
+        tokenflex.fit(msgs, **opts)
+        fits.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        for new in msgs[-2:]:  # the messages new since the last fit: answer, question
+            len(enc.encode_ordinary(new["content"]))
+        limits.append(time.perf_counter() - t)
+        msgs.append(dict(assistant))
+    fit_us, limit_us = statistics.median(fits) * 1e6, statistics.median(limits) * 1e6
+    print(
+        f"fit() of a {len(msgs) - 2 * calls:,}-message list grown by a turn ({calls} turns): "
+        f"{fit_us:.0f} us a call, median; encoding its two new messages {limit_us:.0f} us "
+        f"({fit_us / limit_us:.1f}x)"
+    )
+
+
+def by_cut(window: int, turns: int = 1000) -> None:
+    """Print a `Conversation` session's time by step (the user's append, the fit, the
+    answer's append) and its fits by the cut they made (the reasons of the plan's dropped
+    runs: ``held`` a cut kept for the cache, ``low_water`` one moved down): how many,
+    the median and the total. Counts cleared first, as in the bench's session."""
+    import collections
+    import statistics
+    import time
+
+    model, system, pairs, _, _ = sessions(turns)
+    m = model.replace(name=f"gpt-4o-{window}", context_window=window + bf.MAX_TOKENS + bf.MARGIN)
+    tokenflex.fit([system], **bf.fit_options(model))
+    bf.clear_tokenflex()
+    conv = tokenflex.Conversation(
+        [system], model=m, safety_margin=bf.MARGIN, history_share=1.0, pin=0
+    )
+    steps = [0.0, 0.0, 0.0]
+    cuts: dict[tuple[str, ...], list[float]] = collections.defaultdict(list)
+    clock = time.perf_counter
+    for user, assistant in pairs:
+        t0 = clock()
+        conv.append(user)
+        t1 = clock()
+        plan = conv.fit(max_tokens=bf.MAX_TOKENS)
+        t2 = clock()
+        conv.append(assistant)
+        t3 = clock()
+        steps[0] += t1 - t0
+        steps[1] += t2 - t1
+        steps[2] += t3 - t2
+        reasons = tuple(dict.fromkeys(r[3] for r in plan.dropped.runs()))
+        cuts[reasons or ("nothing dropped",)].append(t2 - t1)
+    n = len(pairs)
+    print(f"Conversation, B = {window:,}, {n:,} turns, a turn:")
+    for name, total in zip(("append the user's", "fit", "append the answer"), steps, strict=True):
+        print(f"  {name}: {total / n * 1e6:.1f} us")
+    print("  fits by the cut made (reasons of the dropped runs): count, median, total")
+    for reasons, times in sorted(cuts.items(), key=lambda kv: -sum(kv[1])):
+        print(
+            f"    {', '.join(reasons)}: {len(times):,}, {statistics.median(times) * 1e6:.1f} us, "
+            f"{sum(times) * 1000:.1f} ms"
+        )
+
+
 def main() -> None:
     which = sys.argv[1]
+    if which == "cuts":
+        by_cut(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1000)
+        return
+    if which == "grown":
+        grown(int(sys.argv[2]))
+        return
     if which == "split":
         reps = int(sys.argv[3]) if len(sys.argv) > 3 else 7
         split(sys.argv[2], reps, int(sys.argv[4]) if len(sys.argv) > 4 else 300)
