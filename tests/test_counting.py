@@ -395,6 +395,26 @@ def test_counts_treat_special_token_text_as_ordinary_text(parts: list[str]) -> N
     assert count_tokens("<|endoftext|>", model="gpt-4o") > 1
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.characters(exclude_categories=()), max_size=30),  # lone surrogates too
+            st.sampled_from([*_SPECIALS, "\ud800", " " * 40, "\n\n\n"]),
+        ),
+        max_size=6,
+    )
+)
+def test_a_count_is_the_length_of_encode_ordinary(parts: list[str]) -> None:
+    # count() reads the length from tiktoken's token buffer where it can (no Python int
+    # per token), and falls back to encode_ordinary (which repairs lone surrogates): the
+    # same number as the public call, whatever the text
+    text = "".join(parts)
+    for name in ("o200k_base", "cl100k_base"):
+        enc = load_encoding(name)
+        assert TiktokenTokenizer(name).count(text) == len(enc.encode_ordinary(text))
+
+
 def test_counters_are_cached_and_follow_registry_changes() -> None:
     first = get_counter("gpt-4o")
     assert get_counter("gpt-4o") is first
