@@ -293,45 +293,24 @@ def dropped_warning(
     """The warning of one message section that dropped messages (``reasons``: how many
     for each reason, in the order of the runs); also the fast path's, which updates a
     held cut's counts without a pass."""
-    key = (s.name, s.role, s.label, tuple(reasons.items()), window, max_tokens is None)
-    parts = _WARNING_PARTS.get(key)
-    if parts is None:
-        parts = _warning_parts(s, reasons, window, max_tokens)
-        if len(_WARNING_PARTS) >= 256:
-            _WARNING_PARTS.clear()
-        _WARNING_PARTS[key] = parts
-    head, dropped, middle, tail = parts
-    return f"{head}{dropped + kept:,}{middle}{kept:,}{tail[0]}{tokens:,}{tail[1]}"
-
-
-_WARNING_PARTS: dict[tuple[Any, ...], tuple[str, int, str, tuple[str, str]]] = {}
-""":func:`dropped_warning`'s text around the counts a growing history changes every
-turn (the kept messages and their tokens), by what the rest is made of: a
-conversation whose cut is held writes the same parts on every turn."""
-
-
-def _warning_parts(
-    s: Section, reasons: Mapping[str, int], window: int, max_tokens: int | None
-) -> tuple[str, int, str, tuple[str, str]]:
     dropped = sum(reasons.values())
     why = ", ".join([f"{reason}: {n:,}" for reason, n in reasons.items()])
     which = "the newest " if s.role == "history" else ""
-    fix = ""
+    text = (
+        f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
+        f"{which}{kept:,} in the {window:,}-token window "
+        f"({tokens:,} tokens). plan.dropped lists each one."
+    )
     if not s.label:  # fit()'s own history: name the options that keep more
         main, most = "orphan", -1  # the reason that dropped the most; orphans only alone
         for reason, n in reasons.items():
             if reason != "orphan" and n > most:
                 main, most = reason, n
-        keep_more = _TO_KEEP_MORE.get(main) or (
+        fix = _TO_KEEP_MORE.get(main) or (
             "lower max_tokens" if max_tokens is not None else "lower min_output_tokens"
         )
-        fix = f" To keep more: {keep_more}, add fallback_models=[...], or pass summarizer=."
-    return (
-        f"{s.name}: dropped {dropped:,} of ",
-        dropped,
-        f" messages ({why}); kept {which}",
-        (f" in the {window:,}-token window (", f" tokens). plan.dropped lists each one.{fix}"),
-    )
+        text += f" To keep more: {fix}, add fallback_models=[...], or pass summarizer=."
+    return text
 
 
 @dataclass(frozen=True)
