@@ -12,14 +12,13 @@ of chat messages (``Converted.reasoning``) is listed by the engine's plan itself
 
 Pay for what is read, once: :func:`prepare` remembers the last few lists it read (by
 identity, with a record of their items that a list grown by appending extends), so a
-list fitted again, or grown by appending,
-is converted and checked only where it is new; :func:`check_prepared` checks each unit
-once per model, and not at all where the proxy's parser checked the list as strictly
-(:func:`~tokenflex.formats.body.vouched`). A message edited in place (the same dict
-given a new ``content``) is caught where the fit reads it: :func:`fresh` compares the
-kept units with what was read before, and fit() starts over when one changed. An edit
-inside a nested value (a block of a content list changed in place) is not seen; give a
-new dict instead.
+list fitted again, or grown by appending, is converted and checked only where it is new;
+:func:`check_prepared` checks each unit once per model, and not at all where the
+proxy's parser checked the list as strictly (:func:`~tokenflex.formats.body.vouched`). A
+message edited in place (the same dict given a new ``content``) is caught where the fit
+reads it: :func:`fresh` compares the kept units with what was read before, and fit()
+starts over when one changed. An edit inside a nested value (a block of a content list
+changed in place) is not seen; give a new dict instead.
 """
 
 from __future__ import annotations
