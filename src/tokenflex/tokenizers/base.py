@@ -193,7 +193,7 @@ class CountCache:
         if scope is not None:
             scope.put(self, text, n)
         else:
-            self._store(text, n)
+            self._store(text, n, key)
         return n
 
     def plain_total(self, messages: list[Any], envelopes: dict[str, int]) -> int | None:
@@ -239,10 +239,17 @@ class CountCache:
         self.hits += len(counts)
         return counts, total
 
-    def _store(self, text: str, n: int) -> None:
-        if entry_bytes(text) > self.max_entry_bytes or self.max_bytes // 2 < ENTRY_BYTES:
+    def _store(self, text: str, n: int, key: int | None = None) -> None:
+        # (a text whose size cannot pass max_entry_bytes is not sized: entry_bytes is at
+        # most 96 + 8 bytes a character, a UCS-4 string and its UTF-8 copy)
+        size = 96 + 8 * len(text)
+        if size > self.max_entry_bytes and entry_bytes(text) > self.max_entry_bytes:
             return
-        key, value = hash(text), n | len(text) << _LEN_SHIFT
+        if self.max_bytes // 2 < ENTRY_BYTES:
+            return
+        if key is None:
+            key = hash(text)
+        value = n | len(text) << _LEN_SHIFT
         with self._lock:
             if key in self._new:
                 self._new[key] = value  # the same text, or a colliding one: the newest
