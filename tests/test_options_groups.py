@@ -516,3 +516,19 @@ def test_proxy_config_group_errors(tmp_path: Path, table: str, needle: str) -> N
     with pytest.raises(ConfigError) as info:
         ServerConfig.load(toml)
     assert needle in str(info.value)
+
+
+def test_a_calls_groups_are_named_as_the_registry_names_them() -> None:
+    # fit(), afit() and Conversation read their group keywords through given_groups: its
+    # names and order are GROUPS', and a call that gives none builds nothing
+    from tokenflex.options import GROUPS, given_groups
+
+    assert given_groups(None, None, None, None, None, None) is None
+    given = given_groups(*range(1, 7))
+    assert given is not None
+    assert list(given) == [g.keyword for g in GROUPS]
+    assert list(given.values()) == list(range(1, 7))
+    for i in range(6):  # any one group given is enough
+        args: list[object] = [None] * 6
+        args[i] = True
+        assert given_groups(*args) is not None

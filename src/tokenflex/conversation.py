@@ -46,6 +46,7 @@ from .options import (
     Shrink,
     Summarize,
     gather,
+    given_groups,
 )
 from .plan import Plan
 from .recall import Recaller, RecallFit, afit_recalling, fit_recalling
@@ -60,9 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Conversation"]
 
-
-_GROUPS = ("documents", "summarize", "history", "shrink", "cache", "fallback")
-"""The option groups fit() takes by name, in its order."""
 
 _TURN_ROLES = frozenset({"user", "assistant"})
 """The roles of a plain chat turn, appended without the general path's checks."""
@@ -295,18 +293,7 @@ class Conversation:
         """
         started = time.perf_counter()
         # (a chat loop's call gives no group: no dict to build)
-        groups = (
-            {}
-            if documents is None
-            and summarize is None
-            and history is None
-            and shrink is None
-            and cache is None
-            and fallback is None
-            else dict(
-                zip(_GROUPS, (documents, summarize, history, shrink, cache, fallback), strict=True)
-            )
-        )
+        groups = given_groups(history, documents, summarize, shrink, cache, fallback) or {}
         opts, documents, summarizer = self._options(max_tokens, groups, overrides)
         if not documents:
             grown = self._grown(opts, summarizer, started)
@@ -430,14 +417,7 @@ class Conversation:
         """Async twin of :meth:`fit`: counting and solving run in a worker thread, the
         summarizer is awaited."""
         started = time.perf_counter()
-        groups = {
-            "documents": documents,
-            "summarize": summarize,
-            "history": history,
-            "shrink": shrink,
-            "cache": cache,
-            "fallback": fallback,
-        }
+        groups = given_groups(history, documents, summarize, shrink, cache, fallback) or {}
         opts, documents, summarizer = self._options(max_tokens, groups, overrides)
         layout = self._full_layout(opts, documents)
         self._last = None  # the async path keeps no plan for the fast path

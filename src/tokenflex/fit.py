@@ -78,6 +78,7 @@ from .options import (
     Summarize,
     flat_options,
     gather,
+    given_groups,
     plain_options,
 )
 from .plan import DropRun, Plan, log_dropped
@@ -524,7 +525,7 @@ def fit(
         keep_reasoning=keep_reasoning,
         recall=recall,
         options=options,
-        groups=_groups(history, documents, summarize, shrink, cache, fallback),
+        groups=given_groups(history, documents, summarize, shrink, cache, fallback),
     )
     answer: Any = None
     error: Exception | None = None
@@ -610,7 +611,7 @@ async def afit(
         keep_reasoning=keep_reasoning,
         recall=recall,
         options=options,
-        groups=_groups(history, documents, summarize, shrink, cache, fallback),
+        groups=given_groups(history, documents, summarize, shrink, cache, fallback),
     )
     answer: Any = None
     error: Exception | None = None
@@ -654,30 +655,6 @@ class _ReadHistory:
     source: Any
     enough: Callable[[Message], bool]
     page: int
-
-
-def _groups(
-    history: Any, documents: Any, summarize: Any, shrink: Any, cache: Any, fallback: Any
-) -> dict[str, Any] | None:
-    """fit()'s option groups by keyword, None where none was given (a chat loop's call:
-    no dict built)."""
-    if (
-        history is None
-        and documents is None
-        and summarize is None
-        and shrink is None
-        and cache is None
-        and fallback is None
-    ):
-        return None
-    return {
-        "history": history,
-        "documents": documents,
-        "summarize": summarize,
-        "shrink": shrink,
-        "cache": cache,
-        "fallback": fallback,
-    }
 
 
 def _fit_flow(

@@ -50,6 +50,7 @@ __all__ = [
     "Shrink",
     "Summarize",
     "gather",
+    "given_groups",
     "plain_options",
 ]
 
@@ -671,6 +672,31 @@ GROUPS: tuple[type[OptionGroup], ...] = (
 )
 """The option groups, by keyword: fit()'s arguments, the settings' and the proxy
 config's tables read their names from here (one registry of names)."""
+
+
+def given_groups(
+    history: Any, documents: Any, summarize: Any, shrink: Any, cache: Any, fallback: Any
+) -> dict[str, Any] | None:
+    """A call's option groups by keyword, in :data:`GROUPS`' order (what :func:`gather`
+    reads); None where the call gave none (a chat loop's call: no dict built)."""
+    if (
+        history is None
+        and documents is None
+        and summarize is None
+        and shrink is None
+        and cache is None
+        and fallback is None
+    ):
+        return None
+    return {
+        "history": history,
+        "documents": documents,
+        "summarize": summarize,
+        "shrink": shrink,
+        "cache": cache,
+        "fallback": fallback,
+    }
+
 
 _PLAIN = frozenset(plain for g in GROUPS for plain in g.payload.values())
 """The plain keywords that carry a group's object (``summarizer=``,
