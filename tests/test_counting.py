@@ -32,7 +32,7 @@ from tokenflex.counting.tools import GENERIC_TOOLS_PREAMBLE
 from tokenflex.errors import ConfigError, InvalidInputError, InvalidMessagesError
 from tokenflex.models import Model, get_model, register_model
 from tokenflex.tokenizers import get_tokenizer
-from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding
+from tokenflex.tokenizers._tiktoken import TiktokenTokenizer, load_encoding, token_buffer
 
 
 def reference_count(
@@ -412,7 +412,33 @@ def test_a_count_is_the_length_of_encode_ordinary(parts: list[str]) -> None:
     text = "".join(parts)
     for name in ("o200k_base", "cl100k_base"):
         enc = load_encoding(name)
-        assert TiktokenTokenizer(name).count(text) == len(enc.encode_ordinary(text))
+        tokenizer, plain = TiktokenTokenizer(name), TiktokenTokenizer(name)
+        plain.buffer = None  # a tiktoken without the buffer: encode_ordinary
+        assert tokenizer.buffer is not None
+        assert tokenizer.count(text) == plain.count(text) == len(enc.encode_ordinary(text))
+
+
+def test_a_token_buffer_that_miscounts_or_is_missing_is_not_used() -> None:
+    enc = load_encoding("o200k_base")
+
+    class Core:
+        def __init__(self, extra: int) -> None:
+            self.extra = extra
+
+        def encode_to_tiktoken_buffer(self, text: str, special: frozenset[str]) -> bytes:
+            return bytes(4 * (len(enc.encode_ordinary(text)) + self.extra))
+
+    class Encoding:
+        def __init__(self, core: object) -> None:
+            self._core_bpe = core
+
+        def encode_ordinary(self, text: str) -> list[int]:
+            return list(enc.encode_ordinary(text))
+
+    assert token_buffer(Encoding(Core(0))) is not None  # counts as encode_ordinary does
+    assert token_buffer(Encoding(Core(1))) is None  # one token too many on the probe
+    assert token_buffer(Encoding(object())) is None  # no such method
+    assert token_buffer(object()) is None  # no core at all
 
 
 def test_counters_are_cached_and_follow_registry_changes() -> None:
