@@ -451,16 +451,11 @@ class Conversation:
 
 def _recall_options(recall: Any, state: Any) -> tuple[bool, Any]:
     """``recall`` and ``state`` checked (each error names its argument)."""
-    from .state import StateStore
+    from .state import check_state_store
 
     if not isinstance(recall, bool):
         raise InvalidInputError(
             f"Conversation(): recall={recall!r} is not valid; use True or False."
         )
-    if state is not None and not isinstance(state, StateStore):
-        raise InvalidInputError(
-            f"Conversation(): state must be a tokenflex StateStore (get, set, delete), got "
-            f"{type(state).__name__} {state!r:.80}. Pass tokenflex.state.open_store(url) "
-            "or leave it out for the in-memory store."
-        )
+    check_state_store(state, "Conversation(): ")
     return recall, state

@@ -560,14 +560,8 @@ def _user_first(req: Prepared) -> bool:
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
     """Where a stateless cache-stable fit keeps its cut and summaries (None, None: off)."""
-    from .state import StateStore, default_store
+    from .state import default_store
 
-    if state is not None and not isinstance(state, StateStore):
-        raise InvalidInputError(
-            f"state must be a tokenflex StateStore (get, set, delete), got "
-            f"{type(state).__name__} {state!r:.80}. Pass tokenflex.state.open_store(url) "
-            "or leave it out for the in-memory store."
-        )
     if not opts.cache_stable:
         return None, None
     from .session import StoreMemory
@@ -675,6 +669,10 @@ def _fit_flow(
     it yields the work that may call a tokenizer server (:class:`Work`), the history
     reads and the layout fits, and receives their answers (an exception is thrown in)."""
     started = time.perf_counter()
+    if state is not None:  # checked on every call, used or not (a warm call uses none)
+        from .state import check_state_store
+
+        check_state_store(state)
     # a chat loop's call (the same flat options every turn, or none but max_tokens):
     # its options are checked once per set of values, not on every turn
     grouped = groups is not None  # (a group given)

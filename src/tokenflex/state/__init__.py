@@ -12,7 +12,7 @@ backend is a :class:`StateStore`: ``get`` / ``set`` with a TTL, bounded in bytes
 from __future__ import annotations
 
 from .memory import MemoryStore
-from .store import DEFAULT_MAX_BYTES, StateStore
+from .store import DEFAULT_MAX_BYTES, StateStore, check_state_store, is_state_store
 from .tenant import TenantStore
 from .url import default_store, open_store
 
@@ -21,6 +21,8 @@ __all__ = [
     "MemoryStore",
     "StateStore",
     "TenantStore",
+    "check_state_store",
     "default_store",
+    "is_state_store",
     "open_store",
 ]

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from ..errors import InvalidInputError
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_VALUE_BYTES",
     "DEFAULT_TIMEOUT_S",
     "DEFAULT_TTL_S",
     "StateStore",
+    "check_state_store",
+    "is_state_store",
 ]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -38,3 +42,40 @@ class StateStore(Protocol):
     def delete(self, key: str) -> None:
         """Forget ``key`` (nothing happens when it is absent)."""
         ...
+
+
+_STORE_TYPES: set[type] = set()
+"""Classes (that have the methods themselves) whose instances passed the check of
+:func:`is_state_store` (a runtime protocol check walks the protocol's members: several
+microseconds, on every cache-stable fit)."""
+
+
+def is_state_store(value: object) -> bool:
+    """Whether ``value`` has :class:`StateStore`'s ``get``, ``set`` and ``delete`` (the
+    answer for its class is kept once it is yes; no is never kept).
+
+    >>> from tokenflex.state import MemoryStore
+    >>> is_state_store(MemoryStore()), is_state_store({})
+    (True, False)
+    """
+    kind = type(value)
+    if kind in _STORE_TYPES:
+        return True
+    if not isinstance(value, StateStore):
+        return False
+    if len(_STORE_TYPES) < 64 and all(
+        callable(getattr(kind, name, None)) for name in ("get", "set", "delete")
+    ):  # the class has them, not only this instance
+        _STORE_TYPES.add(kind)
+    return True
+
+
+def check_state_store(state: object, caller: str = "") -> None:
+    """Raise :class:`~tokenflex.errors.InvalidInputError` unless ``state`` is None or a
+    state store; ``caller`` prefixes the message (``"Conversation(): "``)."""
+    if state is not None and not is_state_store(state):
+        raise InvalidInputError(
+            f"{caller}state must be a tokenflex StateStore (get, set, delete), got "
+            f"{type(state).__name__} {state!r:.80}. Pass tokenflex.state.open_store(url) "
+            "or leave it out for the in-memory store."
+        )
