@@ -53,6 +53,23 @@ def test_a_fingerprint_is_the_hash_of_the_sorted_json(message: dict[str, Any]) -
     assert fingerprint(message) == _reference(message)
 
 
+# Any code point, lone surrogates and controls included (a client's JSON may carry them)
+ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT, ANY_TEXT, st.booleans())
+def test_a_plain_message_has_the_fingerprint_of_its_sorted_json(
+    role: str, content: str, content_first: bool
+) -> None:
+    """A {"role", "content"} message is written without the encoder's call: its text must
+    be the encoder's, whatever the text and the keys' order."""
+    message = (
+        {"content": content, "role": role} if content_first else {"role": role, "content": content}
+    )
+    assert fingerprint(message) == _reference(message)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(MESSAGE, min_size=1, max_size=6), st.data())
 def test_a_stored_turn_is_known_by_its_json_without_cache_markers(

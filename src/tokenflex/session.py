@@ -18,7 +18,7 @@ import json
 import operator
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from itertools import compress, count, repeat
 from typing import Any, Protocol
 
@@ -113,15 +113,32 @@ class HistoryCut:
 
 
 _FLOAT_FIELDS = frozenset({"growth", "at"})
+# HistoryCut's fields as a stored state reads and writes them (``dataclasses.fields`` and
+# ``asdict`` walk the class on every call: a request's record is read and written once)
+_CUT_FIELDS = tuple(f.name for f in fields(HistoryCut))
+_SAVED_FIELDS = tuple(
+    (name, float if name in _FLOAT_FIELDS else int) for name in _CUT_FIELDS if name != "start"
+)
 
 
 # json.dumps(m, sort_keys=True, ensure_ascii=False, default=str) without a new encoder
 # built on every call (the text, and so every stored fingerprint, is the same)
 _FINGERPRINT_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+_JSON_STRING = json.encoder.encode_basestring
+"""How that encoder writes a string (``ensure_ascii=False``; C where the C module is)."""
 
 
 def fingerprint(message: Any) -> str:
     """A short, stable hash of one message's content."""
+    if type(message) is dict and len(message) == 2:
+        # a plain {"role", "content"} message: the encoder's own text, without the
+        # encoder's call (the fingerprints stored by every version are the same)
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str:
+            text = f'{{"content": {_JSON_STRING(content)}, "role": {_JSON_STRING(role)}}}'
+            return hashlib.blake2b(
+                text.encode("utf-8", "surrogatepass"), digest_size=12
+            ).hexdigest()
     try:
         text = _FINGERPRINT_JSON(message)
     except (TypeError, ValueError):  # pragma: no cover - exotic keys
@@ -308,9 +325,7 @@ class StoreMemory:
         try:
             start, n = int(state["start"]), int(state["n"])
             saved: dict[str, Any] = {
-                f.name: (float if f.name in _FLOAT_FIELDS else int)(state[f.name])
-                for f in fields(HistoryCut)
-                if f.name in state and f.name != "start"
+                name: kind(state[name]) for name, kind in _SAVED_FIELDS if name in state
             }
         except (KeyError, TypeError, ValueError):  # a state written by another version
             return None
@@ -332,7 +347,7 @@ class StoreMemory:
         n = len(source)
         probed = sorted({i for i in (*range(n - PROBE_LAST, n), cut.start) if 0 <= i < n})
         state = {
-            **asdict(cut),
+            **{name: getattr(cut, name) for name in _CUT_FIELDS},
             "n": n,
             "probes": [[i, self._identity_at(source, i)] for i in probed],
             "sent": sent,
