@@ -32,6 +32,9 @@ time per request of the two apps themselves, in process (driven through
 ``httpx.ASGITransport``, each with an in-memory upstream that answers as the fake one
 does; no sockets, no uvicorn, one thread): the best of a few rounds, the apps alternated,
 with the proxy's log line written (to ``os.devnull``) as ``tokenflex serve`` writes it.
+Beside them, a counting floor: the reference plus parsing the body and counting every
+message against the window (see :func:`cpu_per_request`): what keeping a request within
+the window costs at the least, before any plan, state, log line or header.
 
 ``--split`` runs the throughput rows' closed loops again and divides each process's CPU
 time over a loop (the fake upstream, the proxy measured, the client) by the requests it
@@ -307,10 +310,17 @@ def _in_memory_upstream() -> httpx.AsyncClient:
 
 def cpu_per_request(
     sizes: tuple[int, ...] = SIZES, *, rounds: int = 5, config: str | None = None
-) -> dict[int, tuple[float, float]]:
-    """CPU ms per request of (tokenflex, reference) by request size, in process: the best
-    of ``rounds`` runs of each app, alternated (see ``--cpu``); ``config``: the proxy's
-    TOML config file."""
+) -> dict[int, tuple[float, float, float]]:
+    """CPU ms per request of (tokenflex, reference, counting floor) by request size, in
+    process: the best of ``rounds`` runs of each app, alternated (see ``--cpu``);
+    ``config``: the proxy's TOML config file.
+
+    The counting floor is the least a proxy that keeps requests within the window does:
+    the reference plus parsing the body and counting every message (tokenflex's cached
+    o200k counts, the chat envelope's constants) against the window, with the count in a
+    response header; it forwards the body as it came (a request that fits goes out
+    unchanged) and refuses one that does not fit (it never cuts: the 2,000-message request
+    is refused there, so that row measures the count alone)."""
     import logging
 
     from starlette.applications import Starlette
@@ -319,8 +329,11 @@ def cpu_per_request(
     from starlette.routing import Route
 
     from tokenflex.server import ServerConfig, create_app
+    from tokenflex.server._validate import parse_json
+    from tokenflex.tokenizers import get_tokenizer
 
     reference_upstream = _in_memory_upstream()
+    tokens = get_tokenizer("o200k_base")
 
     async def forward(request: Request) -> Response:  # as _REFERENCE does
         r = await reference_upstream.post(
@@ -330,7 +343,24 @@ def cpu_per_request(
         )
         return Response(r.content, status_code=r.status_code, media_type="application/json")
 
+    async def count_and_forward(request: Request) -> Response:
+        body = await request.body()
+        data = parse_json(body)
+        used = 3 + sum(4 + tokens.count(m["content"]) for m in data["messages"])
+        if used + data["max_tokens"] > 128_000:
+            return Response(b'{"error": "too long"}', status_code=400)
+        r = await reference_upstream.post(
+            request.url.path, content=body, headers={"content-type": "application/json"}
+        )
+        return Response(
+            r.content,
+            status_code=r.status_code,
+            media_type="application/json",
+            headers={"x-tokenflex-input-tokens": str(used)},
+        )
+
     reference = Starlette(routes=[Route("/v1/chat/completions", forward, methods=["POST"])])
+    floor = Starlette(routes=[Route("/v1/chat/completions", count_and_forward, methods=["POST"])])
     app = create_app(ServerConfig.load(config, upstream="http://upstream", discover=False))
     proxy = app.state.proxy
     logger = logging.getLogger("tokenflex")
@@ -342,7 +372,7 @@ def cpu_per_request(
         logger.setLevel(logging.INFO)
         logger.propagate = False
         try:
-            return asyncio.run(_cpu_rounds(app, proxy, reference, sizes, rounds))
+            return asyncio.run(_cpu_rounds(app, proxy, reference, floor, sizes, rounds))
         finally:
             logger.removeHandler(handler)
             logger.setLevel(level)
@@ -350,18 +380,19 @@ def cpu_per_request(
 
 
 async def _cpu_rounds(
-    app: Any, proxy: Any, reference: Any, sizes: tuple[int, ...], rounds: int
-) -> dict[int, tuple[float, float]]:
+    app: Any, proxy: Any, reference: Any, floor: Any, sizes: tuple[int, ...], rounds: int
+) -> dict[int, tuple[float, float, float]]:
     counts = {10: 1000, 200: 300, 2000: 40}
     headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
-    out: dict[int, tuple[float, float]] = {}
+    out: dict[int, tuple[float, float, float]] = {}
+    answers = {"ref": {200}, "tf": {200}, "floor": {200, 400}}
     async with proxy.lifespan(app):
         proxy.upstream._client = _in_memory_upstream()
         for n in sizes:
             body, count = request_body(n), counts.get(n, 100)
-            best = {"tf": float("inf"), "ref": float("inf")}
+            best = {"tf": float("inf"), "ref": float("inf"), "floor": float("inf")}
             for _ in range(rounds):
-                for name, target in (("ref", reference), ("tf", app)):
+                for name, target in (("ref", reference), ("floor", floor), ("tf", app)):
                     transport = httpx.ASGITransport(app=target)
                     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as c:
                         for _ in range(5):  # warm up: tokenizer, counts, connections
@@ -369,10 +400,10 @@ async def _cpu_rounds(
                         start = time.process_time()
                         for _ in range(count):
                             r = await c.post("/v1/chat/completions", content=body, headers=headers)
-                            if r.status_code != 200:
+                            if r.status_code not in answers[name]:
                                 raise SystemExit(f"{name}: HTTP {r.status_code}: {r.text[:200]}")
                         best[name] = min(best[name], (time.process_time() - start) / count * 1000)
-            out[n] = (best["tf"], best["ref"])
+            out[n] = (best["tf"], best["ref"], best["floor"])
     return out
 
 
@@ -578,9 +609,10 @@ def main() -> int:
         return 0
     if args.cpu:
         load = os.getloadavg()
-        for n, (tf, ref) in cpu_per_request(config=args.config).items():
+        for n, (tf, ref, floor) in cpu_per_request(config=args.config).items():
             print(
-                f"{n:>5,} messages: tokenflex {tf:.2f} ms, reference {ref:.2f} ms of CPU a request"
+                f"{n:>5,} messages: tokenflex {tf:.2f} ms, reference {ref:.2f} ms, counting "
+                f"floor {floor:.2f} ms of CPU a request"
             )
         print(
             f"in process, best of 5 rounds; load average {load[0]:.1f} before, "
