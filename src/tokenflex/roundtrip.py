@@ -42,6 +42,7 @@ from .message.checks import BadMessage
 from .message.objects import is_json, plain
 from .models import Model
 from .plan import DroppedItems, DropRun, ItemSource, Plan
+from .tokenizers.base import plain_until
 
 __all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare", "remember"]
 
@@ -483,27 +484,40 @@ def _is_system_unit(m: Any) -> bool:
 
 
 def _check_units(messages: Sequence[Any], checker: Any, lo: int, hi: int) -> None:
-    """Check ``messages[lo:hi]`` (see :func:`check_prepared`)."""
-    for k in range(lo, hi):
-        m = messages[k]
-        try:
-            check_one(checker, m)
-            if isinstance(m, NativeMessage):
-                for offset, item in enumerate(m.native):
-                    try:
-                        _json_ready(item)
-                    except BadMessage as exc:
-                        raise exc.at(m.start + offset) from None
-            elif not (type(m) is dict and len(m) == 2 and type(m.get("content")) is str):
-                # a chat message is sent as given too: counting reads junk with str()
-                # (a {"role", "content": str} dict the check read is JSON as it is)
-                _json_ready(m)
-        except BadMessage as exc:
-            if not isinstance(m, NativeMessage):
-                raise exc.at(k) from None
-            if m.start < 0:
-                raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
-            raise exc.at(m.start) from None
+    """Check ``messages[lo:hi]`` (see :func:`check_prepared`). A plain ``{"role",
+    "content": str}`` message of a role the checker knows passes as it is (and is JSON
+    as it is): runs of them are passed over in C."""
+    roles = checker.plain_roles
+    k = lo
+    while k < hi:
+        k = plain_until(messages, k, hi, roles)
+        if k >= hi:
+            return
+        _check_unit(messages, checker, k)
+        k += 1
+
+
+def _check_unit(messages: Sequence[Any], checker: Any, k: int) -> None:
+    """Check ``messages[k]`` (see :func:`check_prepared`)."""
+    m = messages[k]
+    try:
+        check_one(checker, m)
+        if isinstance(m, NativeMessage):
+            for offset, item in enumerate(m.native):
+                try:
+                    _json_ready(item)
+                except BadMessage as exc:
+                    raise exc.at(m.start + offset) from None
+        elif not (type(m) is dict and len(m) == 2 and type(m.get("content")) is str):
+            # a chat message is sent as given too: counting reads junk with str()
+            # (a {"role", "content": str} dict the check read is JSON as it is)
+            _json_ready(m)
+    except BadMessage as exc:
+        if not isinstance(m, NativeMessage):
+            raise exc.at(k) from None
+        if m.start < 0:
+            raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
+        raise exc.at(m.start) from None
 
 
 def _check_sent_as_given(prepared: Prepared) -> None:

@@ -387,9 +387,11 @@ class EnvelopeCounter(MessageCounter):
         self.per_message, self.per_name, self.priming = per_message, per_name, priming
         # Roles are few: pre-add the envelope so the hot path is two dict lookups. Tool
         # results carry an extra overhead: they take the slow path.
-        self._role_tokens = {
+        self.plain_roles = {
             r: per_message + tokenizer.count(r) for r in ROLES if r not in ("tool", "function")
         }
+        """Role -> the envelope of a plain ``{"role", "content": str}`` message of that role
+        (the roles whose plain messages take the hot path)."""
 
     def message(self, msg: Message) -> int:
         # Hot path: a plain {"role", "content"} dict whose text the cache already holds.
@@ -397,7 +399,7 @@ class EnvelopeCounter(MessageCounter):
             role = msg.get("role")
             content = msg.get("content")
             if type(content) is str and type(role) is str:
-                envelope = self._role_tokens.get(role)
+                envelope = self.plain_roles.get(role)
                 if envelope is not None:
                     return envelope + self._count(content)
         return self._message(msg)
@@ -405,10 +407,10 @@ class EnvelopeCounter(MessageCounter):
     def plain_run(
         self, messages: Sequence[Message], hi: int, lo: int, total: int, bound: int, limit: int
     ) -> tuple[list[int], int] | None:
-        # (the roles of _role_tokens are never a tool's: each plain message is its own group)
+        # (the roles of plain_roles are never a tool's: each plain message is its own group)
         if type(messages) is not list:
             return None
-        return self.tokenizer.plain_run(messages, hi, lo, self._role_tokens, total, bound, limit)
+        return self.tokenizer.plain_run(messages, hi, lo, self.plain_roles, total, bound, limit)
 
     def count(self, messages: Messages, tools: Sequence[Tool] | None = None) -> int:
         plain = self._plain_total(messages)
@@ -424,7 +426,7 @@ class EnvelopeCounter(MessageCounter):
         """A chat history of plain {"role", "content"} dicts summed in one C loop (the
         envelope per role, the cached count per text); None: count message by message."""
         if type(messages) is list and messages:
-            return self.tokenizer.plain_total(messages, self._role_tokens)
+            return self.tokenizer.plain_total(messages, self.plain_roles)
         return None
 
     def _message(self, msg: Any) -> int:

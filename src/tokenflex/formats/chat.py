@@ -29,6 +29,7 @@ from ..message.checks import (
     validated_role,
 )
 from ..message.objects import is_langchain, part_types, plain_message, sdk_module, untyped_message
+from ..tokenizers.base import plain_until
 from .base import RequestFormat, ToolCall
 from .body import (
     RequestParts,
@@ -56,10 +57,18 @@ __all__ = [
 REASONING_FIELD = "reasoning_content"
 
 
+_ROLE_KEYS: dict[str, None] = dict.fromkeys(ROLES)
+
+
 def is_plain_chat(messages: Sequence[Any]) -> bool:
     """Plain dicts with string content, no item ``type`` and no reasoning: the same in
     every format, and nothing to convert (the fast path)."""
-    for m in messages:
+    k, n = 0, len(messages)
+    while k < n:
+        k = plain_until(messages, k, n, _ROLE_KEYS)  # {"role", "content": str}, in C
+        if k == n:
+            return True
+        m = messages[k]
         if type(m) is not dict:
             return False
         content = m.get("content")
@@ -67,6 +76,7 @@ def is_plain_chat(messages: Sequence[Any]) -> bool:
             return False
         if REASONING_FIELD in m or "type" in m:
             return False
+        k += 1
     return True
 
 

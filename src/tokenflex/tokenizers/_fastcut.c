@@ -232,21 +232,31 @@ static PyObject *role_key = NULL, *content_key = NULL;
  * role with no envelope), or -1 with an exception set. */
 enum { PLAIN_OTHER = 0, PLAIN_COUNTED = 1, PLAIN_MISSED = 2 };
 
-static int plain_message(PyObject *m, PyObject *envelopes, PyObject *cache, int shift,
-                         long long *envelope, long long *count) {
+/* Whether ``m`` is a {"role": str, "content": str} dict (exactly: no subclass, no other
+ * key) whose role is a key of ``roles``: 1 (*role_value set to the key's value, *content
+ * set; borrowed), 0, or -1 with an exception set. */
+static int plain_shape(PyObject *m, PyObject *roles, PyObject **role_value, PyObject **content) {
     if (role_key == NULL) {
         role_key = PyUnicode_InternFromString("role");
         content_key = PyUnicode_InternFromString("content");
         if (role_key == NULL || content_key == NULL) return -1;
     }
-    if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) return PLAIN_OTHER;
+    if (!PyDict_CheckExact(m) || PyDict_GET_SIZE(m) != 2) return 0;
     PyObject *role = PyDict_GetItemWithError(m, role_key);
-    if (role == NULL) return PyErr_Occurred() ? -1 : PLAIN_OTHER;
-    PyObject *content = PyDict_GetItemWithError(m, content_key);
-    if (content == NULL) return PyErr_Occurred() ? -1 : PLAIN_OTHER;
-    if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(content)) return PLAIN_OTHER;
-    PyObject *env = PyDict_GetItemWithError(envelopes, role);
-    if (env == NULL) return PyErr_Occurred() ? -1 : PLAIN_OTHER;
+    if (role == NULL) return PyErr_Occurred() ? -1 : 0;
+    *content = PyDict_GetItemWithError(m, content_key);
+    if (*content == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_CheckExact(role) || !PyUnicode_CheckExact(*content)) return 0;
+    *role_value = PyDict_GetItemWithError(roles, role);
+    if (*role_value == NULL) return PyErr_Occurred() ? -1 : 0;
+    return 1;
+}
+
+static int plain_message(PyObject *m, PyObject *envelopes, PyObject *cache, int shift,
+                         long long *envelope, long long *count) {
+    PyObject *env = NULL, *content = NULL;
+    int shape = plain_shape(m, envelopes, &env, &content);
+    if (shape <= 0) return shape < 0 ? -1 : PLAIN_OTHER;
     *envelope = PyLong_AsLongLong(env);
     if (*envelope == -1 && PyErr_Occurred()) return -1;
     Py_hash_t h = PyObject_Hash(content);
@@ -369,6 +379,36 @@ fail:
     return NULL;
 }
 
+/* plain_until(messages, lo, hi, roles) -> int: the index of the first message of
+ * messages[lo:hi] that is not a {"role": str, "content": str} dict (exactly) whose role is
+ * a key of ``roles``; hi when every one is. */
+static PyObject *fastcut_plain_until(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "plain_until(messages, lo, hi, roles)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *roles = args[3];
+    if (!PyList_CheckExact(messages) || !PyDict_CheckExact(roles)) {
+        PyErr_SetString(PyExc_TypeError, "plain_until takes a list and a dict");
+        return NULL;
+    }
+    Py_ssize_t lo = PyLong_AsSsize_t(args[1]);
+    if (lo == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t hi = PyLong_AsSsize_t(args[2]);
+    if (hi == -1 && PyErr_Occurred()) return NULL;
+    if (lo < 0) lo = 0;
+    Py_ssize_t i = lo;
+    /* the list's length is read on every step: nothing here runs Python code, but the
+     * list is the caller's */
+    for (; i < hi && i < PyList_GET_SIZE(messages); i++) {
+        PyObject *value = NULL, *content = NULL;
+        int shape = plain_shape(PyList_GET_ITEM(messages, i), roles, &value, &content);
+        if (shape < 0) return NULL;
+        if (shape == 0) break;
+    }
+    return PyLong_FromSsize_t(i < hi ? i : hi);
+}
+
 static PyMethodDef methods[] = {
     {"count", count, METH_VARARGS,
      "count(text, table) -> (int, list[str]): how many pieces of the ASCII text are in the\n"
@@ -380,6 +420,9 @@ static PyMethodDef methods[] = {
      "plain_run(messages, hi, lo, envelopes, cache, shift, total, bound, limit)\n"
      "-> (list[int], int): the plain messages' counts newest first from hi, while cached,\n"
      "and the running total; stops past bound or at limit counts."},
+    {"plain_until", (PyCFunction)(void (*)(void))fastcut_plain_until, METH_FASTCALL,
+     "plain_until(messages, lo, hi, roles) -> int: the first index from lo below hi whose\n"
+     "message is not a plain {\"role\", \"content\"} dict with a role in roles (hi: none)."},
     {"split", split, METH_O,
      "split(text) -> list[str]: ASCII text cut as re.findall(_ASCII_PATTERN, text) cuts it."},
     {NULL, NULL, 0, NULL},

@@ -9,7 +9,15 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CountCache", "CountScope", "Tokenizer", "count_scope", "encodable", "entry_bytes"]
+__all__ = [
+    "CountCache",
+    "CountScope",
+    "Tokenizer",
+    "count_scope",
+    "encodable",
+    "entry_bytes",
+    "plain_until",
+]
 
 ENTRY_BYTES = 160
 """Bytes charged per cached count: the cache keeps a fingerprint of the text (its hash,
@@ -43,6 +51,33 @@ def _native_plain_run() -> Callable[..., tuple[list[int], int]] | None:
 
 
 _PLAIN_RUN = _native_plain_run()
+
+
+def _native_plain_until() -> Callable[[list[Any], int, int, dict[str, Any]], int] | None:
+    """The C loop of :func:`plain_until`, or None (no C compiler)."""
+    try:
+        from ._fastcut import plain_until as native
+    except ImportError:
+        return None
+    return native
+
+
+_PLAIN_UNTIL = _native_plain_until()
+
+
+def plain_until(messages: Any, lo: int, hi: int, roles: dict[str, Any]) -> int:
+    """The index of the first message of ``messages[lo:hi]`` that is not a plain
+    ``{"role": str, "content": str}`` dict (exactly: no subclass, no other key) whose role
+    is a key of ``roles``; ``hi`` when every one is. A C loop over a list; ``lo`` (read
+    nothing) for another sequence, or where the package was built without a C compiler:
+    the caller reads those messages itself.
+
+    >>> plain_until([{"role": "user", "content": "hi"}, {"role": "tool"}], 0, 2, {"user": 0})
+    1
+    """
+    if _PLAIN_UNTIL is None or type(messages) is not list:
+        return lo
+    return _PLAIN_UNTIL(messages, lo, hi, roles)
 
 
 def encodable(text: str) -> str:
