@@ -41,7 +41,8 @@ time over a loop (the fake upstream, the proxy measured, the client) by the requ
 completed: what bounds each proxy's throughput, on the same machine and sockets. It then
 prints what each throughput goal leaves for tokenflex's own work (the server CPU a request
 the goal's rate allows, less the reference server's) beside what parsing the request and
-one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``), and the
+one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``), what the
+counting floor and tokenflex spend beyond the reference in process (``--cpu``), and the
 CPU of the proxy's upstream exchange against the reference's (``upstream_exchange``).
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
@@ -550,9 +551,10 @@ def print_split(config: str | None = None) -> None:
         f"{CONCURRENCY} clients; load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     floor = floor_per_request()
+    in_process = cpu_per_request(config=config)
     print(
         "\nThe budget (a proxy's server is one event loop: it serves at most 1 / its CPU a "
-        "request):"
+        "request); in process (--cpu), what each app spends beyond the reference:"
     )
     for n, name, rps, cpu in split:
         if name != "reference":
@@ -560,10 +562,13 @@ def print_split(config: str | None = None) -> None:
         allowed = 1000 / (GOALS[n] * rps)  # ms of server CPU a request at the goal's rate
         own = allowed - cpu["reference"]  # beyond what the pass-through's server spends
         parse, fit = floor[n]
+        tf, ref, counting = in_process[n]
         print(
             f"{n:>5,} messages: goal {GOALS[n]} of {rps:,.0f} req/s allows {allowed:.2f} ms "
             f"of server CPU, {own:.2f} ms beyond the reference's {cpu['reference']:.2f}; "
-            f"parse {parse:.3f} + fit() of a fresh list {fit:.3f} = {parse + fit:.3f} ms"
+            f"parse {parse:.3f} + fit() of a fresh list {fit:.3f} = {parse + fit:.3f} ms; "
+            f"in process, the counting floor {counting - ref:.3f} ms, tokenflex "
+            f"{tf - ref:.3f} ms beyond the reference"
         )
     ours, plain = upstream_exchange()
     print(
