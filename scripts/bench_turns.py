@@ -30,6 +30,11 @@ and its fits by the cut they made (1,000 turns)::
 encoding the two messages new since the last fit (the incremental limit of one turn)::
 
     PYTHONPATH=src .venv/bin/python scripts/bench_turns.py grown 100000
+
+``request N``: ``fit()`` of an N-message request parsed afresh on every call (as the proxy
+reads each one), alone, cache-stable with a state store, and with recall too::
+
+    PYTHONPATH=src .venv/bin/python scripts/bench_turns.py request 10
 """
 
 from __future__ import annotations
@@ -223,8 +228,52 @@ def by_cut(window: int, turns: int = 1000) -> None:
         )
 
 
+def request(messages: int, reps: int = 7) -> None:
+    """Print ``fit()`` of a request parsed afresh every call (as a proxy reads each one:
+    ``scripts/bench_proxy.py``'s body of ``messages`` messages, gpt-4o, counts cached):
+    the best of ``reps`` rounds' mean a call, with nothing else, cache-stable (a state
+    store remembers the conversation), and cache-stable with recall (the proxy's
+    defaults), the three alternated."""
+    import json
+    import time
+
+    from bench_proxy import request_body
+
+    from tokenflex.state import MemoryStore
+
+    body = request_body(messages)
+    store = MemoryStore()
+    variants: dict[str, dict[str, Any]] = {
+        "fit()": {"cache_stable": False, "recall": False},
+        "cache-stable": {"cache_stable": True, "recall": False, "state": store},
+        "cache-stable + recall": {"cache_stable": True, "recall": True, "state": store},
+    }
+
+    def one(options: dict[str, Any]) -> None:
+        data = json.loads(body)
+        tokenflex.fit(data["messages"], model="gpt-4o", max_tokens=data["max_tokens"], **options)
+
+    calls = max(20, 20_000 // messages)
+    for options in variants.values():
+        for _ in range(20):
+            one(options)
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(reps):
+        for name, options in variants.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                one(options)
+            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    print(f"a {messages:,}-message request parsed afresh, best of {reps} rounds a call:")
+    for name, seconds in best.items():
+        print(f"  {name}: {seconds * 1e6:,.1f} us (the JSON parse included)")
+
+
 def main() -> None:
     which = sys.argv[1]
+    if which == "request":
+        request(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 7)
+        return
     if which == "cuts":
         by_cut(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1000)
         return
