@@ -177,7 +177,7 @@ def run_pass(
             continue
         rendered = {s.name: s.render(alloc.kept[s.name]) for s in active}
         tokens = dict(alloc.section_tokens)
-        inexact = [s for s in active if not s.exact_render]
+        inexact = [s for s in active if not s.render_counted()]
         if not inexact:
             break
         for s in inexact:

@@ -122,6 +122,12 @@ class Section:
         """The kept items' messages, in request order."""
         raise NotImplementedError
 
+    def render_counted(self) -> bool:
+        """Whether the last :meth:`render` is exactly the kept items the solve counted
+        (their tokens are the section's): :attr:`exact_render` unless a section knows
+        better for the rendering it just made."""
+        return self.exact_render
+
     def runs(self, alloc: Allocation | None) -> list[DropRun]:
         """The section's dropped input items as runs (``alloc`` None: all of them)."""
         raise NotImplementedError
@@ -496,6 +502,7 @@ class MessageSection(Section):
         """The previous plan's first kept message index, held while it fits."""
         self.note = False
         """Render a counted note where the history was cut (see :func:`cut_note`)."""
+        self._noted = False  # the last render added the cut note
         self.recall: Any = None
         """A :class:`~tokenflex.recall.Recaller`: the cut note and cleared tool results
         name the recall ids of what they stand for."""
@@ -615,18 +622,27 @@ class MessageSection(Section):
 
     def render(self, kept: tuple[int, ...]) -> list[Message]:
         src = self.source
+        self._noted = False
         if self.mode == "all":
             return list(src[self.lo : self.hi])
         if not kept:  # all of it cut: still told
             told = self.note and self.mode == "newest" and self.hi > self.lo
+            self._noted = bool(told)
             return [self._note(self.hi)] if told else []
         if self.mode == "newest":
             first = self._start(len(kept) - 1)
             if self.note and first > self.lo:
+                self._noted = True
                 return [self._note(first), *src[first : self.hi]]
             return list(src[first : self.hi])
         groups = sorted(self._groups[p] for p in kept)
         return [src[i] for a, b, _ in groups for i in range(a, b)]
+
+    def render_counted(self) -> bool:
+        # A cut note is the one message the solve did not count (``exact_render`` is
+        # False for it); a rendering without one is the kept groups' messages, whose
+        # tokens the section's are, so the engine need not count them again.
+        return self.exact_render or not self._noted
 
     def _note(self, first: int) -> Message:
         """The cut note for messages ``[lo, first)`` left out."""
