@@ -32,9 +32,12 @@ encoding the two messages new since the last fit (the incremental limit of one t
     PYTHONPATH=src .venv/bin/python scripts/bench_turns.py grown 100000
 
 ``request N``: ``fit()`` of an N-message request parsed afresh on every call (as the proxy
-reads each one), alone, cache-stable with a state store, and with recall too::
+reads each one), alone, cache-stable with a state store, and with recall and the cut note
+too (the proxy's defaults); ``request N
+REPS anthropic``: an agent's Anthropic tool rounds instead of plain chat::
 
     PYTHONPATH=src .venv/bin/python scripts/bench_turns.py request 10
+    PYTHONPATH=src .venv/bin/python scripts/bench_turns.py request 200 5 anthropic
 """
 
 from __future__ import annotations
@@ -228,12 +231,55 @@ def by_cut(window: int, turns: int = 1000) -> None:
         )
 
 
-def request(messages: int, reps: int = 7) -> None:
+def agent_body(messages: int) -> bytes:
+    """An Anthropic Messages body shaped like a coding agent's (Claude Code's): a system
+    prompt, a tool, one task, then tool rounds (an assistant's text and ``tool_use``, the
+    user's ``tool_result`` with the file it read), about ``messages`` messages, made from
+    ``scripts/bench_proxy.py``'s conversation."""
+    import json
+
+    from load_proxy import conversation
+
+    turns = conversation(messages)
+    out: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test."}]
+    for i, m in enumerate(t for t in turns[1:] if t["role"] == "assistant"):
+        call = {
+            "type": "tool_use",
+            "id": f"t{i}",
+            "name": "read_file",
+            "input": {"path": f"{i}.py"},
+        }
+        out.append({"role": "assistant", "content": [{"type": "text", "text": "ok"}, call]})
+        out.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"t{i}", "content": m["content"]}
+                ],
+            }
+        )
+    tool = {
+        "name": "read_file",
+        "description": "Read a file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+    body = {
+        "model": "gpt-4o",
+        "system": turns[0]["content"],
+        "messages": out,
+        "tools": [tool],
+        "max_tokens": 256,
+    }
+    return json.dumps(body).encode()
+
+
+def request(messages: int, reps: int = 7, shape: str = "chat") -> None:
     """Print ``fit()`` of a request parsed afresh every call (as a proxy reads each one:
-    ``scripts/bench_proxy.py``'s body of ``messages`` messages, gpt-4o, counts cached):
-    the best of ``reps`` rounds' mean a call, with nothing else, cache-stable (a state
-    store remembers the conversation), and cache-stable with recall (the proxy's
-    defaults), the three alternated."""
+    ``scripts/bench_proxy.py``'s body of ``messages`` messages, gpt-4o, counts cached;
+    ``shape="anthropic"``: :func:`agent_body`, an agent's tool rounds): the best of
+    ``reps`` rounds' mean a call, with nothing else, cache-stable (a state store
+    remembers the conversation), and cache-stable with recall and the cut note (the
+    proxy's defaults), the three alternated."""
     import json
     import time
 
@@ -241,17 +287,28 @@ def request(messages: int, reps: int = 7) -> None:
 
     from tokenflex.state import MemoryStore
 
-    body = request_body(messages)
+    body = request_body(messages) if shape == "chat" else agent_body(messages)
     store = MemoryStore()
     variants: dict[str, dict[str, Any]] = {
         "fit()": {"cache_stable": False, "recall": False},
         "cache-stable": {"cache_stable": True, "recall": False, "state": store},
-        "cache-stable + recall": {"cache_stable": True, "recall": True, "state": store},
+        "cache-stable + recall + cut note": {
+            "cache_stable": True,
+            "recall": True,
+            "cut_note": True,
+            "state": store,
+        },
     }
 
     def one(options: dict[str, Any]) -> None:
         data = json.loads(body)
-        tokenflex.fit(data["messages"], model="gpt-4o", max_tokens=data["max_tokens"], **options)
+        if shape == "chat":
+            given: dict[str, Any] = {}
+        else:
+            given = {"format": "anthropic", "system": data["system"], "tools": data["tools"]}
+        tokenflex.fit(
+            data["messages"], model="gpt-4o", max_tokens=data["max_tokens"], **given, **options
+        )
 
     calls = max(20, 20_000 // messages)
     for options in variants.values():
@@ -264,7 +321,7 @@ def request(messages: int, reps: int = 7) -> None:
             for _ in range(calls):
                 one(options)
             best[name] = min(best[name], (time.perf_counter() - start) / calls)
-    print(f"a {messages:,}-message request parsed afresh, best of {reps} rounds a call:")
+    print(f"a {messages:,}-message {shape} request parsed afresh, best of {reps} rounds a call:")
     for name, seconds in best.items():
         print(f"  {name}: {seconds * 1e6:,.1f} us (the JSON parse included)")
 
@@ -272,7 +329,11 @@ def request(messages: int, reps: int = 7) -> None:
 def main() -> None:
     which = sys.argv[1]
     if which == "request":
-        request(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 7)
+        request(
+            int(sys.argv[2]),
+            int(sys.argv[3]) if len(sys.argv) > 3 else 7,
+            sys.argv[4] if len(sys.argv) > 4 else "chat",
+        )
         return
     if which == "cuts":
         by_cut(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1000)
