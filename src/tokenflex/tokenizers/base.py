@@ -72,8 +72,9 @@ def plain_until(messages: Any, lo: int, hi: int, roles: dict[str, Any]) -> int:
     nothing) for another sequence, or where the package was built without a C compiler:
     the caller reads those messages itself.
 
-    >>> plain_until([{"role": "user", "content": "hi"}, {"role": "tool"}], 0, 2, {"user": 0})
-    1
+    >>> messages = [{"role": "user", "content": "hi"}, {"role": "tool"}]
+    >>> plain_until(messages, 0, 2, {"user": 0}) == (0 if _PLAIN_UNTIL is None else 1)
+    True
     """
     if _PLAIN_UNTIL is None or type(messages) is not list:
         return lo
