@@ -21,6 +21,7 @@ from typing import Any
 
 from .._types import Tool
 from ..errors import InvalidInputError
+from ..message.objects import compact_json
 
 __all__ = [
     "GENERIC_TOOLS_PREAMBLE",
@@ -52,8 +53,9 @@ def dumps(value: Any, indent: int | None = None) -> str:
 
     Non-ASCII characters stay as they are and values JSON cannot hold become ``str()``.
     """
-    separators = (",", ":") if indent is None else None
-    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, default=str)
+    if indent is None:
+        return compact_json(value)
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=str)
 
 
 def tool_list(tools: Any) -> list[Mapping[str, Any]]:

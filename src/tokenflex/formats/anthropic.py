@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..message.checks import BadMessage
-from ..message.objects import part_types, plain_message, sdk_module, untyped_message
+from ..message.objects import compact_json, part_types, plain_message, sdk_module, untyped_message
 from .base import EARLIER_LEFT_OUT, RequestFormat, ToolCall
 from .body import (
     Fields,
@@ -63,8 +63,7 @@ __all__ = [
 _ROLES = ("user", "assistant")
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+_dumps = compact_json
 
 
 def _source_part(source: Any, kind: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..message.checks import BadMessage
-from ..message.objects import plain_message
+from ..message.objects import compact_json, plain_message
 from .base import EARLIER_LEFT_OUT, RequestFormat, ToolCall
 from .body import (
     RequestParts,
@@ -72,8 +72,7 @@ PART_KINDS = (
 and ``videoMetadata`` may ride along)."""
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+_dumps = compact_json
 
 
 def part_kind(part: Any, where: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..message.checks import BadMessage
-from ..message.objects import part_types, plain_message, sdk_module, untyped_message
+from ..message.objects import compact_json, part_types, plain_message, sdk_module, untyped_message
 from .base import RequestFormat, ToolCall
 from .body import (
     Fields,
@@ -56,8 +56,7 @@ _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 _ASSISTANT_ITEMS = ("reasoning", "function_call")
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+_dumps = compact_json
 
 
 def _kind(item: Mapping[str, Any]) -> str:

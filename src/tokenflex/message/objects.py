@@ -23,14 +23,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..tokenizers.base import native_is_json
 from .checks import BadMessage
 
 __all__ = [
+    "compact_json",
     "is_json",
     "is_langchain",
     "part_types",
     "plain",
     "plain_message",
+    "read_is_json",
     "sdk_module",
     "untyped_message",
 ]
@@ -84,10 +87,29 @@ def part_types(item: Mapping[str, Any], key: str = "content") -> list[str]:
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+"""The compact JSON text counted for a structured value (a tool call's arguments, a block
+counted as its JSON): ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+default=str)``, by one encoder made once (``json.dumps`` with options makes one a call).
 
-def is_json(value: Any, depth: int = 0) -> bool:
+>>> compact_json({"path": "é.py", "n": [1, 2]})
+'{"path":"é.py","n":[1,2]}'
+"""
+
+
+def is_json(value: Any) -> bool:
     """Whether ``value`` is plain JSON data as it stands: dicts with str keys, lists and
-    JSON scalars, exact types only (a quick walk; False: ask :func:`json.dumps`)."""
+    JSON scalars, exact types only, at most 64 levels below it (a quick walk, in C where
+    the package was built with a C compiler; False: ask :func:`json.dumps`).
+
+    >>> is_json({"a": [1, 2.5, None, True, {"b": "c"}]}), is_json({1: "a"}), is_json((1,))
+    (True, False, False)
+    """
+    return _IS_JSON(value)
+
+
+def read_is_json(value: Any, depth: int = 0) -> bool:
+    """:func:`is_json` read in Python (what the C walk answers, and where it is missing)."""
     t = type(value)
     if t in _ATOMS:
         return True
@@ -95,11 +117,15 @@ def is_json(value: Any, depth: int = 0) -> bool:
         return False
     if t is dict:
         return all(type(k) is str for k in value) and all(
-            type(v) in _ATOMS or is_json(v, depth + 1) for v in value.values()
+            type(v) in _ATOMS or read_is_json(v, depth + 1) for v in value.values()
         )
     if t is list:
-        return all(type(v) in _ATOMS or is_json(v, depth + 1) for v in value)
+        return all(type(v) in _ATOMS or read_is_json(v, depth + 1) for v in value)
     return False
+
+
+_NATIVE_IS_JSON = native_is_json()
+_IS_JSON = _NATIVE_IS_JSON or read_is_json
 
 
 def plain(value: Any) -> Any:
@@ -108,6 +134,8 @@ def plain(value: Any) -> Any:
     t = type(value)
     if t in _ATOMS:
         return value
+    if (t is dict or t is list) and _NATIVE_IS_JSON is not None and _NATIVE_IS_JSON(value):
+        return value  # plain data all through, seen in one C walk
     if t is dict:  # the common case, without the ABC checks below
         out: dict[Any, Any] | None = None
         for k, v in value.items():

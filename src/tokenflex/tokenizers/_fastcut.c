@@ -409,7 +409,48 @@ static PyObject *fastcut_plain_until(PyObject *self, PyObject *const *args, Py_s
     return PyLong_FromSsize_t(i < hi ? i : hi);
 }
 
+/* is_json(value) -> bool: whether value is plain JSON data as it stands (exact dicts with
+ * str keys, exact lists, and exact str, int, float, bool or None; at most 64 levels below
+ * the value), read as tokenflex.message.objects.is_json reads it, without running any
+ * Python code. */
+static int json_atom(PyObject *v) {
+    return PyUnicode_CheckExact(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+           PyBool_Check(v) || v == Py_None;
+}
+
+static int json_walk(PyObject *v, int depth) {
+    if (json_atom(v)) return 1;
+    if (depth > 64) return 0;
+    if (PyDict_CheckExact(v)) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(v, &pos, &key, &item)) {
+            if (!PyUnicode_CheckExact(key)) return 0;
+        }
+        pos = 0;
+        while (PyDict_Next(v, &pos, &key, &item)) {
+            if (!json_atom(item) && !json_walk(item, depth + 1)) return 0;
+        }
+        return 1;
+    }
+    if (PyList_CheckExact(v)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
+            PyObject *item = PyList_GET_ITEM(v, i);
+            if (!json_atom(item) && !json_walk(item, depth + 1)) return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *fastcut_is_json(PyObject *self, PyObject *value) {
+    return PyBool_FromLong(json_walk(value, 0));
+}
+
 static PyMethodDef methods[] = {
+    {"is_json", fastcut_is_json, METH_O,
+     "is_json(value) -> bool: whether value is plain JSON data as it stands (exact dicts\n"
+     "with str keys, lists and JSON scalars; at most 64 levels deep)."},
     {"count", count, METH_VARARGS,
      "count(text, table) -> (int, list[str]): how many pieces of the ASCII text are in the\n"
      "table, and the others in text order."},

@@ -16,6 +16,7 @@ __all__ = [
     "count_scope",
     "encodable",
     "entry_bytes",
+    "native_is_json",
     "plain_until",
 ]
 
@@ -63,6 +64,16 @@ def _native_plain_until() -> Callable[[list[Any], int, int, dict[str, Any]], int
 
 
 _PLAIN_UNTIL = _native_plain_until()
+
+
+def native_is_json() -> Callable[[Any], bool] | None:
+    """The C walk of :func:`tokenflex.message.objects.is_json` (``_fastcut.c``), or None
+    where the package was built without a C compiler."""
+    try:
+        from ._fastcut import is_json
+    except ImportError:
+        return None
+    return is_json
 
 
 def plain_until(messages: Any, lo: int, hi: int, roles: dict[str, Any]) -> int:
