@@ -146,3 +146,35 @@ def test_the_c_walk_is_built_here() -> None:
     if NATIVE is None:
         pytest.skip("built without a C compiler")
     assert objects.is_json({"a": [1]}) and not objects.is_json({"a": (1,)})
+
+
+KEYS_ANY = st.one_of(st.text(max_size=3), st.integers(), st.floats(), st.booleans(), st.none())
+DUMPED = st.recursive(
+    st.one_of(
+        st.text(),
+        st.integers(min_value=-(2**80), max_value=2**80),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.none(),
+        st.just(Text("sub")),
+        st.just(Number(7)),
+        st.just(b"raw"),
+        st.just({1, 2}),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(KEYS_ANY, children, max_size=4),
+        st.dictionaries(st.text(max_size=3), children, max_size=3).map(Sub),
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(DUMPED)
+def test_compact_json_writes_what_json_dumps_writes(value: Any) -> None:
+    """The encoder made once writes the text ``json.dumps`` with the same options writes
+    (non-str keys, NaN, big ints, subclasses, values only ``default=str`` can write)."""
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    assert objects.compact_json(value) == expected

@@ -20,7 +20,7 @@ list stays a LangChain list); ``plan.request()`` always builds plain JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..tokenizers.base import native_is_json
@@ -87,10 +87,35 @@ def part_types(item: Mapping[str, Any], key: str = "content") -> list[str]:
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
-compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)`` as
+    one function: the json module's C encoder made once (``json.dumps`` with options makes
+    an encoder, and the C one, on every call), or the encoder's own method where the C
+    one is missing or its signature is not this Python's. With no circular-reference
+    marks: a value that contains itself raises RecursionError instead of ValueError."""
+    fallback = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return fallback
+    try:
+        native = make(None, str, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+        probe: Any = {"a": [1, 2.5, None, True, "é"]}
+        if "".join(native(probe, 0)) != fallback(probe):
+            return fallback
+    except TypeError:
+        return fallback
+
+    def encode(value: Any) -> str:
+        return "".join(native(value, 0))
+
+    return encode
+
+
+compact_json = _compact_encoder()
 """The compact JSON text counted for a structured value (a tool call's arguments, a block
 counted as its JSON): ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-default=str)``, by one encoder made once (``json.dumps`` with options makes one a call).
+default=str)``, by an encoder made once.
 
 >>> compact_json({"path": "é.py", "n": [1, 2]})
 '{"path":"é.py","n":[1,2]}'
