@@ -14,7 +14,7 @@ import json
 from typing import Any
 from unittest import mock
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenflex.server import _validate
@@ -79,3 +79,25 @@ def test_an_integer_past_64_bits_at_any_depth_stays_an_int() -> None:
     for raw in ('{"t": "1234567890123456789012345"}', "[0.12345678901234567890123]",
                 "[9223372036854775807, 18446744073709551615, 1e18, -1.5e-300]"):  # fmt: skip
         assert _outcome(raw.encode()) == _reference(raw.encode())
+
+
+_WIDE_FLOATS = st.sampled_from([2.0**63, -(2.0**63), 2.0**64, 1e300, float("nan"), 9.2e18, 1.5])
+_NESTED = st.recursive(
+    st.none() | st.integers() | _WIDE_FLOATS | st.text(max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_NESTED, st.integers(0, 8))
+def test_the_c_depth_walk_finds_what_the_python_walk_finds(value: Any, limit: int) -> None:
+    """The parsed body's walk in C (``_fastcut.json_scan``) answers as the level-by-level
+    Python walk: too deep, a float that may be a widened integer (which of the two comes
+    first), or the value itself; small limits put the bound inside the values drawn."""
+    expected = _validate.read_walk(value, limit)
+    assert _validate._orjson_walk(value, limit) is expected
+    with mock.patch.object(_validate, "_JSON_SCAN", None):
+        assert _validate._orjson_walk(value, limit) is expected

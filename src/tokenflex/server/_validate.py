@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - the server extra installs it
 from ..formats.base import RequestFormat
 from ..formats.body import BodyError, check_model, check_tools
 from ..formats.chat import KNOWN_ROLES, check_messages
+from ..tokenizers.base import native_json_scan
 from .errors import ProxyError
 
 __all__ = [
@@ -49,6 +50,7 @@ _SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]").search
 # every byte of the body for a run of 19 digits.)
 _WIDE = 2.0**63
 _WALKED = frozenset({dict, list, float})
+_JSON_SCAN = native_json_scan()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,17 @@ def _orjson_walk(value: Any, limit: int) -> object:
     """What the depth walk finds in orjson's answer: ``_TOO_DEEP`` (containers nest more
     than ``limit`` deep, as :func:`_deeper_than` tells), ``_UNPARSED`` (a float of 2**63
     or more, which may be an integer orjson widened: the stdlib parser must read the
-    body), else ``value``. One walk, level by level, visits every value once."""
+    body), else ``value``. In C where the package was built with a C compiler (it finds
+    what :func:`read_walk` finds), else :func:`read_walk`."""
+    if _JSON_SCAN is None:
+        return read_walk(value, limit)
+    found = _JSON_SCAN(value, limit, _WIDE)
+    return value if not found else _UNPARSED if found == 2 else _TOO_DEEP
+
+
+def read_walk(value: Any, limit: int) -> object:
+    """:func:`_orjson_walk` in Python: one walk, level by level, visits every value once
+    (a wide float found on a level before the level that is too deep wins)."""
     if type(value) is float:
         return _UNPARSED if abs(value) >= _WIDE else value
     level: list[Any] = [value] if type(value) is dict or type(value) is list else []

@@ -13,6 +13,7 @@
  * tests/test_estimate.py checks the pieces against the regex on arbitrary ASCII text. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 
 #define C_UPPER 1
 #define C_LOWER 2
@@ -447,7 +448,62 @@ static PyObject *fastcut_is_json(PyObject *self, PyObject *value) {
     return PyBool_FromLong(json_walk(value, 0));
 }
 
+/* json_scan(value, limit, wide) -> int: what the proxy's depth walk of a parsed body finds
+ * (tokenflex.server._validate.read_walk, level by level): 2 when a float of abs() >= wide
+ * sits within limit + 1 levels (the value itself is level 1), else 1 when containers nest
+ * more than limit levels, else 0. Exact dicts, lists and floats only, as orjson makes
+ * them; no Python code runs. */
+typedef struct {
+    Py_ssize_t limit;
+    double wide;
+    Py_ssize_t wide_level; /* the shallowest wide float's level (limit + 2: none) */
+    int too_deep;
+} json_scan_state;
+
+static void json_scan_walk(PyObject *v, Py_ssize_t level, json_scan_state *st) {
+    if (PyFloat_CheckExact(v)) {
+        if (fabs(PyFloat_AS_DOUBLE(v)) >= st->wide && level < st->wide_level)
+            st->wide_level = level;
+        return;
+    }
+    int is_dict = PyDict_CheckExact(v);
+    if (!is_dict && !PyList_CheckExact(v)) return;
+    if (level > st->limit) {
+        st->too_deep = 1; /* (floats below it are past limit + 1: they do not count) */
+        return;
+    }
+    if (is_dict) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(v, &pos, &key, &item)) json_scan_walk(item, level + 1, st);
+    } else {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++)
+            json_scan_walk(PyList_GET_ITEM(v, i), level + 1, st);
+    }
+}
+
+static PyObject *fastcut_json_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "json_scan(value, limit, wide)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    double wide = PyFloat_AsDouble(args[2]);
+    if (wide == -1.0 && PyErr_Occurred()) return NULL;
+    if (limit < 0 || limit > 4096) { /* (the walk recurses once a level) */
+        PyErr_SetString(PyExc_ValueError, "json_scan: limit out of range");
+        return NULL;
+    }
+    json_scan_state st = {limit, wide, limit + 2, 0};
+    json_scan_walk(args[0], 1, &st);
+    return PyLong_FromLong(st.wide_level <= limit + 1 ? 2 : st.too_deep ? 1 : 0);
+}
+
 static PyMethodDef methods[] = {
+    {"json_scan", (PyCFunction)(void (*)(void))fastcut_json_scan, METH_FASTCALL,
+     "json_scan(value, limit, wide) -> int: 2 when a float of abs() >= wide sits within\n"
+     "limit + 1 levels, else 1 when containers nest more than limit levels, else 0."},
     {"is_json", fastcut_is_json, METH_O,
      "is_json(value) -> bool: whether value is plain JSON data as it stands (exact dicts\n"
      "with str keys, lists and JSON scalars; at most 64 levels deep)."},

@@ -17,6 +17,7 @@ __all__ = [
     "encodable",
     "entry_bytes",
     "native_is_json",
+    "native_json_scan",
     "plain_until",
 ]
 
@@ -64,6 +65,16 @@ def _native_plain_until() -> Callable[[list[Any], int, int, dict[str, Any]], int
 
 
 _PLAIN_UNTIL = _native_plain_until()
+
+
+def native_json_scan() -> Callable[[Any, int, float], int] | None:
+    """The C walk of the proxy's parsed-body depth check (``_fastcut.json_scan``), or None
+    where the package was built without a C compiler."""
+    try:
+        from ._fastcut import json_scan
+    except ImportError:
+        return None
+    return json_scan
 
 
 def native_is_json() -> Callable[[Any], bool] | None:
