@@ -223,7 +223,7 @@ class MessageCounter:
             return True
         openai = self.model.chat_format in ("openai", "openai-0301")
         for part in content:
-            ptype = part.get("type") if isinstance(part, Mapping) else None
+            ptype = part.get("type") if type(part) is dict or isinstance(part, Mapping) else None
             if not isinstance(ptype, str):  # a list or object "type": message() refuses it
                 return False
             if ptype in TEXT_PARTS:
@@ -336,14 +336,16 @@ class MessageCounter:
 
     def _call(self, call: Any, with_id: bool) -> int:
         """Tokens of one assistant tool call (or legacy function_call)."""
-        if not isinstance(call, Mapping):
+        if type(call) is not dict and not isinstance(call, Mapping):
             raise BadMessage(
                 f"has a tool call of type {type(call).__name__}",
                 "Each tool call is {'id': ..., 'type': 'function', 'function': "
                 "{'name': ..., 'arguments': '{...}'}}",
             )
         fn = call.get("function", call) if with_id else call
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        if (type(fn) is not dict and not isinstance(fn, Mapping)) or not isinstance(
+            fn.get("name"), str
+        ):
             # Not a function call (e.g. a custom tool): count all of it.
             return TOOL_CALL_OVERHEAD + self._count(dumps(call))
         args = fn.get("arguments", "")

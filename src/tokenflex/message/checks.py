@@ -77,7 +77,7 @@ def validated_role(msg: Any) -> str:
         BadMessage: ``msg`` is not a dict, has no or an unknown role, or has content
             that is missing or neither a string nor a list.
     """
-    if not isinstance(msg, Mapping):
+    if type(msg) is not dict and not isinstance(msg, Mapping):  # (a dict: no ABC check)
         raise BadMessage(
             f"is a {type(msg).__name__}, not a dict",
             "Pass each message as a dict like {'role': 'user', 'content': '...'}",
@@ -97,7 +97,11 @@ def validated_role(msg: Any) -> str:
             "Give it a string ('' if empty) or a list of content parts; only an assistant "
             "message with tool_calls may have content None",
         )
-    if not isinstance(content, str | list):
+    if (
+        type(content) is not str
+        and type(content) is not list
+        and not isinstance(content, str | list)
+    ):
         raise BadMessage(
             f"has content of type {type(content).__name__}",
             "Content must be a string or a list of parts like {'type': 'text', 'text': '...'}",
