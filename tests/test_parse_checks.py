@@ -257,3 +257,86 @@ def test_a_parsed_long_list_fits_as_a_copy_does() -> None:
     want = fit(list(items), model=small, max_tokens=100).messages
     assert fit(parts.items, model=small, max_tokens=100).messages == want
     assert fit(parts.items, model=small, max_tokens=100).messages == want
+
+
+def _agent_items(fmt: str, rounds: int) -> list[Any]:
+    """An agent's tool rounds in ``fmt`` (Anthropic blocks or Responses items): more than
+    the memo's short-list length, so fit() remembers the list for the fit."""
+    if fmt == "anthropic":
+        items: list[Any] = [{"role": "user", "content": "Fix the failing test."}]
+        for i in range(rounds):
+            call = {"type": "tool_use", "id": f"t{i}", "name": "read", "input": {"path": f"{i}"}}
+            result = {"type": "tool_result", "tool_use_id": f"t{i}", "content": f"line {i} " * 40}
+            items += [
+                {"role": "assistant", "content": [{"type": "text", "text": "ok"}, call]},
+                {"role": "user", "content": [result]},
+            ]
+        return items
+    items = [{"type": "message", "role": "user", "content": "Fix the failing test."}]
+    for i in range(rounds):
+        items += [
+            {"type": "function_call", "call_id": f"c{i}", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{i}", "output": f"line {i} " * 40},
+        ]
+    return items
+
+
+def _edit(item: Any, fmt: str, text: str) -> None:
+    """``item``'s text replaced in place (the same dict given a new value)."""
+    if fmt == "anthropic":
+        item["content"] = (
+            text if isinstance(item["content"], str) else [{"type": "text", "text": text}]
+        )
+    elif item.get("type") == "function_call_output":
+        item["output"] = text
+    else:
+        item["content"] = text
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    fmt=st.sampled_from(["anthropic", "responses"]),
+    rounds=st.integers(16, 40),
+    window=st.sampled_from([3_000, 6_000, 128_000]),
+    at=st.integers(0, 10_000),
+    grow=st.integers(1, 300),
+)
+def test_a_parsed_native_list_is_read_once(
+    fmt: str, rounds: int, window: int, at: int, grow: int
+) -> None:
+    """A list a parse vouched for is the proxy's, read once: its fit keeps no marks of its
+    items and forgets its read when done. The plan is a copy's plan, and the same list
+    object fitted again after an item was edited in place is read afresh: its plan is the
+    plan of a copy of the edited list (never one from the first read's conversion)."""
+    model = get_model("gpt-4o").replace(name=f"gpt-4o-{window}", context_window=window)
+    items = _agent_items(fmt, rounds)
+    parts = _parsed(fmt, items)
+
+    def plan_of(given: list[Any]) -> tuple[Any, ...]:
+        p = fit(given, model=model, max_tokens=200, format=fmt)
+        return p.input_tokens, p.messages, len(p.dropped)
+
+    want = plan_of(json.loads(json.dumps(parts.items)))
+    assert plan_of(parts.items) == want
+    k = at % len(parts.items)
+    _edit(parts.items[k], fmt, "edited " * grow)
+    assert plan_of(parts.items) == plan_of(json.loads(json.dumps(parts.items)))
+
+
+@pytest.mark.parametrize("fmt", ["chat", "anthropic", "responses"])
+def test_a_parsed_list_is_forgotten_when_its_fit_is_done(fmt: str) -> None:
+    """The memo keeps its places for lists read again: a request read once is dropped
+    from it when its fit returns (its conversion and copies go with it)."""
+    from tokenflex import roundtrip
+
+    items = (
+        _agent_items(fmt, 20)
+        if fmt != "chat"
+        else [{"role": "user" if i % 2 else "assistant", "content": f"turn {i}"} for i in range(40)]
+    )
+    parts = _parsed(fmt, items)
+    fit(parts.items, model="gpt-4o", max_tokens=200, format=None if fmt == "chat" else fmt)
+    assert roundtrip._MEMO.get(parts.items) is None
+    copy = list(parts.items)  # a caller's list: remembered for its next read
+    fit(copy, model="gpt-4o", max_tokens=200, format=None if fmt == "chat" else fmt)
+    assert roundtrip._MEMO.get(copy) is not None

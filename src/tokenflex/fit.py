@@ -82,7 +82,16 @@ from .options import (
     plain_options,
 )
 from .plan import DropRun, Plan, log_dropped
-from .roundtrip import Prepared, check_prepared, finish, forget, fresh, prepare, remember
+from .roundtrip import (
+    Prepared,
+    check_prepared,
+    finish,
+    forget,
+    fresh,
+    prepare,
+    read_through,
+    remember,
+)
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
@@ -779,6 +788,7 @@ def _fit_flow(
             final = finish(plan, req)
             if plain_call and req.given is messages:
                 _remember(final, messages, layout, req, primary, opts, tools)
+            read_through(messages)
             return trace_fit(final)
         # a kept message was edited in place since the list was read: read it afresh (the
         # drops of the plan made from the old read were logged as it was made: say so)

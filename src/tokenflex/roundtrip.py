@@ -18,7 +18,10 @@ proxy's parser checked the list as strictly (:func:`~tokenflex.formats.body.vouc
 message edited in place (the same dict given a new ``content``) is caught where the fit
 reads it: :func:`fresh` compares the kept units with what was read before, and fit()
 starts over when one changed. An edit inside a nested value (a block of a content list
-changed in place) is not seen; give a new dict instead.
+changed in place) is not seen; give a new dict instead. A list a format's parse vouched
+for is a request read once (the proxy's: no one else holds it): its items are not marked,
+its read serves that fit alone and is forgotten when the fit is done
+(:func:`read_through`); a later fit of the same list reads it afresh.
 """
 
 from __future__ import annotations
@@ -44,7 +47,16 @@ from .models import Model
 from .plan import DroppedItems, DropRun, ItemSource, Plan
 from .tokenizers.base import plain_until
 
-__all__ = ["Prepared", "check_prepared", "finish", "forget", "fresh", "prepare", "remember"]
+__all__ = [
+    "Prepared",
+    "check_prepared",
+    "finish",
+    "forget",
+    "fresh",
+    "prepare",
+    "read_through",
+    "remember",
+]
 
 _MESSAGE_SECTIONS = ("system", "summary", "pinned", "history", "current")
 
@@ -118,6 +130,11 @@ class _Read:
     prepared: Prepared
     last: Any = None
     """What fit() kept of its plan of this read (:func:`remember`)."""
+    once: bool = False
+    """The list came from a format's parse (:func:`~tokenflex.formats.body.vouched`): a
+    request read once. Its items' fields were not marked (:func:`_mark`), so this read
+    serves the fit that made it (its running counts) and never a later read of the
+    list, which reads it afresh."""
 
 
 class _Memo:
@@ -172,6 +189,15 @@ def forget(messages: Sequence[Any] | None = None) -> None:
     if messages is None:
         _MEMO.clear()
     else:
+        _MEMO.forget(messages)
+
+
+def read_through(messages: Sequence[Any]) -> None:
+    """The fit of ``messages`` is done: forget the memo's read of it when that read was a
+    request read once (a format's parse made the list: :attr:`_Read.once`), so its
+    conversion and copies go now and the memo keeps its places for lists read again."""
+    read = _MEMO.get(messages) if type(messages) is list else None
+    if read is not None and read.once:
         _MEMO.forget(messages)
 
 
@@ -260,6 +286,8 @@ def prepare(
         return _trusted(prepared, checked_as)
     key = (format, keep_reasoning)
     read = _MEMO.get(messages)
+    if read is not None and read.once:
+        read = None  # (a parse's list read again: no marks to trust it by)
     items = (
         _read_again(read, messages)
         if read is not None and read.key == key and _same_system(read.system, system)
@@ -282,11 +310,12 @@ def prepare(
     )
     index = new_index() if new_index is not None else None
     prepared = prepared.evolved(given=messages, index=index)
-    if prepared.converted is not None:
+    once = checked_as is not None  # a parse's list: no one else holds it to edit
+    if prepared.converted is not None and not once:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
     # (a grown list read afresh: the record it was compared with is its own)
     record = list(messages) if items is None else items
-    _MEMO.put(_Read(messages, record, len(messages), key, system, prepared))
+    _MEMO.put(_Read(messages, record, len(messages), key, system, prepared, once=once))
     return prepared
 
 
