@@ -25,6 +25,7 @@ the end. The machine's load (``os.getloadavg``) is printed beside the table: on 
     .venv/bin/python scripts/bench_proxy.py --quick    # about a minute
     .venv/bin/python scripts/bench_proxy.py --soak 600 # throughput over 10 minutes
     .venv/bin/python scripts/bench_proxy.py --cpu      # CPU per request, in process
+    .venv/bin/python scripts/bench_proxy.py --cpu --agent  # an agent's Anthropic request
     .venv/bin/python scripts/bench_proxy.py --split    # CPU per request, by process
 
 ``--cpu`` measures what the throughput rows cannot tell apart on a shared machine: the CPU
@@ -310,11 +311,18 @@ def _in_memory_upstream() -> httpx.AsyncClient:
 
 
 def cpu_per_request(
-    sizes: tuple[int, ...] = SIZES, *, rounds: int = 5, config: str | None = None
+    sizes: tuple[int, ...] = SIZES,
+    *,
+    rounds: int = 5,
+    config: str | None = None,
+    agent: bool = False,
 ) -> dict[int, tuple[float, float, float]]:
     """CPU ms per request of (tokenflex, reference, counting floor) by request size, in
     process: the best of ``rounds`` runs of each app, alternated (see ``--cpu``);
-    ``config``: the proxy's TOML config file.
+    ``config``: the proxy's TOML config file. ``agent``: an agent's Anthropic Messages
+    request on ``/v1/messages`` instead (``scripts/bench_turns.py``'s ``agent_body``: a
+    task, then tool rounds of ``tool_use`` and ``tool_result`` blocks); the floor, which
+    counts chat messages, is not measured then (NaN).
 
     The counting floor is the least a proxy that keeps requests within the window does:
     the reference plus parsing the body and counting every message (tokenflex's cached
@@ -360,8 +368,9 @@ def cpu_per_request(
             headers={"x-tokenflex-input-tokens": str(used)},
         )
 
-    reference = Starlette(routes=[Route("/v1/chat/completions", forward, methods=["POST"])])
-    floor = Starlette(routes=[Route("/v1/chat/completions", count_and_forward, methods=["POST"])])
+    path = "/v1/messages" if agent else "/v1/chat/completions"
+    reference = Starlette(routes=[Route(path, forward, methods=["POST"])])
+    floor = None if agent else Starlette(routes=[Route(path, count_and_forward, methods=["POST"])])
     app = create_app(ServerConfig.load(config, upstream="http://upstream", discover=False))
     proxy = app.state.proxy
     logger = logging.getLogger("tokenflex")
@@ -373,7 +382,9 @@ def cpu_per_request(
         logger.setLevel(logging.INFO)
         logger.propagate = False
         try:
-            return asyncio.run(_cpu_rounds(app, proxy, reference, floor, sizes, rounds))
+            return asyncio.run(
+                _cpu_rounds(app, proxy, reference, floor, sizes, rounds, path=path, agent=agent)
+            )
         finally:
             logger.removeHandler(handler)
             logger.setLevel(level)
@@ -381,30 +392,41 @@ def cpu_per_request(
 
 
 async def _cpu_rounds(
-    app: Any, proxy: Any, reference: Any, floor: Any, sizes: tuple[int, ...], rounds: int
+    app: Any,
+    proxy: Any,
+    reference: Any,
+    floor: Any,
+    sizes: tuple[int, ...],
+    rounds: int,
+    *,
+    path: str,
+    agent: bool,
 ) -> dict[int, tuple[float, float, float]]:
+    from bench_turns import agent_body  # a sibling script: the agent's Anthropic body
+
     counts = {10: 1000, 200: 300, 2000: 40}
     headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
     out: dict[int, tuple[float, float, float]] = {}
     answers = {"ref": {200}, "tf": {200}, "floor": {200, 400}}
+    apps = [("ref", reference), ("floor", floor), ("tf", app)]
     async with proxy.lifespan(app):
         proxy.upstream._client = _in_memory_upstream()
         for n in sizes:
-            body, count = request_body(n), counts.get(n, 100)
-            best = {"tf": float("inf"), "ref": float("inf"), "floor": float("inf")}
+            body, count = agent_body(n) if agent else request_body(n), counts.get(n, 100)
+            best = {k: float("inf") for k, a in apps if a is not None}
             for _ in range(rounds):
-                for name, target in (("ref", reference), ("floor", floor), ("tf", app)):
+                for name, target in ((k, a) for k, a in apps if a is not None):
                     transport = httpx.ASGITransport(app=target)
                     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as c:
                         for _ in range(5):  # warm up: tokenizer, counts, connections
-                            await c.post("/v1/chat/completions", content=body, headers=headers)
+                            await c.post(path, content=body, headers=headers)
                         start = time.process_time()
                         for _ in range(count):
-                            r = await c.post("/v1/chat/completions", content=body, headers=headers)
+                            r = await c.post(path, content=body, headers=headers)
                             if r.status_code not in answers[name]:
                                 raise SystemExit(f"{name}: HTTP {r.status_code}: {r.text[:200]}")
                         best[name] = min(best[name], (time.process_time() - start) / count * 1000)
-            out[n] = (best["tf"], best["ref"], best["floor"])
+            out[n] = (best["tf"], best["ref"], best.get("floor", float("nan")))
     return out
 
 
@@ -608,16 +630,24 @@ def main() -> int:
     ap.add_argument(
         "--config", help="a TOML config file for tokenflex serve (default: none, the defaults)"
     )
+    ap.add_argument(
+        "--agent",
+        action="store_true",
+        help="with --cpu: an agent's Anthropic request (tool rounds) on /v1/messages",
+    )
     args = ap.parse_args()
     if args.split:
         print_split(args.config)
         return 0
     if args.cpu:
         load = os.getloadavg()
-        for n, (tf, ref, floor) in cpu_per_request(config=args.config).items():
+        measured = cpu_per_request(config=args.config, agent=args.agent)
+        for n, (tf, ref, floor) in measured.items():
+            shown = "" if args.agent else f", counting floor {floor:.2f} ms"
+            what = "Anthropic agent messages" if args.agent else "messages"
             print(
-                f"{n:>5,} messages: tokenflex {tf:.2f} ms, reference {ref:.2f} ms, counting "
-                f"floor {floor:.2f} ms of CPU a request"
+                f"{n:>5,} {what}: tokenflex {tf:.2f} ms, reference {ref:.2f} ms{shown} of "
+                "CPU a request"
             )
         print(
             f"in process, best of 5 rounds; load average {load[0]:.1f} before, "
