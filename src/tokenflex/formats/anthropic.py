@@ -90,7 +90,7 @@ def _block_parts(block: Any, j: int, path: str = "content") -> list[dict[str, An
     """Chat parts that count what one content block holds (tool_use excluded)."""
     if isinstance(block, str):
         return [{"type": "text", "text": block}]
-    if not isinstance(block, Mapping):
+    if type(block) is not dict and not isinstance(block, Mapping):  # (a dict: no ABC check)
         raise BadMessage(
             f"has {path}[{j}] of type {type(block).__name__}",
             "Each content block is a dict like {'type': 'text', 'text': '...'}",
@@ -141,7 +141,7 @@ def _call(block: Mapping[str, Any]) -> dict[str, Any]:
 
 def _internal(msg: Any) -> dict[str, Any]:
     """The chat dict that counts one Anthropic message (raises BadMessage)."""
-    if not isinstance(msg, Mapping):
+    if type(msg) is not dict and not isinstance(msg, Mapping):  # (a dict: no ABC check)
         raise BadMessage(
             f"is a {type(msg).__name__}, not a dict",
             "Pass each message as {'role': 'user', 'content': '...' or [blocks]}",
@@ -164,10 +164,11 @@ def _internal(msg: Any) -> dict[str, Any]:
     calls: list[dict[str, Any]] = []
     results = False
     for j, block in enumerate(content):
-        if isinstance(block, Mapping) and block.get("type") == "tool_use":
+        kind = block.get("type") if type(block) is dict or isinstance(block, Mapping) else None
+        if kind == "tool_use":
             calls.append(_call(block))
             continue
-        results = results or (isinstance(block, Mapping) and block.get("type") == "tool_result")
+        results = results or kind == "tool_result"
         parts += _block_parts(block, j)
     out: dict[str, Any] = {"role": "tool" if results and role == "user" else role}
     out["content"] = parts

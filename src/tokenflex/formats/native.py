@@ -42,7 +42,7 @@ class NativeMessage(dict[str, Any]):
         rebuild: Callable[[Sequence[Any]], dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(chat)
-        self.native = tuple(native)
+        self.native = native if type(native) is tuple else tuple(native)
         self.start = start
         self.rebuild = rebuild
         """The format's converter for these items: the chat dict of changed items."""
@@ -174,7 +174,7 @@ def one_per_item(
     rebuild = ItemConverter(convert)
     for i, m in enumerate(items):
         try:
-            out.append(NativeMessage(convert(plain_message(m)), [m], i, rebuild))
+            out.append(NativeMessage(convert(plain_message(m)), (m,), i, rebuild))
         except BadMessage as exc:
             raise exc.at(i) from None
     return Converted(fmt, out, system=system, count=len(items))
