@@ -177,11 +177,16 @@ def run_pass(
             continue
         rendered = {s.name: s.render(alloc.kept[s.name]) for s in active}
         tokens = dict(alloc.section_tokens)
-        inexact = [s for s in active if not s.render_counted()]
+        added = {s.name: s.render_added() for s in active}
+        inexact = [s for s in active if added[s.name] != []]
         if not inexact:
             break
         for s in inexact:
-            tokens[s.name] = counter.total(rendered[s.name])
+            extra = added[s.name]
+            if extra is None:  # the whole rendering counted
+                tokens[s.name] = counter.total(rendered[s.name])
+            else:  # the kept items as the solve counted them, and what the render added
+                tokens[s.name] = tokens.get(s.name, 0) + counter.total(extra)
         real = base + sum(tokens[s.name] for s in active)
         if real <= alloc.input_tokens:
             alloc = alloc.settle(real)

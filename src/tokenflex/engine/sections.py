@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .._types import Message
@@ -122,11 +122,13 @@ class Section:
         """The kept items' messages, in request order."""
         raise NotImplementedError
 
-    def render_counted(self) -> bool:
-        """Whether the last :meth:`render` is exactly the kept items the solve counted
-        (their tokens are the section's): :attr:`exact_render` unless a section knows
-        better for the rendering it just made."""
-        return self.exact_render
+    def render_added(self) -> list[Message] | None:
+        """What the last :meth:`render` holds beyond the kept items the solve counted:
+        ``[]`` when it is exactly them (their tokens are the section's), the messages it
+        added to them (counted on their own: a counter's ``total`` is a sum over
+        messages), or None when it cannot say (the whole rendering is counted). By
+        :attr:`exact_render` unless a section knows better for the rendering it made."""
+        return [] if self.exact_render else None
 
     def runs(self, alloc: Allocation | None) -> list[DropRun]:
         """The section's dropped input items as runs (``alloc`` None: all of them)."""
@@ -168,7 +170,12 @@ class GroupIndex:
     so the solver never reaches the older groups."""
     owned: bool = True
     """The messages are the index owner's (a Conversation's): a dropped message's tokens
-    are read back from :attr:`tokens` (False: a caller's list, counted afresh)."""
+    are read back from :attr:`tokens` (False: a caller's list, counted afresh, except
+    from :attr:`checked_from`)."""
+    checked_from: int | None = None
+    """A caller's list (:attr:`owned` False): the messages from this index on were
+    counted, or compared with what was counted, by the :meth:`ListIndex.view` that gave
+    this index, so their :attr:`tokens` hold for the fit that asked for it (None: none)."""
 
     def groups(self, lo: int, hi: int) -> tuple[int, int] | None:
         """Group numbers ``[g_lo, g_hi)`` that exactly tile messages ``[lo, hi)`` (from
@@ -234,6 +241,9 @@ class ListIndex:
         self._lo = -1
         self._index: GroupIndex | None = None
         self._copies: list[Any] = []
+        self._given: GroupIndex | None = None
+        """The last view given: :attr:`_index` with its ``checked_from`` (the same object
+        while neither changes, so a view can be recognised by identity)."""
 
     def view(
         self,
@@ -268,10 +278,10 @@ class ListIndex:
     def current(self) -> GroupIndex | None:
         """The index the last :meth:`view` gave (None: none, or it was reset), not checked
         again: what a later view of the same list gives while it is still valid."""
-        return self._index
+        return self._given if self._index is not None else None
 
     def _reset(self) -> None:
-        self._index, self._copies = None, []
+        self._index, self._copies, self._given = None, [], None
 
     def _view(
         self,
@@ -283,31 +293,36 @@ class ListIndex:
         limits: tuple[int, int | None],
     ) -> GroupIndex:
         gi = self._index
+        checked: int | None = None
         if gi is not None:
             end = gi.first + len(gi.tokens)
-            if (
-                hi < end
-                or not self._valid(src, gi, end, limits)
-                or (hi > end and gi.starts and not _boundary(src, end))
-            ):
+            checked = self._checked_from(src, gi, end, limits) if hi >= end else None
+            if checked is None or (hi > end and gi.starts and not _boundary(src, end)):
                 # (a message joining the newest group counted would change a sum a
                 # solve in another thread may be reading: counted afresh instead)
                 self._reset()
-                gi = None
+                gi, checked = None, None
             elif hi > end:
                 self._append(src, gi, end, hi, counter.message)
         if gi is None:
             gi = self._index = GroupIndex(model, [], [0], [], hi, owned=False)
+            checked = hi  # (what _older adds below is counted now)
         if gi.first > lo and not _beyond(gi, limits):
+            fresh = checked == gi.first  # every message in it counted now
             gi = self._index = self._older(src, gi, lo, counter, limits)
-        return gi
+            if fresh:
+                checked = gi.first
+        given = self._given
+        if given is None or given.cum is not gi.cum or given.checked_from != checked:
+            given = self._given = replace(gi, checked_from=checked)
+        return given
 
-    def _valid(
+    def _checked_from(
         self, src: Sequence[Message], gi: GroupIndex, end: int, limits: tuple[int, int | None]
-    ) -> bool:
-        """Whether the messages a solve could read (newest first, the fewest groups
+    ) -> int | None:
+        """Where the messages a solve could read begin (newest first, the fewest groups
         beyond ``limits``, and the message before them: it decides where their group
-        starts) are as counted."""
+        starts), when they are as counted; None when one is not."""
         cum = gi.cum
         bound, most = limits
         g = max(0, bisect.bisect_left(cum, cum[-1] - bound) - 1)
@@ -315,7 +330,7 @@ class ListIndex:
             g = max(g, len(gi.starts) - most - 1)
         a = max(gi.first, gi.starts[g] - 1) if gi.starts else end
         first = gi.first
-        return src[a:end] == self._copies[a - first : end - first]
+        return a if src[a:end] == self._copies[a - first : end - first] else None
 
     def _append(
         self,
@@ -502,7 +517,7 @@ class MessageSection(Section):
         """The previous plan's first kept message index, held while it fits."""
         self.note = False
         """Render a counted note where the history was cut (see :func:`cut_note`)."""
-        self._noted = False  # the last render added the cut note
+        self._noted: Message | None = None  # the cut note the last render added
         self.recall: Any = None
         """A :class:`~tokenflex.recall.Recaller`: the cut note and cleared tool results
         name the recall ids of what they stand for."""
@@ -622,27 +637,32 @@ class MessageSection(Section):
 
     def render(self, kept: tuple[int, ...]) -> list[Message]:
         src = self.source
-        self._noted = False
+        self._noted = None
         if self.mode == "all":
             return list(src[self.lo : self.hi])
         if not kept:  # all of it cut: still told
-            told = self.note and self.mode == "newest" and self.hi > self.lo
-            self._noted = bool(told)
-            return [self._note(self.hi)] if told else []
+            if self.note and self.mode == "newest" and self.hi > self.lo:
+                self._noted = self._note(self.hi)
+                return [self._noted]
+            return []
         if self.mode == "newest":
             first = self._start(len(kept) - 1)
             if self.note and first > self.lo:
-                self._noted = True
-                return [self._note(first), *src[first : self.hi]]
+                self._noted = self._note(first)
+                return [self._noted, *src[first : self.hi]]
             return list(src[first : self.hi])
         groups = sorted(self._groups[p] for p in kept)
         return [src[i] for a, b, _ in groups for i in range(a, b)]
 
-    def render_counted(self) -> bool:
+    def render_added(self) -> list[Message] | None:
         # A cut note is the one message the solve did not count (``exact_render`` is
         # False for it); a rendering without one is the kept groups' messages, whose
-        # tokens the section's are, so the engine need not count them again.
-        return self.exact_render or not self._noted
+        # tokens the section's are, so the engine need not count them again. With one,
+        # and nothing shrunk, the rest is the kept groups all the same: the note alone is
+        # counted. (Shrunk items are counted with the whole rendering, as before.)
+        if self.exact_render or self._noted is None:
+            return []
+        return [self._noted] if not self.changed else None
 
     def _note(self, first: int) -> Message:
         """The cut note for messages ``[lo, first)`` left out."""
@@ -731,8 +751,12 @@ class MessageSection(Section):
                 return full - counter.message(self.source[index])
             return full
         gi = self.index
-        if gi is not None and gi.owned and gi.model is counter.model:
-            return gi.tokens[index - gi.first]
+        if gi is not None and gi.model is counter.model:
+            if gi.owned:
+                return gi.tokens[index - gi.first]
+            checked = gi.checked_from
+            if checked is not None and checked <= index < gi.first + len(gi.tokens):
+                return gi.tokens[index - gi.first]  # counted, or compared, by this fit's view
         return counter.message(item)
 
 
