@@ -327,3 +327,21 @@ def test_an_evolved_plan_is_the_replaced_one_computed_afresh() -> None:
     after = (a.cost, a.full_input_tokens, a.savings, a.cache_cost)
     assert after == (b.cost, b.full_input_tokens, b.savings, b.cache_cost)
     assert all(x != y for x, y in zip(after, before, strict=True))
+
+
+def test_a_cut_list_grown_turn_by_turn_is_answered_by_the_grown_path() -> None:
+    """A long chat cut to a small window, grown one turn at a time: the cut slides, the
+    history a solve reads is checked from a new place every turn, and still every fit
+    after the first is the grown path's (it recognises its list's running counts, not
+    one view of them), each the full path's plan."""
+    forget()
+    opts: dict[str, Any] = {"model": model(2_000), "max_tokens": 200}
+    msgs = opening(60)
+    with counted() as answers:
+        for i in range(30):
+            msgs.append({"role": "user" if i % 2 else "assistant", "content": text(30, i)})
+            plan = tokenflex.fit(msgs, **opts)
+            assert len(plan.dropped) > 0
+            with full_path():
+                same(plan, tokenflex.fit(msgs, **opts), {id(m) for m in msgs})
+    assert answers[1] == 29

@@ -917,7 +917,7 @@ def _warm(last: _Warm, call: _Call) -> Plan | None:
     if counter is not last.counter:
         return None  # counted another way now (a provider's counts, say)
     view = req.index.view(messages, lo, hi, counter, bound=bound, most=most)
-    if view is not last.index:
+    if view is None or not view.same_counts(last.index):
         return None
     if len(plan.dropped):  # nothing dropped silently: logged as the full path logs it
         log_dropped([DropRun(*r) for r in plan.dropped.runs()], model.name)
@@ -981,7 +981,7 @@ def _grown(last: _Warm, call: _Call) -> Plan | None:
     view = index.view(
         messages, lo, hi, counter, bound=_index_bound(model, opts), most=opts.max_messages
     )
-    if view is not last.index:
+    if view is None or not view.same_counts(last.index):
         return None  # a message the last plan counted changed: the full path reads it
     # edited in place since it was read (the history the last plan counted: the view checks)
     if not (is_plain_chat(messages[:lo]) and is_plain_chat(messages[min(last.history[1], hi) :])):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._types import Message
@@ -177,6 +177,11 @@ class GroupIndex:
     counted, or compared with what was counted, by the :meth:`ListIndex.view` that gave
     this index, so their :attr:`tokens` hold for the fit that asked for it (None: none)."""
 
+    def same_counts(self, other: GroupIndex | None) -> bool:
+        """Whether ``other`` holds these running counts (the same index of a
+        :class:`ListIndex`, grown by appending or not, whatever its views checked)."""
+        return other is not None and other.cum is self.cum
+
     def groups(self, lo: int, hi: int) -> tuple[int, int] | None:
         """Group numbers ``[g_lo, g_hi)`` that exactly tile messages ``[lo, hi)`` (from
         :attr:`first` when ``lo`` is before it)."""
@@ -314,7 +319,9 @@ class ListIndex:
                 checked = gi.first
         given = self._given
         if given is None or given.cum is not gi.cum or given.checked_from != checked:
-            given = self._given = replace(gi, checked_from=checked)
+            given = self._given = GroupIndex(  # (not dataclasses.replace: a fit's hot path)
+                gi.model, gi.starts, gi.cum, gi.tokens, gi.first, gi.owned, checked
+            )
         return given
 
     def _checked_from(
