@@ -251,14 +251,15 @@ def prepare(
     keep_reasoning: bool = False,
     lazy_history: bool = False,
     reuse: bool = False,
-    new_index: Callable[[], Any] | None = None,
+    new_index: Callable[..., Any] | None = None,
 ) -> Prepared:
     """The caller's request as internal messages.
 
     With ``reuse`` (fit() and afit()), a list read before is read again only where it is
     new (appended items; the last unit of a converted request is converted again, as a
     Responses turn may go on); see the module doc. ``new_index`` makes the running
-    counts a remembered list keeps (:attr:`Prepared.index`).
+    counts a remembered list keeps (:attr:`Prepared.index`), given ``read_once=True`` for
+    a list a parse vouched for (its fit alone reads it: no copies to check it by).
 
     Raises:
         InvalidInputError: an unknown ``format``, or ``system=`` / ``history=`` with a
@@ -308,9 +309,9 @@ def prepare(
     prepared = _trusted(
         _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
     )
-    index = new_index() if new_index is not None else None
-    prepared = prepared.evolved(given=messages, index=index)
     once = checked_as is not None  # a parse's list: no one else holds it to edit
+    index = new_index(read_once=once) if new_index is not None else None
+    prepared = prepared.evolved(given=messages, index=index)
     if prepared.converted is not None and not once:
         prepared.marks.update(_marks(prepared.converted, messages, 0))
     # (a grown list read afresh: the record it was compared with is its own)

@@ -238,14 +238,19 @@ class ListIndex:
     nested value is not seen (as :mod:`tokenflex.roundtrip` says). Bound to one model (any
     other asks the lazy path: None) and one history start (another, such as a short
     list's pinned turns growing, counts afresh from there). Thread-safe.
+
+    ``read_once``: the list is a request read once (a format's parse vouched for it, see
+    :func:`tokenflex.roundtrip.read_through`): no one edits it while its fit runs, and the
+    index is not kept past that fit, so no copies are kept and a view compares nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_once: bool = False) -> None:
         self._lock = threading.Lock()
         self._model: Model | None = None
         self._lo = -1
         self._index: GroupIndex | None = None
         self._copies: list[Any] = []
+        self._once = read_once
         self._given: GroupIndex | None = None
         """The last view given: :attr:`_index` with its ``checked_from`` (the same object
         while neither changes, so a view can be recognised by identity)."""
@@ -337,6 +342,8 @@ class ListIndex:
             g = max(g, len(gi.starts) - most - 1)
         a = max(gi.first, gi.starts[g] - 1) if gi.starts else end
         first = gi.first
+        if self._once:
+            return first  # (counted in this fit, of a list no one edits: nothing to compare)
         return a if src[a:end] == self._copies[a - first : end - first] else None
 
     def _append(
@@ -355,7 +362,8 @@ class ListIndex:
             m = src[i]
             t = count(m)
             tokens.append(t)
-            copies.append(dict(m) if type(m) is dict or isinstance(m, Mapping) else m)
+            if not self._once:
+                copies.append(dict(m) if type(m) is dict or isinstance(m, Mapping) else m)
             if not starts or _boundary(src, i):
                 starts.append(i)
                 cum.append(cum[-1] + t)
@@ -412,9 +420,10 @@ class ListIndex:
         base = cum[-1]
         cum += [base + c for c in gi.cum[1:]]
         older = [src[k] for k in range(first, gi.first)]
-        self._copies = [
-            dict(m) if type(m) is dict or isinstance(m, Mapping) else m for m in older
-        ] + self._copies
+        if not self._once:
+            self._copies = [
+                dict(m) if type(m) is dict or isinstance(m, Mapping) else m for m in older
+            ] + self._copies
         return GroupIndex(
             gi.model, starts + list(gi.starts), cum, tokens + list(gi.tokens), first, owned=False
         )
