@@ -178,3 +178,17 @@ def test_compact_json_writes_what_json_dumps_writes(value: Any) -> None:
     (non-str keys, NaN, big ints, subclasses, values only ``default=str`` can write)."""
     expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     assert objects.compact_json(value) == expected
+
+
+def test_compact_json_refuses_what_json_dumps_refuses() -> None:
+    """A value that contains itself is a ValueError (json.dumps' circular-reference
+    error), one nested past the recursion limit a RecursionError, as with json.dumps."""
+    cyclic: dict[str, Any] = {"a": 1}
+    cyclic["self"] = [cyclic]
+    with pytest.raises(ValueError, match="Circular reference"):
+        json.dumps(cyclic, ensure_ascii=False, separators=(",", ":"), default=str)
+    with pytest.raises(ValueError, match="Circular reference"):
+        objects.compact_json(cyclic)
+    deep = nested(50_000)
+    with pytest.raises(RecursionError):
+        objects.compact_json(deep)

@@ -92,8 +92,10 @@ def _compact_encoder() -> Callable[[Any], str]:
     """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)`` as
     one function: the json module's C encoder made once (``json.dumps`` with options makes
     an encoder, and the C one, on every call), or the encoder's own method where the C
-    one is missing or its signature is not this Python's. With no circular-reference
-    marks: a value that contains itself raises RecursionError instead of ValueError."""
+    one is missing or its signature is not this Python's. The C encoder keeps no
+    circular-reference marks: where it runs out of depth, the encoder's own method says
+    why (``ValueError`` for a value that contains itself, ``RecursionError`` for one
+    nested too deep), as ``json.dumps`` does."""
     fallback = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
@@ -107,7 +109,10 @@ def _compact_encoder() -> Callable[[Any], str]:
         return fallback
 
     def encode(value: Any) -> str:
-        return "".join(native(value, 0))
+        try:
+            return "".join(native(value, 0))
+        except RecursionError:
+            return fallback(value)  # (raises: a cycle, or nesting past the limit)
 
     return encode
 
