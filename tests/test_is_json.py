@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tokenflex.message.objects as objects
-from tokenflex.tokenizers.base import native_is_json
+from tokenflex.tokenizers.base import native
 
-NATIVE = native_is_json()
+NATIVE = native("is_json")
 
 
 class Sub(dict):  # type: ignore[type-arg]

@@ -252,8 +252,8 @@ class ListIndex:
         self._copies: list[Any] = []
         self._once = read_once
         self._given: GroupIndex | None = None
-        """The last view given: :attr:`_index` with its ``checked_from`` (the same object
-        while neither changes, so a view can be recognised by identity)."""
+        """The last view given: :attr:`_index` with its ``checked_from`` (made again only
+        when either changes; views are told apart by :meth:`GroupIndex.same_counts`)."""
 
     def view(
         self,

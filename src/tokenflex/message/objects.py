@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..tokenizers.base import native_is_json
+from ..tokenizers.base import native
 from .checks import BadMessage
 
 __all__ = [
@@ -154,7 +154,7 @@ def read_is_json(value: Any, depth: int = 0) -> bool:
     return False
 
 
-_NATIVE_IS_JSON = native_is_json()
+_NATIVE_IS_JSON: Callable[[Any], bool] | None = native("is_json")
 _IS_JSON = _NATIVE_IS_JSON or read_is_json
 
 

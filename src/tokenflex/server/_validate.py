@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ except ImportError:  # pragma: no cover - the server extra installs it
 from ..formats.base import RequestFormat
 from ..formats.body import BodyError, check_model, check_tools
 from ..formats.chat import KNOWN_ROLES, check_messages
-from ..tokenizers.base import native_json_scan
+from ..tokenizers.base import native
 from .errors import ProxyError
 
 __all__ = [
@@ -50,7 +51,7 @@ _SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]").search
 # every byte of the body for a run of 19 digits.)
 _WIDE = 2.0**63
 _WALKED = frozenset({dict, list, float})
-_JSON_SCAN = native_json_scan()
+_JSON_SCAN: Callable[[Any, int, float], int] | None = native("json_scan")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,7 @@ __all__ = [
     "count_scope",
     "encodable",
     "entry_bytes",
-    "native_is_json",
-    "native_json_scan",
+    "native",
     "plain_until",
 ]
 
@@ -30,61 +29,33 @@ _LEN_SHIFT = 40  # a cached value is ``count | len(text) << _LEN_SHIFT``
 _COUNT_MASK = (1 << _LEN_SHIFT) - 1
 
 
-def _native_plain_total() -> Callable[..., tuple[int, list[int]] | None] | None:
-    """The C loop of :meth:`CountCache.plain_total` (``_fastcut.c``), or None where the
-    package was installed without a C compiler."""
+def _natives() -> dict[str, Any]:
     try:
-        from ._fastcut import plain_total
-    except ImportError:
-        return None
-    return plain_total
+        from ._fastcut import is_json, json_scan, plain_run, plain_total, plain_until
+    except ImportError:  # built without a C compiler
+        return {}
+    return {
+        "is_json": is_json,
+        "json_scan": json_scan,
+        "plain_run": plain_run,
+        "plain_total": plain_total,
+        "plain_until": plain_until,
+    }
 
 
-_PLAIN_TOTAL = _native_plain_total()
+_NATIVES = _natives()
 
 
-def _native_plain_run() -> Callable[..., tuple[list[int], int]] | None:
-    """The C loop of :meth:`CountCache.plain_run`, or None (no C compiler)."""
-    try:
-        from ._fastcut import plain_run
-    except ImportError:
-        return None
-    return plain_run
+def native(name: str) -> Any:
+    """The function ``name`` of ``_fastcut.c`` (the package's C loops: ``plain_total``,
+    ``plain_run``, ``plain_until``, ``is_json``, ``json_scan``), or None where the package
+    was built without a C compiler (each caller then reads in Python)."""
+    return _NATIVES.get(name)
 
 
-_PLAIN_RUN = _native_plain_run()
-
-
-def _native_plain_until() -> Callable[[list[Any], int, int, dict[str, Any]], int] | None:
-    """The C loop of :func:`plain_until`, or None (no C compiler)."""
-    try:
-        from ._fastcut import plain_until as native
-    except ImportError:
-        return None
-    return native
-
-
-_PLAIN_UNTIL = _native_plain_until()
-
-
-def native_json_scan() -> Callable[[Any, int, float], int] | None:
-    """The C walk of the proxy's parsed-body depth check (``_fastcut.json_scan``), or None
-    where the package was built without a C compiler."""
-    try:
-        from ._fastcut import json_scan
-    except ImportError:
-        return None
-    return json_scan
-
-
-def native_is_json() -> Callable[[Any], bool] | None:
-    """The C walk of :func:`tokenflex.message.objects.is_json` (``_fastcut.c``), or None
-    where the package was built without a C compiler."""
-    try:
-        from ._fastcut import is_json
-    except ImportError:
-        return None
-    return is_json
+_PLAIN_TOTAL: Callable[..., tuple[int, list[int]] | None] | None = native("plain_total")
+_PLAIN_RUN: Callable[..., tuple[list[int], int]] | None = native("plain_run")
+_PLAIN_UNTIL: Callable[[list[Any], int, int, dict[str, Any]], int] | None = native("plain_until")
 
 
 def plain_until(messages: Any, lo: int, hi: int, roles: dict[str, Any]) -> int:
