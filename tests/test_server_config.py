@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import types
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,13 @@ from tokenflex.server import PlanStore, ProxyError, ServerConfig, create_app
 from tokenflex.server._models import ModelResolver
 from tokenflex.server.app import kept_plan
 from tokenflex.server.config import patch_model, split_options
-from tokenflex.server.plans import LAZY_DROPPED, DeferredPlan, LivePlan, credential_hash
+from tokenflex.server.plans import (
+    LAZY_DROPPED,
+    DeferredPlan,
+    LivePlan,
+    credential_hash,
+    held_bytes,
+)
 from tokenflex.server.protocols import wire_for
 from tokenflex.summarize import ExtractiveSummarizer
 
@@ -388,8 +395,9 @@ async def test_resolver_asks_once_and_falls_back_when_the_upstream_cannot_say() 
     assert calls == ["gpt-4o"]
 
 
-def _request(fmt: str, turns: int, system: bool) -> dict[str, Any]:
-    """A request body of ``turns`` turns in format ``fmt`` (chat turns call a tool)."""
+def _request(fmt: str, turns: int, system: bool, reasoning: bool = False) -> dict[str, Any]:
+    """A request body of ``turns`` turns in format ``fmt`` (chat turns call a tool;
+    ``reasoning``: chat answers carry ``reasoning_content``)."""
     msgs: list[dict[str, Any]] = []
     for t in range(turns):
         words = " ".join(f"w{(t * 7 + k) % 31}" for k in range(20 + 13 * (t % 5)))
@@ -399,6 +407,8 @@ def _request(fmt: str, turns: int, system: bool) -> dict[str, Any]:
             msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
             msgs.append({"role": "tool", "tool_call_id": f"c{t}", "content": words * 3})
         msgs.append({"role": "assistant", "content": f"answer {t}: {words}"})
+        if fmt == "chat" and reasoning and t % 3 != 2:
+            msgs[-1]["reasoning_content"] = f"thinking about {t}: {words}"
     msgs.append({"role": "user", "content": "and now?"})
     body: dict[str, Any] = {"model": "gpt-4o", "max_tokens": 100}
     if fmt == "chat":
@@ -412,7 +422,7 @@ def _request(fmt: str, turns: int, system: bool) -> dict[str, Any]:
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     fmt=st.sampled_from(["chat", "anthropic", "responses"]),
     turns=st.integers(1, 40),
@@ -421,10 +431,29 @@ def _request(fmt: str, turns: int, system: bool) -> dict[str, Any]:
     clear=st.booleans(),
     summarize=st.booleans(),
     lazy=st.sampled_from([LAZY_DROPPED, 0, None]),
+    reasoning=st.booleans(),
+    stable=st.booleans(),
 )
-@example(fmt="chat", turns=20, window=6000, system=True, clear=True, summarize=False, lazy=0)
-@example(fmt="anthropic", turns=20, window=3000, system=True, clear=False, summarize=True, lazy=0)
-@example(fmt="responses", turns=40, window=1200, system=True, clear=False, summarize=False, lazy=0)
+@example(
+    fmt="chat", turns=20, window=6000, system=True, clear=True, summarize=False, lazy=0,
+    reasoning=False, stable=False,
+)  # fmt: skip
+@example(
+    fmt="anthropic", turns=20, window=3000, system=True, clear=False, summarize=True, lazy=0,
+    reasoning=False, stable=False,
+)  # fmt: skip
+@example(
+    fmt="responses", turns=40, window=1200, system=True, clear=False, summarize=False, lazy=0,
+    reasoning=False, stable=False,
+)  # fmt: skip
+@example(
+    fmt="chat", turns=30, window=1200, system=True, clear=False, summarize=False, lazy=0,
+    reasoning=True, stable=True,
+)  # fmt: skip
+@example(
+    fmt="anthropic", turns=40, window=1200, system=False, clear=False, summarize=False, lazy=0,
+    reasoning=False, stable=True,
+)  # fmt: skip
 def test_a_kept_plan_reads_back_as_plan_to_dict(
     fmt: str,
     turns: int,
@@ -433,15 +462,27 @@ def test_a_kept_plan_reads_back_as_plan_to_dict(
     clear: bool,
     summarize: bool,
     lazy: int | None,
+    reasoning: bool,
+    stable: bool,
 ) -> None:
     """The plan store keeps the request body and the plan without its conversation
-    (:class:`DeferredPlan`), or a plan that left out more than ``lazy`` items as the plan
-    itself (:class:`LivePlan`, its dropped items listed and counted when asked for); what
-    GET serves is ``plan.to_dict()``, warnings redacted, whether the plan sent the
-    request as it came, cut it, cleared or summarized it."""
+    (:class:`DeferredPlan`); a plan that left out more than ``lazy`` items has them
+    listed and counted when it is asked for, read again from the body, or, where an item
+    was sent shrunk (cleared), from the plan kept itself (:class:`LivePlan`). What GET
+    serves is ``plan.to_dict()`` of the plan as it was made, warnings redacted, whether
+    the plan sent the request as it came, cut it (cache-stable, with recall), cleared
+    or summarized it, or took reasoning out."""
+    from tokenflex.plan import SENT_SHRUNK
+    from tokenflex.state import MemoryStore
+
     wire = wire_for(get_format(fmt))[0]  # the format's main route
-    raw = json.dumps(_request(fmt, turns, system)).encode()
+    raw = json.dumps(_request(fmt, turns, system, reasoning)).encode()
     req = wire.parse(raw)
+    options: dict[str, Any] = (
+        {"cache_stable": True, "recall": True, "cut_note": True, "state": MemoryStore()}
+        if stable
+        else {}
+    )
     plan = tokenflex.fit(
         req.messages,
         model=Model("kept", window, tokenizer="o200k_base", chat_format="openai"),
@@ -451,16 +492,20 @@ def test_a_kept_plan_reads_back_as_plan_to_dict(
         clear_tool_results=clear,
         keep_tool_results=1,
         summarizer=ExtractiveSummarizer() if summarize else None,
+        **options,
     )
+    expected = plan.to_dict()  # (the live plan's own: its dropped items from its sources)
+    expected["warnings"] = [redact(str(w)) for w in expected["warnings"]]
     kept = kept_plan(plan, req, raw, wire, lazy_dropped=lazy)
     assert kept is not None
-    live = lazy is not None and len(plan.dropped) > lazy
-    assert isinstance(kept, LivePlan if live else DeferredPlan)
-    expected = plan.to_dict()
-    expected["warnings"] = [redact(str(w)) for w in expected["warnings"]]
+    later = lazy is not None and len(plan.dropped) > lazy
+    shrunk = any(reason in SENT_SHRUNK and section != "reasoning" for section, *_, reason in
+                 plan.dropped.runs())  # fmt: skip
+    assert isinstance(kept, LivePlan if later and shrunk else DeferredPlan)
+    assert isinstance(kept, LivePlan) or (kept.later is not None) == later
     assert json.loads(kept.render()) == json.loads(json.dumps(expected))
     event(f"plan sent the request as it came: {not len(plan.dropped)}")
-    event(f"kept live: {live}")
+    event(f"kept: {type(kept).__name__}, counted later: {later}")
 
 
 def _body(shape: str, n: int) -> bytes:
@@ -500,7 +545,7 @@ def test_a_live_plan_is_charged_at_least_what_it_holds(shape: str) -> None:
     def kept() -> Any:
         req = wire.parse(raw)
         plan = tokenflex.fit(req.messages, cache_stable=True, **options)
-        return kept_plan(plan, req, raw, wire, lazy_dropped=0)
+        return LivePlan(plan, held_bytes(raw, len(req.messages)))  # as kept_plan keeps one
 
     kept()  # counts cached, recall records and the held cut stored: what is kept is new
     gc.collect()
@@ -515,3 +560,74 @@ def test_a_live_plan_is_charged_at_least_what_it_holds(shape: str) -> None:
     assert isinstance(live, LivePlan) and len(live.plan.dropped) > 1000
     assert held <= live.nbytes, f"{shape}: holds {held:,} bytes, charged {live.nbytes:,}"
     assert live.nbytes < 4 * held  # an upper estimate, not a wild one
+
+
+def _reachable(root: Any, shared: Any = None) -> set[int]:
+    """The objects the garbage collector tracks that ``root`` leads to (what a full
+    collection walks for it on every pass), less those ``shared`` leads to (a model's
+    counter, with its tokenizer and caches) and code (classes, functions, modules)."""
+    skip = set() if shared is None else _reachable(shared)
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if (
+            id(obj) in seen
+            or id(obj) in skip
+            or not gc.is_tracked(obj)
+            or isinstance(obj, type | types.FunctionType | types.ModuleType)
+        ):
+            continue
+        seen.add(id(obj))
+        todo.extend(gc.get_referents(obj))
+    return seen
+
+
+@pytest.mark.parametrize("fmt", ["chat", "anthropic", "responses"])
+def test_a_plan_counted_later_holds_nothing_of_its_request(fmt: str) -> None:
+    """A cut plan (cache-stable, recall, as the proxy fits) whose dropped items are read
+    again from its body holds none of the request's parsed objects: the objects it leads
+    the garbage collector to do not grow with the conversation (a long-running proxy's
+    full collections walked every kept plan's conversation: an agent's 2,000-message
+    request spent a third of its CPU there), and what it holds is within its charge."""
+    from tokenflex.state import MemoryStore, TenantStore
+
+    wire = wire_for(get_format(fmt))[0]
+    store = TenantStore(MemoryStore(), "tenant")
+
+    def kept(turns: int) -> Any:
+        raw = json.dumps(_request(fmt, turns, system=True)).encode()
+        req = wire.parse(raw)
+        plan = tokenflex.fit(
+            req.messages,
+            model="gpt-4o",
+            max_tokens=100,
+            max_input_tokens=2000,
+            tools=req.tools,
+            **({} if fmt == "chat" else {"format": fmt, "system": req.system}),
+            cache_stable=True,
+            recall=True,
+            state=store,
+        )
+        assert len(plan.dropped) > 100
+        return kept_plan(plan, req, raw, wire, lazy_dropped=0), plan
+
+    (short, _), (long, plan) = kept(150), kept(600)
+    assert isinstance(long, DeferredPlan) and long.later is not None
+    counter = plan.dropped.counter
+    held = len(_reachable(long, counter))
+    assert held <= len(_reachable(short, counter)) + 8  # (the runs may differ by one)
+    assert held < 100 < len(_reachable(LivePlan(plan, 0), counter))
+    tracemalloc.start()
+    try:
+        again, plan = kept(600)
+        charged = again.nbytes
+        del plan
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        del again  # what it alone held goes with it
+        gc.collect()
+        freed = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 0 < freed <= charged, f"holds {freed:,} bytes, charged {charged:,}"

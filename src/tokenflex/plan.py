@@ -13,6 +13,7 @@ from ._types import JSON
 from .models import Model
 
 __all__ = [
+    "SENT_SHRUNK",
     "DropRun",
     "DroppedItem",
     "DroppedItems",
@@ -44,6 +45,11 @@ class DroppedItem:
     section ``reasoning``); their ``tokens`` are the tokens that saved."""
     item: Any = field(default=None, repr=False, compare=False)
     """The dropped message or chunk itself."""
+
+
+SENT_SHRUNK = ("cleared", "truncated", "reasoning")
+"""The reasons of items sent shrunk, not left out whole: a dropped item of one of them
+costs what shrinking it saved, which only the plan's copy of it tells."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from .formats.native import NativeMessage
 from .formats.registry import default_format, get_format
 from .history import with_tool_text
 from .message.objects import plain
+from .plan import SENT_SHRUNK
 from .session import fingerprint
 from .state.tenant import TenantStore, tenant_view
 
@@ -79,7 +80,7 @@ _ID_CHARS = 12  # a recall id's length: 12 hex digits
 
 RECALLED_SECTIONS = ("pinned", "history", "current")
 """Sections whose left-out messages are kept for recall (documents are not)."""
-ITEM_REASONS = ("cleared", "truncated", "reasoning")
+ITEM_REASONS = SENT_SHRUNK
 """Reasons of messages sent shrunk: each is kept whole under its own id."""
 
 _DESCRIPTION = (

@@ -34,6 +34,8 @@ from typing import Any
 
 from .counting.media import estimate_notes
 from .counting.shape import check_one, shape_checker
+from .engine.passes import TakenOut
+from .engine.sections import MessageSection
 from .errors import InvalidInputError
 from .formats.body import vouched
 from .formats.chat import REASONING_FIELD, is_plain_chat
@@ -44,11 +46,12 @@ from .formats.tools import tools_to_chat
 from .message.checks import BadMessage
 from .message.objects import is_json, plain
 from .models import Model
-from .plan import DroppedItems, DropRun, ItemSource, Plan
+from .plan import SENT_SHRUNK, DroppedItems, DropRun, ItemSource, Plan
 from .tokenizers.base import plain_until
 
 __all__ = [
     "Prepared",
+    "Replay",
     "check_prepared",
     "finish",
     "forget",
@@ -56,6 +59,7 @@ __all__ = [
     "prepare",
     "read_through",
     "remember",
+    "replay",
 ]
 
 _MESSAGE_SECTIONS = ("system", "summary", "pinned", "history", "current")
@@ -691,3 +695,87 @@ class _CallerItems:
         if k is None:
             return 0  # a later item of a unit: the unit's tokens are on its first item
         return self.section.item_tokens(k, self.section.item(k), counter)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How to list and count a plan's dropped items again from its request alone, parsed
+    again from its body (:func:`replay`): the runs, the counter, and how the request was
+    converted. Holds nothing of the request."""
+
+    runs: tuple[DropRun, ...]
+    counter: Any
+    format: str | None
+    """The format its items were converted from; None: plain chat, used as given."""
+    keep_reasoning: bool
+
+    def dropped(self, messages: Sequence[Any], system: Any) -> DroppedItems:
+        """The plan's dropped items, read from ``messages`` and ``system`` (the request
+        parsed again): each the same item and count the plan's own gave."""
+        conv = (
+            None
+            if self.format is None
+            else get_format(self.format).to_internal(
+                messages, system, keep_reasoning=self.keep_reasoning
+            )
+        )
+        sources: dict[str, ItemSource] = {}
+        for run in self.runs:
+            if run.section in sources:
+                continue
+            if run.section == TakenOut.section:
+                sources[run.section] = TakenOut(dict(conv.reasoning) if conv is not None else {})
+            elif conv is None:
+                sources[run.section] = _AsGiven(messages)
+            else:
+                sources[run.section] = _CallerItems(_AsGiven(conv.messages), _Units(conv))
+        return DroppedItems(self.runs, sources, self.counter)
+
+
+@dataclass(frozen=True)
+class _AsGiven:
+    """Messages whose dropped items are themselves, counted as they are."""
+
+    messages: Sequence[Any]
+
+    def item(self, index: int) -> Any:
+        return self.messages[index]
+
+    def item_tokens(self, index: int, item: Any, counter: Any) -> int:
+        return int(counter.message(item))
+
+
+def replay(plan: Plan) -> Replay | None:
+    """How to read ``plan``'s dropped items again from its request, so that a kept plan
+    need not hold the request's parsed objects (the proxy's plan store); None where
+    that cannot be done: an item sent shrunk (what shrinking saved is known only from
+    the plan's copy), a section that is not the request's messages (documents), or a
+    conversion that cannot be told from the plan. O(runs)."""
+    dropped = plan.dropped
+    conv: Converted | None = None
+    as_given = taken = False
+    for section, _, _, reason in dropped.runs():
+        source = dropped.source(section)
+        if isinstance(source, TakenOut):
+            taken = True
+            continue
+        if section not in _MESSAGE_SECTIONS or reason in SENT_SHRUNK:
+            return None
+        if isinstance(source, _CallerItems) and type(source.section) is MessageSection:
+            if conv is not None and source.units.conv is not conv:
+                return None  # pragma: no cover - one request, one conversion
+            conv = source.units.conv
+        elif type(source) is MessageSection:
+            as_given = True
+        else:
+            return None
+    if conv is not None and as_given:
+        return None  # pragma: no cover - a request is converted or not
+    if conv is None:
+        # reasoning taken out of plain chat messages: chat converted without it
+        fmt, keep_reasoning = ("chat", False) if taken else (None, False)
+    else:
+        # a chat conversion that took nothing out kept reasoning, or had none to take
+        fmt, keep_reasoning = conv.format, not conv.reasoning
+    runs = tuple(DropRun(*r) for r in dropped.runs())
+    return Replay(runs, dropped.counter, fmt, keep_reasoning)

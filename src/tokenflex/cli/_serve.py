@@ -79,7 +79,7 @@ def _run(settings: Any, sock: socket.socket, *, level: str, access_log: bool) ->
     import uvicorn
 
     from ..server import create_app
-    from ..server.limits import uvicorn_options
+    from ..server.limits import freeze_startup, uvicorn_options
 
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
@@ -88,6 +88,7 @@ def _run(settings: Any, sock: socket.socket, *, level: str, access_log: bool) ->
     # httpx logs every upstream request at INFO: one line per request is ours alone
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     proxy = create_app(settings)  # a config it cannot serve stops here, with one line
+    freeze_startup()  # what lives as long as the process: out of the collector's walks
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
         + (" (proxy key required)" if settings.proxy_key else "")

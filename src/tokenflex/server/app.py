@@ -52,6 +52,7 @@ from ..errors import TokenflexError
 from ..models import load_models_file
 from ..recall import MAX_ROUNDS
 from ..redact import RedactingFilter, redact, request_secrets
+from ..roundtrip import replay
 from ..tokenizers import prefer_fast_backend
 from ..tracing import plan_changed
 from ._calibration import UsageTap, calibration_figures, observe_response
@@ -69,6 +70,7 @@ from .plans import (
     CREDENTIAL_HEADERS,
     LAZY_DROPPED,
     KeptPlan,
+    Later,
     LivePlan,
     PlanStore,
     credential_hash,
@@ -709,13 +711,21 @@ def kept_plan(
     keeps it: serialized when asked for, warnings redacted; None (logged) when it cannot
     be kept, which request validation should make impossible.
 
-    A plan that left out more than ``lazy_dropped`` items is kept live (its dropped items
-    listed and counted when asked for, :class:`~tokenflex.server.plans.LivePlan`); None:
-    never (its counts must be made now: they come from a provider or a tokenizer server).
+    A plan that left out more than ``lazy_dropped`` items has its dropped items listed
+    and counted when it is asked for: read again from ``raw``
+    (:func:`~tokenflex.roundtrip.replay`), so the store holds none of the request's
+    parsed objects, or, where they cannot be read again (an item sent shrunk, a request
+    fitted as chat from another format), from the plan kept live
+    (:class:`~tokenflex.server.plans.LivePlan`). None: never (its counts must be made
+    now: they come from a provider or a tokenizer server).
     """
     try:
         if lazy_dropped is not None and len(plan.dropped) > lazy_dropped:
-            return LivePlan(plan, held_bytes(raw, len(req.messages)), _redacted)
+            again = None if wire.format.via_chat else replay(plan)
+            if again is None:
+                return LivePlan(plan, held_bytes(raw, len(req.messages)), _redacted)
+            later = Later.of(plan, again, _redacted)
+            return defer(plan, None, req.messages, req.system, raw, wire.reparse, later=later)
         meta = _redacted(plan.to_dict(include_messages=False))
         return defer(plan, meta, req.messages, req.system, raw, wire.reparse)
     except TokenflexError as exc:

@@ -9,11 +9,17 @@ the request's messages it sent; the JSON is made only when the plan is asked for
 keeping a plan costs what the plan changed, not a serialization of the conversation.
 
 A plan that left out many items (more than :data:`LAZY_DROPPED`: a long conversation cut
-to fit) is kept as the plan itself (:class:`LivePlan`): listing its dropped items and
-counting them (``plan.to_dict()``'s ``dropped`` and ``full_input_tokens``, a tokenizer
-pass over every message the fit never had to read) waits until the plan is asked for,
-which most plans never are. It holds the request's parsed messages, so it is charged an
-upper estimate of their memory (:func:`held_bytes`) against the store's byte bound.
+to fit) has listing and counting its dropped items (``plan.to_dict()``'s ``dropped`` and
+``full_input_tokens``, a tokenizer pass over every message the fit never had to read)
+wait until the plan is asked for, which most plans never are. It is kept as a
+:class:`DeferredPlan` too, with the plan stripped of its conversation and how to read its
+dropped items again from the request body (:class:`Later`), so the store holds none of
+the request's parsed objects: a long-running proxy's garbage collector would walk them
+on every full collection (an agent's 2,000-message request spent a third of its CPU
+there with the store full). Where they cannot be read again (an item sent shrunk: what
+shrinking saved is known only from the plan's copy), it is kept as the plan itself
+(:class:`LivePlan`), charged an upper estimate of the request's parsed objects
+(:func:`held_bytes`) against the store's byte bound.
 
 Each plan is bound to the credentials of the client that made it (a hash of its
 ``Authorization``, ``x-api-key``, ``api-key`` and ``x-tokenflex-key`` headers): a request
@@ -40,6 +46,7 @@ __all__ = [
     "LAZY_DROPPED",
     "DeferredPlan",
     "KeptPlan",
+    "Later",
     "LivePlan",
     "PlanLike",
     "PlanStore",
@@ -95,16 +102,19 @@ def serialize(data: Mapping[str, Any]) -> bytes:
 
 def defer(
     plan: Any,
-    meta: Mapping[str, Any],
+    meta: Mapping[str, Any] | None,
     given: Sequence[Any],
     system: Any,
     raw: bytes,
     parse: Callable[[bytes], tuple[Sequence[Any], Any]],
+    *,
+    later: Later | None = None,
 ) -> DeferredPlan:
     """``plan`` (made for the request ``raw`` whose messages are ``given``, its system
     prompt ``system``) as a :class:`DeferredPlan`; ``meta`` is its dict without the
-    conversation. Costs a walk of the plan's messages by identity and a serialization
-    of the messages the plan made, not of the conversation."""
+    conversation, or None with ``later``: made when the plan is asked for. Costs a
+    walk of the plan's messages by identity and a serialization of the messages the
+    plan made, not of the conversation."""
     from ..message.objects import plain
 
     order: list[int] = []
@@ -125,11 +135,11 @@ def defer(
         order.append(i)
         expect = i + 1
     own = plan.system is not None and plan.system is system
-    data = dict(meta)
+    data = dict(meta or {})
     if plan.system is not None and not own:
         data["system"] = plain(plan.system)
     return DeferredPlan(
-        raw, serialize(data), tuple(order), serialize_list(plain(copies)), parse, own
+        raw, serialize(data), tuple(order), serialize_list(plain(copies)), parse, own, later
     )
 
 
@@ -165,23 +175,69 @@ class DeferredPlan:
     for the fit."""
     own_system: bool = False
     """The plan sent the request's own system prompt (else ``meta`` has the plan's)."""
+    later: Later | None = None
+    """The rest of ``plan.to_dict()``, made when the plan is asked for (``meta`` then
+    has only the plan's ``system``, if any)."""
 
     @property
     def nbytes(self) -> int:
         """What keeping it costs, about (the store's byte bound counts this)."""
-        return len(self.raw) + len(self.meta) + len(self.copies) + 8 * len(self.order)
+        size = len(self.raw) + _buffer(self.meta) + _buffer(self.copies) + 8 * len(self.order)
+        return size + (self.later.nbytes if self.later is not None else 0)
 
     def render(self) -> bytes:
         """The plan's JSON, as ``plan.to_dict()`` would write it."""
         from ..message.objects import plain
 
-        data = json.loads(self.meta)
         given, system = self.parse(self.raw)
         copies = json.loads(self.copies)
-        data["messages"] = [plain(given[i]) if i >= 0 else copies[-1 - i] for i in self.order]
+        messages = [given[i] if i >= 0 else copies[-1 - i] for i in self.order]
+        data = json.loads(self.meta)
+        if self.later is not None:
+            data = self.later.meta(messages, given, system) | data
+        data["messages"] = plain(messages)
         if self.own_system and system is not None:
             data["system"] = plain(system)
         return serialize(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """What a :class:`DeferredPlan` of a plan that left out many items keeps to write its
+    dict when it is asked for, without the request's parsed objects: the plan stripped
+    of its conversation and how to read its dropped items again from the request
+    (:func:`tokenflex.roundtrip.replay`), which are then listed and counted."""
+
+    plan: Any
+    """The plan without its messages, system prompt, tools or dropped items."""
+    replay: Any
+    """A :class:`~tokenflex.roundtrip.Replay` of its dropped items."""
+    finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda data: data
+    """Applied to the plan's dict before it is served (the proxy redacts warnings)."""
+
+    @classmethod
+    def of(
+        cls, plan: Any, replay: Any, finish: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> Later:
+        """``plan``, stripped of what refers to its request, and its ``replay``."""
+        from ..plan import DroppedItems
+
+        empty = DroppedItems((), {}, None)
+        return cls(plan.evolved(messages=[], system=None, tools=(), dropped=empty), replay, finish)
+
+    @property
+    def nbytes(self) -> int:
+        """What it holds, about: the plan's warnings and extras, the runs, and room."""
+        p = self.plan
+        size = sum(len(str(w)) for w in p.warnings) + len(dump_json(p.extras or {}))
+        return 4096 + 4 * size + 64 * len(self.replay.runs)
+
+    def meta(self, messages: Sequence[Any], given: Sequence[Any], system: Any) -> dict[str, Any]:
+        """``plan.to_dict(include_messages=False)``, its dropped items read from the
+        request parsed again (``given`` and ``system``); ``messages``: the plan's."""
+        dropped = self.replay.dropped(given, system)
+        plan = self.plan.evolved(messages=messages, dropped=dropped)
+        return self.finish(plan.to_dict(include_messages=False))
 
 
 def held_bytes(raw: bytes, messages: int) -> int:
@@ -296,6 +352,14 @@ class PlanStore:
             return None
         data = item[1]
         return data if isinstance(data, bytes) else data.render()
+
+
+def _buffer(data: bytes) -> int:
+    """What ``data``, made by :func:`serialize`, holds: orjson's output is an allocation
+    of at least 4 KiB however short the JSON (``tracemalloc`` sees about 4,100 bytes for
+    ``[]``); a longer one's allocation is larger than the JSON, but the pages past its
+    end are never touched, so not resident."""
+    return max(len(data), 4096)
 
 
 def _size(data: bytes | KeptPlan) -> int:
