@@ -62,7 +62,7 @@ from ._upstream import Upstream, check_proxy_key
 from ._validate import ChatRequest, parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
-from .limits import Busy, LargeBodies, Limits, bound_heap
+from .limits import Busy, LargeBodies, Limits
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import ProxyMetrics, exc_kind
 from .paths import aliases, fitted_variant, path_allowed, upstream_path
@@ -223,7 +223,6 @@ class Proxy:
         A long-running proxy counts OpenAI encodings with fastokens when it is installed
         (same ids as tiktoken, faster); without it, tiktoken."""
         _ = self.upstream.client
-        bound_heap()  # large request bodies' memory goes back to the OS once freed
         self.fitter.background.open()  # closed by a previous shutdown of this app
         fast = prefer_fast_backend()
         log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")

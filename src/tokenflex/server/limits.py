@@ -47,7 +47,6 @@ __all__ = [
     "Busy",
     "LargeBodies",
     "Limits",
-    "bound_heap",
     "bounded_transports",
     "freeze_startup",
     "header_deadline_protocol",
@@ -281,28 +280,6 @@ class LargeBodies:
             yield
         finally:
             self.lanes.release()
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt() parameters
-_MMAP_BYTES = 256 * 1024
-
-
-def bound_heap() -> bool:
-    """Make the C heap give large blocks back to the OS when they are freed (glibc's
-    ``mallopt``; elsewhere nothing): blocks of 256 KiB or more (request bodies, long
-    texts, token lists) are mapped on their own, and free memory at the heap's top over
-    1 MiB is released. glibc's default raises that threshold as large blocks come and go,
-    so after 60 rejected 3 MB requests their megabytes stayed in the worker threads'
-    arenas (+300 MB RSS). Process-wide: the proxy's server process calls it at startup.
-    True when it was set."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (macOS, musl)
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, 4 * _MMAP_BYTES)
-    )
 
 
 def freeze_startup() -> None:
