@@ -291,7 +291,7 @@ class MessageCounter:
         total = 0
         run: list[str] = []  # the text parts since the last part of another kind
         for j, part in enumerate(parts):
-            ptype = part.get("type") if isinstance(part, Mapping) else None
+            ptype = part.get("type") if type(part) is dict or isinstance(part, Mapping) else None
             if not isinstance(ptype, str):
                 raise bad_part(j, part)
             if ptype in TEXT_PARTS:

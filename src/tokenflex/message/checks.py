@@ -77,7 +77,7 @@ def validated_role(msg: Any) -> str:
         BadMessage: ``msg`` is not a dict, has no or an unknown role, or has content
             that is missing or neither a string nor a list.
     """
-    if type(msg) is not dict and not isinstance(msg, Mapping):  # (a dict: no ABC check)
+    if not isinstance(msg, dict) and not isinstance(msg, Mapping):  # (dicts: no ABC check)
         raise BadMessage(
             f"is a {type(msg).__name__}, not a dict",
             "Pass each message as a dict like {'role': 'user', 'content': '...'}",
