@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import regex
-from hypothesis import example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from tokenflex.tokenizers import estimate
@@ -240,3 +240,101 @@ def test_a_history_counted_in_a_count_scope_leaves_the_cache_as_it_was(
         assert counter.total(messages) == expected  # the scope's own counts found again
         scope.discard()
     assert cached() == before
+
+
+def _agent_message() -> st.SearchStrategy[dict[str, Any]]:
+    """Chat messages of every shape ``message_total`` reads and some it declines: tool
+    calls and results, names, None and empty fields, odd fields, malformed ones."""
+    text = st.sampled_from(["", "ok", "read f1.py", '{"path": "a"}', "toolu_1", "x " * 40])
+    call = st.fixed_dictionaries(
+        {"id": st.one_of(text, st.none(), st.integers()), "type": st.just("function")},
+        optional={
+            "function": st.one_of(
+                st.fixed_dictionaries(
+                    {"name": st.one_of(text, st.integers())},
+                    optional={"arguments": st.one_of(text, st.none(), st.just({"a": 1}))},
+                ),
+                st.just("not a dict"),
+            )
+        },
+    )
+    value = st.one_of(text, st.none(), st.just([]), st.just({}), st.just(()), st.integers())
+    good_call = st.fixed_dictionaries(
+        {
+            "id": text,
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": text, "arguments": text}),
+        }
+    )
+    part = st.one_of(
+        st.builds(lambda t: {"type": "text", "text": t}, text),
+        st.builds(lambda t: {"type": "input_text", "text": t}, text),
+        st.builds(lambda t: {"type": "refusal", "refusal": t}, text),
+        st.just({"type": "text", "text": 3}),
+        st.just({"type": "image_url", "image_url": {"url": "https://x/y.png"}}),
+    )
+    # texts whose join costs less than the parts, and more (o200k: "  " + "1")
+    seam = st.sampled_from(
+        [["ab", "cd"], [" ", " "], ["x", "y", "z"], ["  ", "1"], ["  ", "4", "x"]]
+    )
+    content = st.one_of(
+        text,
+        st.lists(part, max_size=4),
+        seam.map(lambda ts: [{"type": "text", "text": t} for t in ts]),
+    )
+    agent = st.one_of(
+        st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]), "content": content}),
+        st.fixed_dictionaries(
+            {
+                "role": st.just("assistant"),
+                "content": st.one_of(st.none(), content),
+                "tool_calls": st.lists(good_call, min_size=1, max_size=3),
+            },
+            optional={"name": text, "extra": value},
+        ),
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["tool", "function"]), "content": content},
+            optional={"tool_call_id": text, "name": text},
+        ),
+    )
+    return agent | st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "tool", "function", "system", "bot", 3])},
+        optional={
+            "content": st.one_of(text, st.none(), st.just([{"type": "text", "text": "hi"}])),
+            "tool_calls": st.one_of(st.lists(call, max_size=3), st.tuples(call), st.just("x")),
+            "tool_call_id": text,
+            "name": text,
+            "function_call": st.just({"name": "f", "arguments": "{}"}),
+            "extra": value,
+        },
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(_agent_message(), st.booleans(), st.booleans())
+def test_one_message_counted_in_c_is_counted_as_in_python(
+    message: dict[str, Any], native: bool, warm: bool
+) -> None:
+    """``message_total`` (one C call for an agent's message: tool calls, tool results,
+    names, a converted request's dict subclass) gives what ``EnvelopeCounter._message``
+    counts, or declines (None) and the Python count stands: for every shape, with the
+    cache holding the texts or not; a malformed message raises as before."""
+    from tokenflex.counting import get_counter
+    from tokenflex.formats.native import NativeMessage
+    from tokenflex.message.checks import ROLES, TEXT_PARTS, BadMessage
+
+    counter = get_counter("gpt-4o")
+    msg: Any = NativeMessage(message, native=[message], start=0) if native else message
+    try:
+        expected = counter._message(dict(message))
+    except BadMessage:
+        with pytest.raises(BadMessage):
+            counter.message(msg)
+        return
+    if not warm:
+        counter.tokenizer.clear()
+    read = counter.tokenizer.message_total(msg, frozenset(ROLES), TEXT_PARTS, counter._envelope)
+    assert read is None or read == expected
+    assert counter.message(msg) == expected
+    assert counter.message(msg) == expected  # and again from the cache
+    event(f"read in C: {read is not None}")

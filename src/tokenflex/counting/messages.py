@@ -56,6 +56,7 @@ __all__ = [
 
 TOOL_CALL_OVERHEAD = 12
 TOOL_RESULT_OVERHEAD = 8
+_ROLE_SET = frozenset(ROLES)
 GENERIC_TOKENS_PER_MESSAGE = 8
 GENERIC_BASE = 32
 GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
@@ -394,6 +395,7 @@ class EnvelopeCounter(MessageCounter):
         }
         """Role -> the envelope of a plain ``{"role", "content": str}`` message of that role
         (the roles whose plain messages take the hot path)."""
+        self._envelope = (per_message, per_name, TOOL_RESULT_OVERHEAD, TOOL_CALL_OVERHEAD)
 
     def message(self, msg: Message) -> int:
         # Hot path: a plain {"role", "content"} dict whose text the cache already holds.
@@ -404,7 +406,10 @@ class EnvelopeCounter(MessageCounter):
                 envelope = self.plain_roles.get(role)
                 if envelope is not None:
                     return envelope + self._count(content)
-        return self._message(msg)
+        # an agent's messages (tool calls and results, a converted request's units): one
+        # C call where the cache holds every text (_message's rule, for the shapes it reads)
+        total = self.tokenizer.message_total(msg, _ROLE_SET, TEXT_PARTS, self._envelope)
+        return total if total is not None else self._message(msg)
 
     def plain_run(
         self, messages: Sequence[Message], hi: int, lo: int, total: int, bound: int, limit: int

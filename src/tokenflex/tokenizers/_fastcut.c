@@ -253,6 +253,23 @@ static int plain_shape(PyObject *m, PyObject *roles, PyObject **role_value, PyOb
     return 1;
 }
 
+/* The count ``cache`` (hash(text) -> count | len(text) << shift) holds for the str ``text``:
+ * 1 (*count set), 0 (not held with that length), or -1 with an exception set. */
+static int cached_count(PyObject *text, PyObject *cache, int shift, long long *count) {
+    Py_hash_t h = PyObject_Hash(text);
+    if (h == -1) return -1;
+    PyObject *key = PyLong_FromSsize_t(h);
+    if (key == NULL) return -1;
+    PyObject *v = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
+    if (v == NULL) return PyErr_Occurred() ? -1 : 0;
+    long long value = PyLong_AsLongLong(v);
+    if (value == -1 && PyErr_Occurred()) return -1;
+    if (value < 0 || (value >> shift) != (long long)PyUnicode_GET_LENGTH(text)) return 0;
+    *count = value & ((1LL << shift) - 1);
+    return 1;
+}
+
 static int plain_message(PyObject *m, PyObject *envelopes, PyObject *cache, int shift,
                          long long *envelope, long long *count) {
     PyObject *env = NULL, *content = NULL;
@@ -260,18 +277,220 @@ static int plain_message(PyObject *m, PyObject *envelopes, PyObject *cache, int 
     if (shape <= 0) return shape < 0 ? -1 : PLAIN_OTHER;
     *envelope = PyLong_AsLongLong(env);
     if (*envelope == -1 && PyErr_Occurred()) return -1;
-    Py_hash_t h = PyObject_Hash(content);
-    if (h == -1) return -1;
-    PyObject *key = PyLong_FromSsize_t(h);
-    if (key == NULL) return -1;
-    PyObject *v = PyDict_GetItemWithError(cache, key);
-    Py_DECREF(key);
-    if (v == NULL) return PyErr_Occurred() ? -1 : PLAIN_MISSED;
-    long long value = PyLong_AsLongLong(v);
-    if (value == -1 && PyErr_Occurred()) return -1;
-    if (value < 0 || (value >> shift) != (long long)PyUnicode_GET_LENGTH(content)) return PLAIN_MISSED;
-    *count = value & ((1LL << shift) - 1);
-    return PLAIN_COUNTED;
+    int held = cached_count(content, cache, shift, count);
+    return held < 0 ? -1 : held ? PLAIN_COUNTED : PLAIN_MISSED;
+}
+
+static int read_shift(PyObject *arg);
+
+static PyObject *tool_calls_key = NULL, *function_key = NULL, *name_key = NULL,
+                *arguments_key = NULL, *id_key = NULL, *function_call_key = NULL,
+                *assistant_value = NULL, *tool_value = NULL;
+
+static int message_keys(void) {
+    if (tool_calls_key != NULL) return 0;
+    tool_calls_key = PyUnicode_InternFromString("tool_calls");
+    function_key = PyUnicode_InternFromString("function");
+    name_key = PyUnicode_InternFromString("name");
+    arguments_key = PyUnicode_InternFromString("arguments");
+    id_key = PyUnicode_InternFromString("id");
+    function_call_key = PyUnicode_InternFromString("function_call");
+    assistant_value = PyUnicode_InternFromString("assistant");
+    tool_value = PyUnicode_InternFromString("tool");
+    return (tool_calls_key && function_key && name_key && arguments_key && id_key &&
+            function_call_key && assistant_value && tool_value) ? 0 : -1;
+}
+
+/* 1 when the str ``a`` equals the str ``b``, else 0 (both exact str). */
+static int same(PyObject *a, PyObject *b) {
+    return a == b || (PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) &&
+                      PyUnicode_Compare(a, b) == 0);
+}
+
+/* The value of ``key`` in dict ``d`` when it is truthy: 1, 0 (absent or falsy), -1. */
+static int truthy_item(PyObject *d, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyObject_IsTrue(v);
+}
+
+/* Tokens of one assistant tool call as MessageCounter._call counts it with an id, from
+ * the cache: 1 (*total increased, *hits counted), 0 (another shape, or a text not held:
+ * the caller counts the message in Python), -1 with an exception set. */
+static int call_total(PyObject *call, PyObject *cache, int shift, long long overhead,
+                      long long *total, Py_ssize_t *hits) {
+    if (!PyDict_CheckExact(call)) return 0;
+    PyObject *fn = PyDict_GetItemWithError(call, function_key);
+    if (fn == NULL) {
+        if (PyErr_Occurred()) return -1;
+        fn = call;
+    }
+    if (!PyDict_CheckExact(fn)) return 0;
+    PyObject *name = PyDict_GetItemWithError(fn, name_key);
+    if (name == NULL) return PyErr_Occurred() ? -1 : 0;
+    PyObject *args = PyDict_GetItemWithError(fn, arguments_key);
+    if (args == NULL && PyErr_Occurred()) return -1;
+    PyObject *id = PyDict_GetItemWithError(call, id_key);
+    if (id == NULL && PyErr_Occurred()) return -1;
+    if (!PyUnicode_CheckExact(name) || (args != NULL && !PyUnicode_CheckExact(args))) return 0;
+    if (id != NULL && PyUnicode_Check(id) && !PyUnicode_CheckExact(id)) return 0;
+    PyObject *texts[3] = {name, args, (id != NULL && PyUnicode_CheckExact(id)) ? id : NULL};
+    long long sum = overhead;
+    for (int k = 0; k < 3; k++) {
+        if (texts[k] == NULL) continue; /* (no arguments: "" counts 0) */
+        long long n = 0;
+        int held = cached_count(texts[k], cache, shift, &n);
+        if (held <= 0) return held;
+        sum += n;
+        (*hits)++;
+    }
+    *total += sum;
+    return 1;
+}
+
+/* Tokens of a list of text content parts as MessageCounter._parts counts it (the run of
+ * texts each on its own, or joined, whichever is more; ``text_parts``: part type -> the
+ * key of its text), from the cache: 1 (*total increased), 0 (another part, or a text not
+ * held: the caller counts in Python), -1 with an exception set. */
+static int parts_total(PyObject *parts, PyObject *text_parts, PyObject *cache, int shift,
+                       long long *total, Py_ssize_t *hits) {
+    static PyObject *type_key = NULL, *empty = NULL;
+    if (type_key == NULL) {
+        type_key = PyUnicode_InternFromString("type");
+        empty = PyUnicode_FromString("");
+        if (type_key == NULL || empty == NULL) return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(parts);
+    PyObject *texts = PyList_New(n);
+    if (texts == NULL) return -1;
+    long long each = 0;
+    int result = 1;
+    for (Py_ssize_t i = 0; i < n && result == 1; i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (!PyDict_CheckExact(part)) { result = 0; break; }
+        PyObject *ptype = PyDict_GetItemWithError(part, type_key);
+        if (ptype == NULL) { result = PyErr_Occurred() ? -1 : 0; break; }
+        if (!PyUnicode_CheckExact(ptype)) { result = 0; break; }
+        PyObject *field = PyDict_GetItemWithError(text_parts, ptype);
+        if (field == NULL) { result = PyErr_Occurred() ? -1 : 0; break; }
+        PyObject *value = PyDict_GetItemWithError(part, field);
+        if (value == NULL) { result = PyErr_Occurred() ? -1 : 0; break; }
+        if (!PyUnicode_CheckExact(value)) { result = 0; break; }
+        long long count = 0;
+        result = cached_count(value, cache, shift, &count);
+        each += count;
+        (*hits)++;
+        Py_INCREF(value);
+        PyList_SET_ITEM(texts, i, value);
+    }
+    if (result == 1 && n > 1) { /* a conversion joins them: the join may cost more */
+        PyObject *joined = PyUnicode_Join(empty, texts);
+        if (joined == NULL) {
+            result = -1;
+        } else {
+            long long count = 0;
+            result = cached_count(joined, cache, shift, &count);
+            Py_DECREF(joined);
+            if (count > each) each = count;
+            (*hits)++;
+        }
+    }
+    Py_DECREF(texts); /* (unset items of a list cut short are NULL: fine to free) */
+    if (result == 1) *total += each;
+    return result;
+}
+
+/* message_total(msg, roles, per_message, per_name, tool_result, tool_call, cache, shift)
+ *     -> (int, int) | None: EnvelopeCounter._message's count of one chat message (a dict,
+ * or a dict subclass such as a converted request's unit) and how many texts it looked up,
+ * when every text it counts is in ``cache`` (as plain_total reads it) and the message is
+ * of the shapes read here: a role of ``roles``, content a str or a list of text parts
+ * (``text_parts``: part type -> the key of its text; or None on an assistant message
+ * with tool calls), tool calls of exact dicts with str names and arguments, other fields
+ * str, None or empty. None otherwise: the caller counts it in Python (which also raises
+ * for a malformed message). */
+static PyObject *fastcut_message_total(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "message_total(msg, roles, text_parts, per_message, "
+                                         "per_name, tool_result, tool_call, cache, shift)");
+        return NULL;
+    }
+    PyObject *m = args[0], *roles = args[1], *text_parts = args[2], *cache = args[7];
+    if (!PyAnySet_Check(roles) || !PyDict_CheckExact(text_parts) || !PyDict_CheckExact(cache)) {
+        PyErr_SetString(PyExc_TypeError, "message_total takes a set of roles and two dicts");
+        return NULL;
+    }
+    long long per_message = PyLong_AsLongLong(args[3]);
+    long long per_name = PyLong_AsLongLong(args[4]);
+    long long tool_result = PyLong_AsLongLong(args[5]);
+    long long tool_call = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    int shift = read_shift(args[8]);
+    if (shift < 0) return NULL;
+    if (!PyDict_Check(m)) Py_RETURN_NONE;
+    if (role_key == NULL) {
+        role_key = PyUnicode_InternFromString("role");
+        content_key = PyUnicode_InternFromString("content");
+        if (role_key == NULL || content_key == NULL) return NULL;
+    }
+    if (message_keys() < 0) return NULL;
+    PyObject *role = PyDict_GetItemWithError(m, role_key);
+    if (role == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyUnicode_CheckExact(role)) Py_RETURN_NONE;
+    int known = PySet_Contains(roles, role);
+    if (known < 0) return NULL;
+    if (!known) Py_RETURN_NONE;
+    PyObject *content = PyDict_GetItemWithError(m, content_key);
+    if (content == NULL && PyErr_Occurred()) return NULL;
+    if (content == NULL || content == Py_None) { /* only an assistant's tool calls may go without */
+        if (!same(role, assistant_value)) Py_RETURN_NONE;
+        int calls = truthy_item(m, tool_calls_key);
+        if (calls < 0) return NULL;
+        int legacy = calls ? 0 : truthy_item(m, function_call_key);
+        if (legacy < 0) return NULL;
+        if (!calls && !legacy) Py_RETURN_NONE;
+    } else if (!PyUnicode_CheckExact(content) && !PyList_Check(content)) {
+        Py_RETURN_NONE; /* a str subclass, or what the check refuses: read in Python */
+    }
+    long long total = per_message;
+    Py_ssize_t hits = 0, pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(m, &pos, &key, &value)) {
+        if (value == Py_None) continue;
+        if (!PyUnicode_CheckExact(key)) Py_RETURN_NONE;
+        if (PyList_Check(value) && same(key, content_key)) {
+            int done = parts_total(value, text_parts, cache, shift, &total, &hits);
+            if (done < 0) return NULL;
+            if (!done) Py_RETURN_NONE;
+        } else if (same(key, tool_calls_key)) {
+            if (!PyList_CheckExact(value)) Py_RETURN_NONE;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+                int done = call_total(PyList_GET_ITEM(value, i), cache, shift, tool_call, &total, &hits);
+                if (done < 0) return NULL;
+                if (!done) Py_RETURN_NONE;
+            }
+        } else if (same(key, function_call_key)) {
+            Py_RETURN_NONE;
+        } else if (PyUnicode_CheckExact(value)) {
+            long long n = 0;
+            int held = cached_count(value, cache, shift, &n);
+            if (held < 0) return NULL;
+            if (!held) Py_RETURN_NONE;
+            total += n + (same(key, name_key) ? per_name : 0);
+            hits++;
+        } else if ((PyList_Check(value) && PyList_GET_SIZE(value) == 0) ||
+                   (PyTuple_Check(value) && PyTuple_GET_SIZE(value) == 0) ||
+                   (PyDict_Check(value) && PyDict_GET_SIZE(value) == 0)) {
+            continue;
+        } else {
+            Py_RETURN_NONE; /* a structured field (its JSON), a number, a str subclass */
+        }
+    }
+    if (same(role, tool_value) || same(role, function_key)) total += tool_result;
+    return Py_BuildValue("(Ln)", total, hits);
 }
 
 static int read_shift(PyObject *arg) {
@@ -517,6 +736,11 @@ static PyMethodDef methods[] = {
      "plain_run(messages, hi, lo, envelopes, cache, shift, total, bound, limit)\n"
      "-> (list[int], int): the plain messages' counts newest first from hi, while cached,\n"
      "and the running total; stops past bound or at limit counts."},
+    {"message_total", (PyCFunction)(void (*)(void))fastcut_message_total, METH_FASTCALL,
+     "message_total(msg, roles, text_parts, per_message, per_name, tool_result, tool_call,\n"
+     "cache, shift)\n"
+     "-> (int, int) | None: one chat message's envelope count from the cache, and the texts\n"
+     "looked up; None for a shape or a text it does not read (count it in Python)."},
     {"plain_until", (PyCFunction)(void (*)(void))fastcut_plain_until, METH_FASTCALL,
      "plain_until(messages, lo, hi, roles) -> int: the first index from lo below hi whose\n"
      "message is not a plain {\"role\", \"content\"} dict with a role in roles (hi: none)."},

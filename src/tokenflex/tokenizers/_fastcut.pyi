@@ -22,3 +22,15 @@ def plain_run(
 def plain_until(messages: list[object], lo: int, hi: int, roles: dict[str, object], /) -> int: ...
 def is_json(value: object, /) -> bool: ...
 def json_scan(value: object, limit: int, wide: float, /) -> int: ...
+def message_total(
+    msg: object,
+    roles: frozenset[str],
+    text_parts: dict[str, str],
+    per_message: int,
+    per_name: int,
+    tool_result: int,
+    tool_call: int,
+    cache: dict[int, int],
+    shift: int,
+    /,
+) -> tuple[int, int] | None: ...

@@ -31,12 +31,20 @@ _COUNT_MASK = (1 << _LEN_SHIFT) - 1
 
 def _natives() -> dict[str, Any]:
     try:
-        from ._fastcut import is_json, json_scan, plain_run, plain_total, plain_until
+        from ._fastcut import (
+            is_json,
+            json_scan,
+            message_total,
+            plain_run,
+            plain_total,
+            plain_until,
+        )
     except ImportError:  # built without a C compiler
         return {}
     return {
         "is_json": is_json,
         "json_scan": json_scan,
+        "message_total": message_total,
         "plain_run": plain_run,
         "plain_total": plain_total,
         "plain_until": plain_until,
@@ -48,7 +56,8 @@ _NATIVES = _natives()
 
 def native(name: str) -> Any:
     """The function ``name`` of ``_fastcut.c`` (the package's C loops: ``plain_total``,
-    ``plain_run``, ``plain_until``, ``is_json``, ``json_scan``), or None where the package
+    ``plain_run``, ``plain_until``, ``message_total``, ``is_json``, ``json_scan``), or
+    None where the package
     was built without a C compiler (each caller then reads in Python)."""
     return _NATIVES.get(name)
 
@@ -56,6 +65,7 @@ def native(name: str) -> Any:
 _PLAIN_TOTAL: Callable[..., tuple[int, list[int]] | None] | None = native("plain_total")
 _PLAIN_RUN: Callable[..., tuple[list[int], int]] | None = native("plain_run")
 _PLAIN_UNTIL: Callable[[list[Any], int, int, dict[str, Any]], int] | None = native("plain_until")
+_MESSAGE_TOTAL: Callable[..., tuple[int, int] | None] | None = native("message_total")
 
 
 def plain_until(messages: Any, lo: int, hi: int, roles: dict[str, Any]) -> int:
@@ -267,6 +277,40 @@ class CountCache:
         )
         self.hits += len(counts)
         return counts, total
+
+    def message_total(
+        self,
+        msg: Any,
+        roles: frozenset[str],
+        text_parts: dict[str, str],
+        envelope: tuple[int, int, int, int],
+    ) -> int | None:
+        """One chat message's count under the envelope rule (``envelope``: tokens per
+        message, per name, per tool result, per tool call; ``roles``: the valid roles;
+        ``text_parts``: content part type -> the key of its text), read in one C call
+        where every text it counts is in the newer half and the message is of the shapes
+        it reads (content a str or text parts, tool calls of str names and arguments, str
+        fields); None otherwise, or where the native part was not built (the caller
+        counts it, and raises for a malformed message)."""
+        if _MESSAGE_TOTAL is None:
+            return None
+        per_message, per_name, tool_result, tool_call = envelope
+        got = _MESSAGE_TOTAL(
+            msg,
+            roles,
+            text_parts,
+            per_message,
+            per_name,
+            tool_result,
+            tool_call,
+            self._new,
+            _LEN_SHIFT,
+        )
+        if got is None:
+            return None
+        total, hits = got
+        self.hits += hits
+        return total
 
     def _store(self, text: str, n: int, key: int | None = None) -> None:
         # (a text whose size cannot pass max_entry_bytes is not sized: entry_bytes is at
