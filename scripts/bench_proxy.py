@@ -310,12 +310,27 @@ def _in_memory_upstream() -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://upstream")
 
 
+class _Collector:
+    """The time the garbage collector spends in this process (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+
 def cpu_per_request(
     sizes: tuple[int, ...] = SIZES,
     *,
     rounds: int = 5,
     config: str | None = None,
     agent: bool = False,
+    collector: dict[int, float] | None = None,
 ) -> dict[int, tuple[float, float, float]]:
     """CPU ms per request of (tokenflex, reference, counting floor) by request size, in
     process: the best of ``rounds`` runs of each app, alternated (see ``--cpu``);
@@ -329,7 +344,10 @@ def cpu_per_request(
     o200k counts, the chat envelope's constants) against the window, with the count in a
     response header; it forwards the body as it came (a request that fits goes out
     unchanged) and refuses one that does not fit (it never cuts: the 2,000-message request
-    is refused there, so that row measures the count alone)."""
+    is refused there, so that row measures the count alone). ``collector``, when given,
+    is filled with the ms a request tokenflex's best round spent in the garbage
+    collector, by size (part of its CPU)."""
+    import gc
     import logging
 
     from starlette.applications import Starlette
@@ -381,11 +399,25 @@ def cpu_per_request(
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+        timer = _Collector()
+        gc.callbacks.append(timer)
         try:
             return asyncio.run(
-                _cpu_rounds(app, proxy, reference, floor, sizes, rounds, path=path, agent=agent)
+                _cpu_rounds(
+                    app,
+                    proxy,
+                    reference,
+                    floor,
+                    sizes,
+                    rounds,
+                    path=path,
+                    agent=agent,
+                    timer=timer,
+                    collector=collector if collector is not None else {},
+                )
             )
         finally:
+            gc.callbacks.remove(timer)
             logger.removeHandler(handler)
             logger.setLevel(level)
             logger.propagate = propagate
@@ -401,6 +433,8 @@ async def _cpu_rounds(
     *,
     path: str,
     agent: bool,
+    timer: _Collector,
+    collector: dict[int, float],
 ) -> dict[int, tuple[float, float, float]]:
     from bench_turns import agent_body  # a sibling script: the agent's Anthropic body
 
@@ -420,12 +454,15 @@ async def _cpu_rounds(
                     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as c:
                         for _ in range(5):  # warm up: tokenizer, counts, connections
                             await c.post(path, content=body, headers=headers)
-                        start = time.process_time()
+                        start, collected = time.process_time(), timer.seconds
                         for _ in range(count):
                             r = await c.post(path, content=body, headers=headers)
                             if r.status_code not in answers[name]:
                                 raise SystemExit(f"{name}: HTTP {r.status_code}: {r.text[:200]}")
-                        best[name] = min(best[name], (time.process_time() - start) / count * 1000)
+                        ms = (time.process_time() - start) / count * 1000
+                        if ms < best[name] and name == "tf":
+                            collector[n] = (timer.seconds - collected) / count * 1000
+                        best[name] = min(best[name], ms)
             out[n] = (best["tf"], best["ref"], best.get("floor", float("nan")))
     return out
 
@@ -456,6 +493,7 @@ def cpu_split(
                 }
                 procs["client"] = client
                 before = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+                faults = _minor_faults(pids[name])
                 w = asyncio.run(
                     closed_loop(
                         url + "/v1/chat/completions", body, seconds=seconds, clients=CONCURRENCY
@@ -465,6 +503,7 @@ def cpu_split(
                 cpu = {
                     k: (sum(p.cpu_times()[:2]) - before[k]) / done * 1000 for k, p in procs.items()
                 }
+                cpu["faults"] = (_minor_faults(pids[name]) - faults) / done
                 out.append((n, name, w.rps, cpu))
     return out
 
@@ -561,14 +600,27 @@ def upstream_exchange(messages: int = 10, count: int = 2000) -> tuple[float, flo
         load_proxy.stop([proc])
 
 
+def _minor_faults(pid: int) -> float:
+    """The minor page faults process ``pid`` has taken (Linux: /proc; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return float(f.read().rpartition(")")[2].split()[7])
+    except OSError:
+        return float("nan")
+
+
 def print_split(config: str | None = None) -> None:
     """``--split``: each process's CPU a request, then what each goal leaves for
     tokenflex's own work against what parsing and one fit of the request cost."""
     load = os.getloadavg()
     split = cpu_split(config=config)
     for n, name, rps, cpu in split:
+        faults = cpu.pop("faults")
         shown = ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
-        print(f"{n:>5,} messages, {name:<9}: {rps:6,.0f} req/s; ms of CPU a request: {shown}")
+        print(
+            f"{n:>5,} messages, {name:<9}: {rps:6,.0f} req/s; ms of CPU a request: {shown}; "
+            f"{faults:.0f} minor page faults a request in the proxy"
+        )
     print(
         f"{CONCURRENCY} clients; load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
@@ -641,13 +693,14 @@ def main() -> int:
         return 0
     if args.cpu:
         load = os.getloadavg()
-        measured = cpu_per_request(config=args.config, agent=args.agent)
+        collected: dict[int, float] = {}
+        measured = cpu_per_request(config=args.config, agent=args.agent, collector=collected)
         for n, (tf, ref, floor) in measured.items():
             shown = "" if args.agent else f", counting floor {floor:.2f} ms"
             what = "Anthropic agent messages" if args.agent else "messages"
             print(
-                f"{n:>5,} {what}: tokenflex {tf:.2f} ms, reference {ref:.2f} ms{shown} of "
-                "CPU a request"
+                f"{n:>5,} {what}: tokenflex {tf:.2f} ms (collector {collected[n]:.2f}), "
+                f"reference {ref:.2f} ms{shown} of CPU a request"
             )
         print(
             f"in process, best of 5 rounds; load average {load[0]:.1f} before, "
