@@ -131,6 +131,7 @@ def completion_limit_field(model: str) -> str:
 
 KNOWN_ROLES = ROLES
 _ROLE_SET = frozenset(ROLES)
+_ROLE_KEYS = dict.fromkeys(ROLES)  # (plain_until's roles)
 
 
 def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]:
@@ -153,12 +154,18 @@ def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]
     if not value:
         raise bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
     roles = _ROLE_SET
-    for i, msg in enumerate(value):
+    i, n = 0, len(value)
+    while i < n:
+        i = plain_until(value, i, n, _ROLE_KEYS)  # a run of plain messages, in one C loop
+        if i >= n:
+            break
+        msg = value[i]
+        i += 1
         if type(msg) is dict and len(msg) == 2:
             role, content = msg.get("role"), msg.get("content")
             if type(content) is str and type(role) is str and role in roles:
                 continue  # {"role": a chat role, "content": text}: nothing more to check
-        param = f"{key}[{i}]"
+        param = f"{key}[{i - 1}]"
         if not isinstance(msg, dict):
             raise bad(
                 f"{param} must be an object with 'role' and 'content', got {type_name(msg)}.",
@@ -189,7 +196,7 @@ def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]
         try:
             _check_message(msg)
         except BadMessage as exc:
-            raise bad(f"{exc.at(i)}", param) from None
+            raise bad(f"{exc.at(i - 1)}", param) from None
     return value
 
 
