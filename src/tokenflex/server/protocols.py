@@ -40,7 +40,7 @@ from ..formats.request import request_body
 from ..models import Model
 from ..recall import with_recall_tool
 from ._fitter import Fitter
-from ._validate import ChatRequest, parse_json, parse_request
+from ._validate import ChatRequest, dump_json, parse_json, parse_request
 from .config import split_options
 from .errors import ProxyError
 
@@ -201,7 +201,7 @@ def fitted_body(
         or proxy_options.get("add_max_tokens", True)
     ):
         fmt.set_limit(body, plan.max_tokens)
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return dump_json(body)
 
 
 def _format(req: ChatRequest) -> RequestFormat:
@@ -246,7 +246,7 @@ def chat_body(req: ChatRequest, plan: Any) -> bytes:
         if isinstance(config, dict) and config.get(given) is not None:
             body[name] = config[given]
     body["stream"] = False
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return dump_json(body)
 
 
 def count_input(req: ChatRequest, model: Model) -> Response:
