@@ -63,6 +63,9 @@ __all__ = [
 ]
 
 _MESSAGE_SECTIONS = ("system", "summary", "pinned", "history", "current")
+_REPLAYED = ("system", "pinned", "history", "current")
+"""The sections whose items are the request's own messages, read again by :func:`replay`
+(a summary section's are the plan's)."""
 
 
 @dataclass
@@ -749,8 +752,8 @@ def replay(plan: Plan) -> Replay | None:
     """How to read ``plan``'s dropped items again from its request, so that a kept plan
     need not hold the request's parsed objects (the proxy's plan store); None where
     that cannot be done: an item sent shrunk (what shrinking saved is known only from
-    the plan's copy), a section that is not the request's messages (documents), or a
-    conversion that cannot be told from the plan. O(runs)."""
+    the plan's copy), a section that is not the request's messages (documents, a
+    summary), or a conversion that cannot be told from the plan. O(runs)."""
     dropped = plan.dropped
     conv: Converted | None = None
     as_given = taken = False
@@ -759,7 +762,7 @@ def replay(plan: Plan) -> Replay | None:
         if isinstance(source, TakenOut):
             taken = True
             continue
-        if section not in _MESSAGE_SECTIONS or reason in SENT_SHRUNK:
+        if section not in _REPLAYED or reason in SENT_SHRUNK:
             return None
         if isinstance(source, _CallerItems) and type(source.section) is MessageSection:
             if conv is not None and source.units.conv is not conv:

@@ -159,13 +159,13 @@ def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]
         i = plain_until(value, i, n, _ROLE_KEYS)  # a run of plain messages, in one C loop
         if i >= n:
             break
-        msg = value[i]
+        at, msg = i, value[i]
         i += 1
         if type(msg) is dict and len(msg) == 2:
             role, content = msg.get("role"), msg.get("content")
             if type(content) is str and type(role) is str and role in roles:
                 continue  # {"role": a chat role, "content": text}: nothing more to check
-        param = f"{key}[{i - 1}]"
+        param = f"{key}[{at}]"
         if not isinstance(msg, dict):
             raise bad(
                 f"{param} must be an object with 'role' and 'content', got {type_name(msg)}.",
@@ -196,7 +196,7 @@ def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]
         try:
             _check_message(msg)
         except BadMessage as exc:
-            raise bad(f"{exc.at(i - 1)}", param) from None
+            raise bad(f"{exc.at(at)}", param) from None
     return value
 
 

@@ -332,12 +332,13 @@ static int call_total(PyObject *call, PyObject *cache, int shift, long long over
     if (args == NULL && PyErr_Occurred()) return -1;
     PyObject *id = PyDict_GetItemWithError(call, id_key);
     if (id == NULL && PyErr_Occurred()) return -1;
-    if (!PyUnicode_CheckExact(name) || (args != NULL && !PyUnicode_CheckExact(args))) return 0;
+    /* (no arguments: _call counts "" for them; left to it) */
+    if (!PyUnicode_CheckExact(name) || args == NULL || !PyUnicode_CheckExact(args)) return 0;
     if (id != NULL && PyUnicode_Check(id) && !PyUnicode_CheckExact(id)) return 0;
     PyObject *texts[3] = {name, args, (id != NULL && PyUnicode_CheckExact(id)) ? id : NULL};
     long long sum = overhead;
     for (int k = 0; k < 3; k++) {
-        if (texts[k] == NULL) continue; /* (no arguments: "" counts 0) */
+        if (texts[k] == NULL) continue; /* (no id) */
         long long n = 0;
         int held = cached_count(texts[k], cache, shift, &n);
         if (held <= 0) return held;

@@ -57,8 +57,8 @@ _NATIVES = _natives()
 def native(name: str) -> Any:
     """The function ``name`` of ``_fastcut.c`` (the package's C loops: ``plain_total``,
     ``plain_run``, ``plain_until``, ``message_total``, ``is_json``, ``json_scan``), or
-    None where the package
-    was built without a C compiler (each caller then reads in Python)."""
+    None where the package was built without a C compiler (each caller then reads in
+    Python)."""
     return _NATIVES.get(name)
 
 
