@@ -11,6 +11,7 @@ reproduces exactly.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -24,6 +25,7 @@ import tokenflex
 from tokenflex import (
     Chunk,
     Conversation,
+    InvalidInputError,
     Prompt,
     TokenflexError,
     choose_model,
@@ -475,6 +477,30 @@ def test_tools_and_system_with_a_non_json_value_are_rejected(
     Anthropic system are sent as given, so they are checked too."""
     with pytest.raises(TokenflexError, match=rf"{where}.*cannot be sent as JSON"):
         json.dumps(fit(U, model="gpt-4o", max_tokens=10, **kwargs).request())
+
+
+def _circular_tool() -> dict[str, Any]:
+    tool: dict[str, Any] = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    tool["function"]["parameters"]["self"] = tool
+    return tool
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        pytest.param(
+            lambda: {"type": "function", "function": {"name": "f", "x": b"x"}}, id="bytes"
+        ),
+        pytest.param(_circular_tool, id="circular"),
+    ],
+)
+def test_count_messages_refuses_the_tools_fit_refuses(tool: Callable[[], Any]) -> None:
+    """count_messages() with a tool schema that cannot be sent as JSON (a value only
+    str() can read, one that contains itself) raised json's bare ValueError or counted
+    the str(); fit() refuses it with a tokenflex error naming the tool: both now do."""
+    for call in (count_messages, functools.partial(fit, max_tokens=10)):
+        with pytest.raises(InvalidInputError, match=r"tools\[0\].*cannot be sent as JSON"):
+            call(U, model="gpt-4o", tools=[tool()])
 
 
 def test_chat_message_with_json_values_of_other_types_is_kept() -> None:

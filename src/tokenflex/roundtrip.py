@@ -26,7 +26,6 @@ its read serves that fit alone and is forgotten when the fit is done
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,7 +43,7 @@ from .formats.native import Converted, NativeMessage
 from .formats.registry import get_format
 from .formats.tools import tools_to_chat
 from .message.checks import BadMessage
-from .message.objects import is_json, plain
+from .message.objects import json_ready, tools_json_ready
 from .models import Model
 from .plan import SENT_SHRUNK, DroppedItems, DropRun, ItemSource, Plan
 from .tokenizers.base import plain_until
@@ -542,13 +541,13 @@ def _check_unit(messages: Sequence[Any], checker: Any, k: int) -> None:
         if isinstance(m, NativeMessage):
             for offset, item in enumerate(m.native):
                 try:
-                    _json_ready(item)
+                    json_ready(item)
                 except BadMessage as exc:
                     raise exc.at(m.start + offset) from None
         elif not (type(m) is dict and len(m) == 2 and type(m.get("content")) is str):
             # a chat message is sent as given too: counting reads junk with str()
             # (a {"role", "content": str} dict the check read is JSON as it is)
-            _json_ready(m)
+            json_ready(m)
     except BadMessage as exc:
         if not isinstance(m, NativeMessage):
             raise exc.at(k) from None
@@ -564,32 +563,10 @@ def _check_sent_as_given(prepared: Prepared) -> None:
     converted = prepared.converted
     if converted is not None and converted.system is not None:
         try:
-            _json_ready(converted.system)
+            json_ready(converted.system)
         except BadMessage as exc:
             raise BadMessage(f"(system=) {exc.problem}", exc.fix) from None
-    tools = prepared.given_tools
-    for i, tool in enumerate(tools if isinstance(tools, list | tuple) else ()):
-        if not isinstance(tool, Mapping):
-            continue  # counting refuses it, naming what a tool should be
-        try:
-            _json_ready(tool)
-        except BadMessage as exc:
-            raise InvalidInputError(
-                f"tools[{i}] {exc.problem}. Use str keys and JSON values in tool definitions."
-            ) from None
-
-
-def _json_ready(item: Any) -> None:
-    """Raise BadMessage if ``item`` (sent as given by ``plan.request()``) is not JSON."""
-    if is_json(item):
-        return
-    try:
-        json.dumps(plain(item))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise BadMessage(
-            f"has a value that cannot be sent as JSON ({type(exc).__name__}: {exc})",
-            "Use str keys, JSON values and no circular references in message fields",
-        ) from None
+    tools_json_ready(prepared.given_tools)
 
 
 def _native_span(conv: Converted, k: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from typing import Any
 from .._types import Messages, Tool
 from ..errors import ConfigError
 from ..message.checks import BadMessage
-from ..message.objects import plain_message
+from ..message.objects import plain_message, tools_json_ready
 from ..models import Model, get_model, registry_generation
 from ..tokenizers import CountCache, get_tokenizer
 from .messages import (
@@ -144,7 +144,10 @@ def count_messages(
 
     Raises:
         InvalidMessagesError: ``messages`` is not a list of OpenAI-style messages.
+        InvalidInputError: a tool schema that cannot be sent as JSON (as fit() says).
     """
+    if tools:
+        tools_json_ready(tools)
     if isinstance(messages, list | tuple) and not set(map(type, messages)) <= {dict}:
         views: list[Any] = []
         for i, m in enumerate(messages):

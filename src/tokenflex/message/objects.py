@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import InvalidInputError
 from ..tokenizers.base import native
 from .checks import BadMessage
 
@@ -30,11 +31,13 @@ __all__ = [
     "compact_json",
     "is_json",
     "is_langchain",
+    "json_ready",
     "part_types",
     "plain",
     "plain_message",
     "read_is_json",
     "sdk_module",
+    "tools_json_ready",
     "untyped_message",
 ]
 
@@ -156,6 +159,37 @@ def read_is_json(value: Any, depth: int = 0) -> bool:
 
 _NATIVE_IS_JSON: Callable[[Any], bool] | None = native("is_json")
 _IS_JSON = _NATIVE_IS_JSON or read_is_json
+
+
+def json_ready(item: Any) -> None:
+    """Raise :class:`~tokenflex.message.checks.BadMessage` when ``item`` (sent as given:
+    a message, a native item, a tool, Anthropic's ``system``) is not JSON once its
+    pydantic models are dumped: a value json.dumps refuses, a circular reference, one
+    nested past the recursion limit. Plain JSON data answers from the quick walk."""
+    if is_json(item):
+        return
+    try:
+        json.dumps(plain(item))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise BadMessage(
+            f"has a value that cannot be sent as JSON ({type(exc).__name__}: {exc})",
+            "Use str keys, JSON values and no circular references in message fields",
+        ) from None
+
+
+def tools_json_ready(tools: Any) -> None:
+    """Raise :class:`~tokenflex.errors.InvalidInputError` naming the first tool schema of
+    ``tools`` that cannot be sent as JSON (:func:`json_ready`); what is not a mapping is
+    left to counting, which names what a tool should be."""
+    for i, tool in enumerate(tools if isinstance(tools, list | tuple) else ()):
+        if not isinstance(tool, Mapping):
+            continue
+        try:
+            json_ready(tool)
+        except BadMessage as exc:
+            raise InvalidInputError(
+                f"tools[{i}] {exc.problem}. Use str keys and JSON values in tool definitions."
+            ) from None
 
 
 def plain(value: Any) -> Any:
