@@ -52,6 +52,7 @@ from .engine import (
     afit_layout,
     fit_layout,
     grown_plan,
+    whole_plan,
 )
 from .engine import flow as engine_flow
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
@@ -756,7 +757,13 @@ def _fit_flow(
             "taken_out": _taken_out(req),
         }
         plan: Plan
-        if recall:
+        whole: Plan | None = None
+        if not plain_call and history is None and not documents and req.converted is None:
+            # a stateful or recalling chat fit: when all of it fits, one count, no solve
+            whole = yield Work(functools.partial(_whole, layout, opts, memory, started))
+        if whole is not None:
+            plan = whole
+        elif recall:
             # the counter may call a tokenizer server: never on the event loop
             rf = yield Work(
                 functools.partial(_recall_fit, layout, req, messages, state, memory, summarizer)
@@ -1005,6 +1012,14 @@ def _grown(last: _Warm, call: _Call) -> Plan | None:
     final = finish(plan, req)
     _remember(final, messages, layout, req, model, opts, call.tools)
     return final
+
+
+def _whole(layout: FitLayout, opts: FitOptions, memory: Any, started: float) -> Plan | None:
+    """:func:`~tokenflex.engine.whole_plan` of a layout (None: the full path decides)."""
+    if layout.summary_idx is not None or layout.summary is not None:
+        return None
+    bounds = (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start)
+    return whole_plan(layout.messages, layout.model, layout.tools, bounds, opts, memory, started)
 
 
 def _recall_fit(

@@ -28,7 +28,7 @@ A conversation's memory between requests (where the last plan cut its history) i
 
 from __future__ import annotations
 
-from .flow import Work, afit_layout, fit_layout, grown_plan, layout_flow
+from .flow import Work, afit_layout, fit_layout, grown_plan, layout_flow, whole_plan
 from .ladder import (
     LADDER,
     ClearToolResults,
@@ -82,4 +82,5 @@ __all__ = [
     "solve_history",
     "stable_target",
     "summary_key",
+    "whole_plan",
 ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._types import Message, Tool
+from ..budget import BudgetSpec
 from ..cost import cache_kept, cached_tokens
 from ..counting import MessageCounter, get_counter
 from ..drivers import adrive, drive
@@ -34,7 +35,7 @@ from ..session import HistoryCut, SessionMemory
 from ..summarize import asummarize_span, summarize_span
 from .ladder import ladder, low_water_mark, solve_history
 from .layout import Layout, stable_target
-from .passes import Pass, TakenOut, dropped_warning
+from .passes import Pass, TakenOut, dropped_warning, output_request
 from .sections import GroupIndex, MessageSection, opens_history
 from .summary import SUMMARY_TTL_S, Outcome, SummaryRequest, summarizer_name
 
@@ -51,6 +52,7 @@ __all__ = [
     "fit_layout",
     "grown_plan",
     "layout_flow",
+    "whole_plan",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -435,6 +437,130 @@ def grown_plan(
         dropped=dropped,
         warnings=warnings,
         exact=exact,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+        prefix_tokens=shared,
+        cached_tokens=cached_tokens(model, shared) if shared is not None else None,
+    )
+    log.debug("tokenflex: %r", plan)
+    return plan
+
+
+_WHOLE_BLOCK = 256
+"""Messages :func:`whole_plan` counts at a time (newest first) before it checks the room."""
+
+
+def whole_plan(
+    source: Sequence[Message],
+    model: Model,
+    tools: Sequence[Tool] | None,
+    bounds: tuple[int, int, int, int],
+    opts: FitOptions,
+    memory: SessionMemory | None,
+    started: float,
+) -> Plan | None:
+    """The plan of ``source`` when all of it fits with the output asked for: every
+    message sent as it is, in one count of each (cached) and no solve. The full path's
+    plan for such a request (the solver keeps a section that fits whole: no soft share,
+    low-water mark or held cut applies), made without its layout's sections, passes and
+    recall attempts: a request that fits costs about what counting it costs.
+
+    It answers only where the full path cannot do anything else: no fallback, no cap on
+    the messages, no summary among them, the output asked for given whole (not one the
+    ``flex`` policy reduces; a request larger than the window can give leaves no room);
+    with ``memory`` (cache-stable), the previous plan shrank nothing
+    that this one would keep shrunk. None: the full path decides (its errors included:
+    a message counting refuses). ``bounds`` are the layout's ``(sys_end, hist_start,
+    pin_end, cur_start)``; ``memory`` records the plan as the full path would (its cut
+    at the history's start, its growth counted), and gives ``prefix_tokens``.
+    """
+    sys_end, hist_start, pin_end, cur_start = bounds
+    if not FAST_PATH or opts.fallback_models or opts.max_messages is not None:
+        return None
+    if hist_start != sys_end:
+        return None  # a summary message opens the history
+    counter = get_counter(model)
+    notes: list[str] = []
+    request = output_request(model, opts.max_tokens, counter, notes)
+    total = counter.total
+    try:
+        base = counter.base(tools)
+        # in the full path's order of sections (by priority: system, current, pinned,
+        # history; each the sum of its messages' counts)
+        spans = {
+            "system": total(source[:sys_end]),
+            "current": total(source[cur_start:]),
+            "pinned": total(source[hist_start:pin_end]),
+        }
+    except BadMessage:
+        return None  # the full path names the message
+    required = base + sum(spans.values())
+    window, margin = model.context_window, opts.safety_margin
+    budget = BudgetSpec(
+        context_window=window,
+        requested_output=request,
+        min_output_tokens=opts.min_output_tokens,
+        safety_margin=margin,
+        base_tokens=base,
+        policy=opts.policy,
+        input_cap=opts.max_input_tokens,
+        max_input_tokens=model.max_input_tokens,
+        output_given=opts.max_tokens is not None,
+    )
+    # (an output larger than the window can give, whose history the full path fits for
+    # a sensible output, :func:`large_output`, leaves no room here: never answered)
+    room = window - margin - budget.reserved_output
+    for cap in (opts.max_input_tokens, model.max_input_tokens):
+        if cap is not None:
+            room = min(room, cap)
+    # the history newest first, a block at a time: a request that does not fit is
+    # given up after about what fits, not counted whole
+    history, hi, left = 0, cur_start, room - required
+    try:
+        while hi > pin_end and history <= left:
+            lo = max(pin_end, hi - _WHOLE_BLOCK)
+            history += total(source[lo:hi])
+            hi = lo
+    except BadMessage:
+        return None
+    if history > left:
+        return None
+    spans["history"] = history
+    input_tokens = required + history
+    max_tokens = min(request, window - margin - input_tokens)
+    if max_tokens < budget.floor or (max_tokens < request and budget.output_given):
+        return None  # (flex: the output reduced, with its note)
+    messages: list[Any] = list(source)
+    shared = None
+    if memory is not None and opts.cache_stable:
+        previous = memory.previous_cut(source)
+        if previous is not None:
+            previous = _grown(previous, source, cur_start, model)
+            if any(getattr(previous, step.mark) for step in ladder(opts)):
+                return None  # a held cut keeps what it shrank shrunk: the full path
+        cut = HistoryCut(
+            pin_end,
+            end=max(previous.end if previous is not None else 0, cur_start),
+            growth=previous.growth if previous is not None else 0.0,
+            grown=previous.grown if previous is not None else 0,
+            at=time.time(),
+            input_tokens=input_tokens,
+        )
+        shared = memory.remember(source, cut, messages, counter)
+    notes += counter.notes()
+    plan = Plan(
+        messages=messages,
+        max_tokens=max_tokens,
+        input_tokens=input_tokens,
+        context_window=window,
+        safety_margin=margin,
+        requested_max_tokens=request,
+        min_output_tokens=budget.floor,
+        model=model,
+        sections={k: v for k, v in spans.items() if v} | {"tools_and_priming": base},
+        dropped=DroppedItems((), {}, counter),
+        warnings=tuple(dict.fromkeys(notes)),
+        exact=counter.exact_for(messages, tools),
+        policy=opts.policy,
         elapsed_ms=(time.perf_counter() - started) * 1000,
         prefix_tokens=shared,
         cached_tokens=cached_tokens(model, shared) if shared is not None else None,
