@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from test_cache_stable import SETTINGS, model, sessions
 from test_conversation_fastpath import full_path
+from test_formats import anthropic_requests, responses_requests
 
 import tokenflex
 import tokenflex.engine.flow as flow
@@ -262,3 +264,55 @@ def test_a_template_that_hides_a_role_is_noted_in_a_whole_plan() -> None:
         plan = both([SYSTEM, USER], stores, model=m, max_tokens=100, cache=True, recall=True)
     assert whole == [1]
     assert any("renders no 'system' message" in w for w in plan.warnings)
+
+
+@SETTINGS
+@given(
+    request=st.one_of(
+        anthropic_requests().map(lambda r: ("anthropic", *r)),
+        responses_requests().map(lambda r: ("responses", *r)),
+    ),
+    window=st.sampled_from([600, 1500, 8000, 128_000]),
+    max_tokens=st.sampled_from([None, 64, 300, 32_000]),
+    state=st.sampled_from(["cache", "recall", "both"]),
+    keep_reasoning=st.booleans(),
+    tools=st.booleans(),
+)
+def test_a_native_request_that_fits_whole_gets_the_full_paths_plan(
+    request: tuple[str, Any, list[dict[str, Any]]],
+    window: int,
+    max_tokens: int | None,
+    state: str,
+    keep_reasoning: bool,
+    tools: bool,
+) -> None:
+    """Anthropic Messages and Responses requests (thinking, reasoning items, tool rounds,
+    images, documents, cache markers), sent twice as a client retries: the same plans
+    and records by both paths; the second fit reads the first one's record."""
+    fmt, system, msgs = request
+    m = model(window).replace(max_output_tokens=16_000)
+    schema = (
+        [{"name": "lookup", "input_schema": {"type": "object"}}]
+        if fmt == "anthropic"
+        else [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    )
+    kwargs: dict[str, Any] = {
+        "model": m,
+        "format": fmt,
+        "system": system,
+        "max_tokens": max_tokens,
+        "cache": state in ("cache", "both"),
+        "recall": state in ("recall", "both"),
+        "keep_reasoning": keep_reasoning,
+        "tools": schema if tools else None,
+    }
+    stores = Recording(), Recording()
+    with answered() as whole:
+        for _ in range(2):
+            try:
+                both(msgs, stores, **kwargs)
+            except tokenflex.ContextOverflowError:
+                with full_path(), pytest.raises(tokenflex.ContextOverflowError):
+                    tokenflex.fit(copy.deepcopy(msgs), state=stores[1], **kwargs)
+                return
+    event(f"{fmt}: answered whole {whole[0]} of 2")

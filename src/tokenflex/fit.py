@@ -55,6 +55,7 @@ from .engine import (
     whole_plan,
 )
 from .engine import flow as engine_flow
+from .engine.flow import WHOLE_BLOCK
 from .errors import ContextOverflowError, InvalidInputError, InvalidMessagesError
 from .formats.chat import is_plain_chat
 from .formats.registry import default_format, get_format
@@ -758,9 +759,11 @@ def _fit_flow(
         }
         plan: Plan
         whole: Plan | None = None
-        if not plain_call and history is None and not documents and req.converted is None:
-            # a stateful or recalling chat fit: when all of it fits, one count, no solve
-            whole = yield Work(functools.partial(_whole, layout, opts, memory, started))
+        if not plain_call and history is None and not documents:
+            # a stateful, recalling or native-format fit: when all of it fits, one count
+            whole = yield Work(
+                functools.partial(_whole, layout, opts, memory, started, _taken_out(req))
+            )
         if whole is not None:
             plan = whole
         elif recall:
@@ -1014,12 +1017,29 @@ def _grown(last: _Warm, call: _Call) -> Plan | None:
     return final
 
 
-def _whole(layout: FitLayout, opts: FitOptions, memory: Any, started: float) -> Plan | None:
+def _whole(
+    layout: FitLayout, opts: FitOptions, memory: Any, started: float, taken_out: TakenOut | None
+) -> Plan | None:
     """:func:`~tokenflex.engine.whole_plan` of a layout (None: the full path decides)."""
     if layout.summary_idx is not None or layout.summary is not None:
         return None
     bounds = (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start)
-    return whole_plan(layout.messages, layout.model, layout.tools, bounds, opts, memory, started)
+    view = None
+    model, index = layout.model, layout.index
+    if (
+        isinstance(index, ListIndex)
+        and opts.max_messages is None
+        and layout.cur_start - layout.pin_end > WHOLE_BLOCK
+    ):
+        # a long history: the view the layout's history section reads (the same
+        # arguments: kept by the index, so the full path does not count it again when
+        # this gives up); a short one is summed in one go
+        bound = _index_bound(model, opts)
+        lo, hi = layout.pin_end, layout.cur_start
+        view = index.view(layout.messages, lo, hi, get_counter(model), bound=bound)
+    return whole_plan(
+        layout.messages, model, layout.tools, bounds, opts, memory, started, taken_out, view
+    )
 
 
 def _recall_fit(

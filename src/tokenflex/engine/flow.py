@@ -45,6 +45,7 @@ appended since (False: every fit takes the full path; the tests compare the two)
 
 __all__ = [
     "FAST_PATH",
+    "WHOLE_BLOCK",
     "Flow",
     "Summarize",
     "Work",
@@ -445,7 +446,7 @@ def grown_plan(
     return plan
 
 
-_WHOLE_BLOCK = 256
+WHOLE_BLOCK = 256
 """Messages :func:`whole_plan` counts at a time (newest first) before it checks the room."""
 
 
@@ -457,6 +458,8 @@ def whole_plan(
     opts: FitOptions,
     memory: SessionMemory | None,
     started: float,
+    taken_out: TakenOut | None = None,
+    index: GroupIndex | None = None,
 ) -> Plan | None:
     """The plan of ``source`` when all of it fits with the output asked for: every
     message sent as it is, in one count of each (cached) and no solve. The full path's
@@ -471,7 +474,13 @@ def whole_plan(
     that this one would keep shrunk. None: the full path decides (its errors included:
     a message counting refuses). ``bounds`` are the layout's ``(sys_end, hist_start,
     pin_end, cur_start)``; ``memory`` records the plan as the full path would (its cut
-    at the history's start, its growth counted), and gives ``prefix_tokens``.
+    at the history's start, its growth counted), and gives ``prefix_tokens``;
+    ``taken_out``: the reasoning taken out of the caller's messages before (listed in
+    ``dropped``, as the full path lists it). ``index``: the running counts of the history
+    the full path's layout reads (:class:`~tokenflex.engine.ListIndex`'s view, counted
+    newest first up to the window): the history's tokens are read from it, and a history
+    it did not count to its start is over the window; without one the history is counted
+    here, newest first, a block at a time.
     """
     sys_end, hist_start, pin_end, cur_start = bounds
     if not FAST_PATH or opts.fallback_models or opts.max_messages is not None:
@@ -512,16 +521,24 @@ def whole_plan(
     for cap in (opts.max_input_tokens, model.max_input_tokens):
         if cap is not None:
             room = min(room, cap)
-    # the history newest first, a block at a time: a request that does not fit is
-    # given up after about what fits, not counted whole
-    history, hi, left = 0, cur_start, room - required
-    try:
-        while hi > pin_end and history <= left:
-            lo = max(pin_end, hi - _WHOLE_BLOCK)
-            history += total(source[lo:hi])
-            hi = lo
-    except BadMessage:
-        return None
+    left = room - required
+    if index is not None and index.model is counter.model:
+        # the counts the full path reads too (kept in the view: never counted twice)
+        groups = index.groups(pin_end, cur_start) if index.first <= pin_end else None
+        if groups is None:
+            return None  # over the window (or a group the view does not tile)
+        history = index.cum[groups[1]] - index.cum[groups[0]]
+    else:
+        # newest first, a block at a time: a request that does not fit is given up
+        # after about what fits, not counted whole
+        history, hi = 0, cur_start
+        try:
+            while hi > pin_end and history <= left:
+                lo = max(pin_end, hi - WHOLE_BLOCK)
+                history += total(source[lo:hi])
+                hi = lo
+        except BadMessage:
+            return None
     if history > left:
         return None
     spans["history"] = history
@@ -547,6 +564,12 @@ def whole_plan(
         )
         shared = memory.remember(source, cut, messages, counter)
     notes += counter.notes()
+    runs: list[DropRun] = []
+    sources: dict[str, Any] = {}
+    if taken_out is not None and taken_out.texts:
+        runs = taken_out.runs()
+        log_dropped(runs, model.name)  # the solver never saw them
+        sources[taken_out.section] = taken_out
     plan = Plan(
         messages=messages,
         max_tokens=max_tokens,
@@ -557,7 +580,7 @@ def whole_plan(
         min_output_tokens=budget.floor,
         model=model,
         sections={k: v for k, v in spans.items() if v} | {"tools_and_priming": base},
-        dropped=DroppedItems((), {}, counter),
+        dropped=DroppedItems(runs, sources, counter),
         warnings=tuple(dict.fromkeys(notes)),
         exact=counter.exact_for(messages, tools),
         policy=opts.policy,
