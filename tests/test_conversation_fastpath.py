@@ -91,6 +91,19 @@ def same(fast: Plan, full: Plan, given: set[int] | None = None) -> None:
     assert a == b
 
 
+OPTIONS: dict[str, st.SearchStrategy[Any]] = {
+    "max_input_tokens": st.integers(200, 6000),
+    "history_share": st.sampled_from([0.5, 0.8, 1.0]),
+    "low_water": st.sampled_from([0.4, 0.6, "auto"]),
+    "max_messages": st.integers(2, 30),
+    "cut_note": st.booleans(),
+    "safety_margin": st.sampled_from([0, 100]),
+    "clear_tool_results": st.booleans(),
+    "truncate_tool_results": st.booleans(),
+}
+"""The fit options a fast path is compared under (each given or not)."""
+
+
 def strip(turns: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
     return [[{k: v for k, v in m.items() if k != "reasoning_content"} for m in t] for t in turns]
 
@@ -106,19 +119,7 @@ def strip(turns: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
     tools=st.booleans(),
     switch=st.integers(0, 6),
     rounds=st.booleans(),
-    options=st.fixed_dictionaries(
-        {},
-        optional={
-            "max_input_tokens": st.integers(200, 6000),
-            "history_share": st.sampled_from([0.5, 0.8, 1.0]),
-            "low_water": st.sampled_from([0.4, 0.6, "auto"]),
-            "max_messages": st.integers(2, 30),
-            "cut_note": st.booleans(),
-            "safety_margin": st.sampled_from([0, 100]),
-            "clear_tool_results": st.booleans(),
-            "truncate_tool_results": st.booleans(),
-        },
-    ),
+    options=st.fixed_dictionaries({}, optional=OPTIONS),
 )
 def test_fast_path_plan_is_the_full_paths(
     turns: list[list[dict[str, Any]]],

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from test_cache_stable import SETTINGS, model, sessions
-from test_conversation_fastpath import full_path
+from test_conversation_fastpath import OPTIONS, full_path
 from test_formats import anthropic_requests, responses_requests
 
 import tokenflex
@@ -92,16 +92,9 @@ def plan_fields(plan: tokenflex.Plan) -> dict[str, Any]:
     options=st.fixed_dictionaries(
         {},
         optional={
-            "max_input_tokens": st.integers(200, 6000),
-            "history_share": st.sampled_from([0.5, 0.8, 1.0]),
-            "low_water": st.sampled_from([0.4, 0.6, "auto"]),
-            "max_messages": st.integers(2, 30),
+            **OPTIONS,
             "min_messages": st.integers(1, 6),
-            "cut_note": st.booleans(),
-            "safety_margin": st.sampled_from([0, 100]),
             "min_output_tokens": st.sampled_from([16, 500]),
-            "clear_tool_results": st.booleans(),
-            "truncate_tool_results": st.booleans(),
         },
     ),
 )
