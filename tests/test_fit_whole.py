@@ -74,8 +74,11 @@ def answered() -> Iterator[list[int]]:
 
 
 def plan_fields(plan: tokenflex.Plan) -> dict[str, Any]:
-    data = plan.to_dict()
+    """Every field of ``plan`` but its time, with its messages and the request body it
+    builds (the tools as sent)."""
+    data = plan.to_dict(include_messages=True)
     data.pop("elapsed_ms", None)
+    data["request"] = plan.request()
     return data
 
 

@@ -761,9 +761,8 @@ def _fit_flow(
         whole: Plan | None = None
         if not plain_call and history is None and not documents:
             # a stateful, recalling or native-format fit: when all of it fits, one count
-            whole = yield Work(
-                functools.partial(_whole, layout, opts, memory, started, _taken_out(req))
-            )
+            taken = common["taken_out"]
+            whole = yield Work(functools.partial(_whole, layout, opts, memory, started, taken))
         if whole is not None:
             plan = whole
         elif recall:
