@@ -503,6 +503,26 @@ def test_count_messages_refuses_the_tools_fit_refuses(tool: Callable[[], Any]) -
             call(U, model="gpt-4o", tools=[tool()])
 
 
+@pytest.mark.parametrize(
+    "tool",
+    [
+        pytest.param({"type": "function", "function": {"name": "f"}}, id="chat"),
+        pytest.param({"name": "f", "input_schema": {"type": "object"}}, id="anthropic"),
+        pytest.param({"type": "function", "name": "f", "parameters": {}}, id="responses"),
+        pytest.param({"type": "web_search"}, id="builtin"),
+        pytest.param({"text": False}, id="junk"),  # scripts/fuzz_count.py: fit seed 591369397026
+    ],
+)
+@pytest.mark.parametrize("model", ["gpt-4o", "100"])
+def test_count_messages_counts_a_tool_as_fit_counts_it(tool: dict[str, Any], model: str) -> None:
+    """A tool in any API's shape (or none: a built-in tool, counted as a function whose
+    description is its JSON) costs count_messages() what it costs fit(): the plan's
+    input is the request's count. count_messages read a tool that is not chat's shape as
+    given, so a plan's own request recounted to less than the plan said."""
+    plan = fit(U, model=model, tools=[tool], max_tokens=10)
+    assert count_messages(U, model=model, tools=[tool]) == plan.input_tokens
+
+
 def test_chat_message_with_json_values_of_other_types_is_kept() -> None:
     """A tuple is sent as a JSON list and an int key as a string: not refused."""
     msgs = [{"role": "user", "content": "x", "meta": (1, 2), "ids": {1: "a"}}, *U]

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._types import Messages, Tool
 from ..errors import ConfigError
+from ..formats.tools import tools_to_chat
 from ..message.checks import BadMessage
 from ..message.objects import plain_message, tools_json_ready
 from ..models import Model, get_model, registry_generation
@@ -148,6 +149,8 @@ def count_messages(
     """
     if tools:
         tools_json_ready(tools)
+        if isinstance(tools, list | tuple):  # (anything else: the counter names it)
+            tools = tools_to_chat(tools)  # any API's shape, counted as fit() counts it
     if isinstance(messages, list | tuple) and not set(map(type, messages)) <= {dict}:
         views: list[Any] = []
         for i, m in enumerate(messages):
