@@ -79,6 +79,7 @@ def same(fast: Plan, full: Plan, given: set[int] | None = None) -> None:
     pairs = zip(fast.messages, full.messages, strict=True)
     assert all(a is b or (given is not None and id(b) not in given and a == b) for a, b in pairs)
     assert fast.input_tokens == full.input_tokens
+    assert list(fast.sections.items()) == list(full.sections.items())  # (the JSON's order too)
     assert fast.max_tokens == full.max_tokens
     assert list(fast.dropped) == list(full.dropped)
     assert fast.warnings == full.warnings

@@ -79,6 +79,7 @@ def plan_fields(plan: tokenflex.Plan) -> dict[str, Any]:
     data = plan.to_dict(include_messages=True)
     data.pop("elapsed_ms", None)
     data["request"] = plan.request()
+    data["sections"] = list(plan.sections.items())  # (the JSON's order too)
     return data
 
 

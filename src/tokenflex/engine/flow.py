@@ -411,14 +411,9 @@ def grown_plan(
         return None  # the promise (implied by the room; checked all the same)
     if previous.max_tokens > previous.context_window - previous.safety_margin - used:
         return None  # an output the window cannot give with the required input: flex
-    sections: dict[str, int] = {"system": system} if system else {}  # the full path's order
-    if pinned:
-        sections["pinned"] = pinned
-    if history:
-        sections["history"] = history
-    if current:
-        sections["current"] = current
-    sections["tools_and_priming"] = base
+    # the full path's order: the solver's, by priority (system, current, pinned, history)
+    spans = {"system": system, "current": current, "pinned": pinned, "history": history}
+    sections = {k: v for k, v in spans.items() if v} | {"tools_and_priming": base}
     shared = None
     if memory is not None:
         end, per_request, requests = growth
