@@ -45,6 +45,7 @@ from ..redact import redact
 from ..state import MemoryStore, TenantStore, open_store
 from ..state.guard import GuardedStore, StoreHealth
 from ..summarize.background import Activity, BackgroundSummaries
+from ..tokenizers.base import CountingBudgetExceeded, count_scope
 from ..tracing import plan_changed
 from ._models import ModelResolver
 from ._summarizer import Wrap, build_summarizer, calls_upstream
@@ -59,6 +60,7 @@ __all__ = [
     "Observation",
     "Unfitted",
     "cache_headers",
+    "inline_bytes",
     "library_error",
     "off_loop",
     "plan_headers",
@@ -69,7 +71,19 @@ __all__ = [
 T = TypeVar("T")
 RETRY_AFTER_SECONDS = 5
 
-_OFFLOAD_BYTES = 256 * 1024  # fit bodies larger than this in a worker thread
+INLINE_BYTES = 256 * 1024
+"""The largest body of a native format (Anthropic Messages, Responses) worked on the
+event loop (its fit converts every item: ~10 µs of Python each): a larger one goes to a
+worker thread, where the interpreter hands the loop a turn every switch interval."""
+INLINE_CHAT_BYTES = 2 * 1024 * 1024
+"""The largest chat body worked on the event loop: a chat message costs a fit whose texts
+are counted ~1 µs, so 2 MiB of chat is about one switch interval (5 ms) of work, the
+least a worker thread would hand the loop back, and it would cost more there: the
+hand-off, and the same fit ~1.7 times slower on a core whose caches lack the request."""
+INLINE_NEW_CHARS = 256 * 1024
+"""Characters of new text (not counted before) a fit on the event loop may tokenize:
+past them it stops and is made again in a worker thread, where the tokenizer lets the
+loop serve the other requests meanwhile (tiktoken's releases the GIL)."""
 _MAX_LOADED = 1024  # tokenizer names remembered as loaded (Fitter._loaded)
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 
@@ -152,6 +166,25 @@ async def off_loop(limiter: anyio.CapacityLimiter, func: Callable[[], T]) -> T:
         if panic is None:
             raise
         raise panic from None
+
+
+def inline_bytes(format: str) -> int:
+    """The largest body in ``format`` (a wire format's name) whose fit, plan and
+    calibration run on the event loop (:data:`INLINE_CHAT_BYTES` for chat,
+    :data:`INLINE_BYTES` for the others)."""
+    return INLINE_CHAT_BYTES if get_format(format).internal else INLINE_BYTES
+
+
+def fit_inline(job: Callable[[], T]) -> T | None:
+    """``job()`` here, unless it would tokenize more than :data:`INLINE_NEW_CHARS` of new
+    text: then None, and the counts it made are kept for the caller's next try (they are
+    the request's, held by its count scope until it is answered)."""
+    with count_scope(INLINE_NEW_CHARS) as scope:
+        try:
+            return job()
+        except CountingBudgetExceeded:
+            scope.commit()
+            return None
 
 
 STATE_UNAVAILABLE = (
@@ -438,23 +471,26 @@ class Fitter:
             job = with_provider_counts(self.count_config(api_key, owner), job)
         if (
             model.tokenizer.startswith("server:")
-            or size > _OFFLOAD_BYTES
+            or size > inline_bytes(req.format)
             or self.store_blocks
             or self.config.count == "provider"
         ):
-            # Counting that waits on a tokenize or count endpoint, a lot of text, or a
+            # Counting that waits on a tokenize or count endpoint, a lot of work, or a
             # state store that does I/O: keep the event loop free for the other requests.
             plan = await off_loop(self.limiter, job)
             return stateless(plan) if guard.failed else plan
         try:
             if summarizer is None and model.tokenizer in self._loaded:
                 # Nothing to await and nothing that waits (no summarizer, no tokenizer
-                # server, a memory store, a small body, a tokenizer loaded before): fit
-                # here. afit would run each of its steps in a worker thread, and on a
-                # busy machine the hand-offs cost more than the fit (issue 24: about
-                # twice the fit's CPU at 10 messages); CPU-bound work in a thread holds
-                # the GIL all the same.
-                plan = fit(messages, **kwargs)
+                # server, a memory store, a body of little work, a tokenizer loaded
+                # before): fit here. afit would run each of its steps in a worker thread,
+                # and on a busy machine the hand-offs cost more than the fit (issue 24:
+                # about twice the fit's CPU at 10 messages); CPU-bound work in a thread
+                # holds the GIL all the same. A request with much new text to tokenize
+                # (a conversation first seen) is fitted in a worker thread after all.
+                plan = fit_inline(job)
+                if plan is None:
+                    plan = await off_loop(self.limiter, job)
             else:
                 plan = await afit(messages, **kwargs)
                 if len(self._loaded) >= _MAX_LOADED:

@@ -56,7 +56,15 @@ from ..roundtrip import replay
 from ..tokenizers import prefer_fast_backend
 from ..tracing import plan_changed
 from ._calibration import UsageTap, calibration_figures, observe_response
-from ._fitter import Fitter, Observation, Unfitted, off_loop, plan_headers, tokenizer_panic
+from ._fitter import (
+    Fitter,
+    Observation,
+    Unfitted,
+    inline_bytes,
+    off_loop,
+    plan_headers,
+    tokenizer_panic,
+)
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
 from ._validate import ChatRequest, parse_count
@@ -88,8 +96,6 @@ log = logging.getLogger("tokenflex")
 Handler = Callable[[Request, "str | None"], Awaitable[Response]]
 _DRAIN_BYTES = 64 * 1024 * 1024  # read (and discard) this much of an oversized body ...
 _DRAIN_SECONDS = 10.0  # ... for at most this long, so the client can read the 413
-_OFFLOAD_BYTES = 256 * 1024  # keep plans of larger requests from a worker thread
-_INLINE_MESSAGES = 256  # calibrate on plans of at most this many messages on the loop
 # Starlette routes to plain functions default to GET only; pass-through takes every method.
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _POST = ("POST",)
@@ -388,7 +394,8 @@ class Proxy:
                     )
                     if learned is not None:
                         continue  # refit into the window the refusal states, send once more
-                await self._observe_usage(plan, owner, response)
+                inline = len(raw) <= inline_bytes(req.format)
+                await self._observe_usage(plan, owner, response, inline=inline)
                 response = wire.answer(response, request.url.query)
                 if status < 400 and rounds < MAX_ROUNDS:
                     again = self.fitter.recall_round(req, plan, bytes(response.body), owner, route)
@@ -467,7 +474,8 @@ class Proxy:
                 )
             response = await self.upstream.buffered(upstream, headers)
             record.answered(status, bytes(response.body))
-            await self._observe_usage(counted, owner, response)
+            inline = len(raw) <= inline_bytes(wire.format.name)
+            await self._observe_usage(counted, owner, response, inline=inline)
             return wire.answer(response, request.url.query)
         except ProxyError as exc:
             status = exc.status_code
@@ -504,19 +512,20 @@ class Proxy:
             limiter=self.fitter.limiter,
         )
 
-    async def _observe_usage(self, plan: Any, owner: str, response: Response) -> None:
-        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``); a plan
-        of few messages here (recounting them is cheaper than a worker thread's
-        hand-off), a longer one in a worker thread."""
+    async def _observe_usage(
+        self, plan: Any, owner: str, response: Response, *, inline: bool
+    ) -> None:
+        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``); here
+        where the request's fit ran here (``inline``: its counts are a recount of what
+        that fit counted), else in a worker thread."""
         if self.config.calibrate and plan is not None:
-            small = len(plan.messages) <= _INLINE_MESSAGES
             await observe_response(
                 self.calibration,
                 plan,
                 response,
                 upstream=self.config.upstream,
                 owner=owner,
-                run=_inline if small else functools.partial(off_loop, self.fitter.limiter),
+                run=_inline if inline else functools.partial(off_loop, self.fitter.limiter),
             )
 
     async def _keep(self, plan: Any, owner: str, raw: bytes, req: ChatRequest, wire: Wire) -> str:
@@ -527,7 +536,8 @@ class Proxy:
         local = self.config.count != "provider" and not plan.model.tokenizer.startswith("server:")
         lazy = LAZY_DROPPED if local else None  # counted later only where counted here
         make = functools.partial(kept_plan, plan, req, raw, wire, lazy_dropped=lazy)
-        data = await off_loop(self.fitter.limiter, make) if len(raw) > _OFFLOAD_BYTES else make()
+        inline = len(raw) <= inline_bytes(req.format)
+        data = make() if inline else await off_loop(self.fitter.limiter, make)
         plan_id = new_plan_id()
         if data is None or not self.plans.put(plan_id, data, owner=owner):
             return ""

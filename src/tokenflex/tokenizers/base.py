@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "CountCache",
     "CountScope",
+    "CountingBudgetExceeded",
     "Tokenizer",
     "count_scope",
     "encodable",
@@ -227,6 +228,8 @@ class CountCache:
             if held is not None:
                 self.hits += 1
                 return held
+            if scope.budget is not None:
+                scope.spend(len(text))  # raises past the scope's budget: nothing counted
         self.misses += 1
         n = self.tokenizer.count(text)
         if scope is not None:
@@ -340,16 +343,44 @@ class CountCache:
             self.hits = self.misses = 0
 
 
+class CountingBudgetExceeded(BaseException):
+    """Raised by a count in a :func:`count_scope` given a ``budget``, when the texts it
+    has tokenized (the cache's misses) would pass that many characters: the work is
+    longer than its caller was willing to do where it was (the proxy fits a request on
+    its event loop until then, and in a worker thread after). A ``BaseException``, as
+    ``KeyboardInterrupt`` is, so that no ``except Exception`` on the way takes it for a
+    failed count: it ends the work, and the caller starts it again elsewhere."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(f"more than {budget:,} characters of new text to count")
+        self.budget = budget
+
+
 class CountScope:
     """Counts made while the scope is active, held back from the caches until
     :meth:`commit` (see :func:`count_scope`)."""
 
-    __slots__ = ("_pending", "parent", "settled")
+    __slots__ = ("_pending", "budget", "left", "parent", "settled")
 
-    def __init__(self, parent: CountScope | None = None) -> None:
+    def __init__(self, parent: CountScope | None = None, budget: int | None = None) -> None:
         self.parent = parent
         self.settled = False
         self._pending: dict[CountCache, dict[str, int]] = {}
+        self.budget = budget
+        """Characters of new text (the caches' misses) this scope lets be tokenized
+        (None: no bound); see :class:`CountingBudgetExceeded`."""
+        self.left = budget if budget is not None else 0
+
+    def spend(self, chars: int) -> None:
+        """Charge the tokenizing of ``chars`` characters to the budget.
+
+        Raises:
+            CountingBudgetExceeded: the budget would be passed (nothing is charged).
+        """
+        if self.budget is not None:
+            if chars > self.left:
+                raise CountingBudgetExceeded(self.budget)
+            self.left -= chars
 
     def get(self, cache: CountCache, text: str) -> int | None:
         scope: CountScope | None = self
@@ -390,9 +421,10 @@ _scope: contextvars.ContextVar[CountScope | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def count_scope() -> Iterator[CountScope]:
+def count_scope(budget: int | None = None) -> Iterator[CountScope]:
     """Hold new counts back from the count caches until the work that made them is
-    accepted.
+    accepted; with ``budget``, tokenize at most that many characters of new text in it
+    (a count that would pass it raises :class:`CountingBudgetExceeded`).
 
     Counts made inside (in this context, and in worker threads started from it with a
     copy of it, as ``anyio.to_thread`` and ``asyncio.to_thread`` do) are kept by the
@@ -409,8 +441,13 @@ def count_scope() -> Iterator[CountScope]:
     3
     >>> len(cache)
     0
+    >>> with count_scope(budget=10):
+    ...     cache.count("a text longer than ten characters")
+    Traceback (most recent call last):
+    ...
+    tokenflex.tokenizers.base.CountingBudgetExceeded: more than 10 characters of new text to count
     """
-    scope = CountScope(_scope.get())
+    scope = CountScope(_scope.get(), budget)
     token = _scope.set(scope)
     try:
         yield scope
