@@ -346,7 +346,9 @@ def cpu_per_request(
     unchanged) and refuses one that does not fit (it never cuts: the 2,000-message request
     is refused there, so that row measures the count alone). ``collector``, when given,
     is filled with the ms a request tokenflex's best round spent in the garbage
-    collector, by size (part of its CPU)."""
+    collector, by size (part of its CPU). As ``tokenflex serve`` does once its app is
+    made, what lives now is taken out of the collector's walks
+    (:func:`~tokenflex.server.limits.freeze_startup`; undone after)."""
     import gc
     import logging
 
@@ -357,6 +359,7 @@ def cpu_per_request(
 
     from tokenflex.server import ServerConfig, create_app
     from tokenflex.server._validate import parse_json
+    from tokenflex.server.limits import freeze_startup
     from tokenflex.tokenizers import get_tokenizer
 
     reference_upstream = _in_memory_upstream()
@@ -391,6 +394,7 @@ def cpu_per_request(
     floor = None if agent else Starlette(routes=[Route(path, count_and_forward, methods=["POST"])])
     app = create_app(ServerConfig.load(config, upstream="http://upstream", discover=False))
     proxy = app.state.proxy
+    freeze_startup()
     logger = logging.getLogger("tokenflex")
     with open(os.devnull, "w") as sink:
         handler = logging.StreamHandler(sink)
@@ -418,6 +422,7 @@ def cpu_per_request(
             )
         finally:
             gc.callbacks.remove(timer)
+            gc.unfreeze()
             logger.removeHandler(handler)
             logger.setLevel(level)
             logger.propagate = propagate

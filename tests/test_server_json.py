@@ -10,6 +10,7 @@ the stdlib path alone, the reference.
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 from unittest import mock
@@ -59,6 +60,27 @@ def test_parses_as_the_stdlib_does(value: Any, ascii_only: bool, splices: list[A
         at %= len(raw) + 1
         raw = raw[:at] + piece + raw[at:]
     assert _outcome(raw) == _reference(raw)
+
+
+@settings(max_examples=50)
+@given(_VALUES, st.lists(st.tuples(st.integers(0, 10**6), _SPLICES), max_size=2), st.booleans())
+def test_a_parse_leaves_the_collector_as_it_found_it(
+    value: Any, splices: list[Any], enabled: bool
+) -> None:
+    """The parse puts the garbage collector off while orjson builds the value (nothing it
+    makes is garbage); whatever the body (parsed, refused, or read the stdlib way), the
+    collector is on again after it, or still off where the caller had turned it off."""
+    raw = json.dumps({"model": "m", "messages": value}).encode("utf-8", "surrogatepass")
+    for at, piece in splices:
+        at %= len(raw) + 1
+        raw = raw[:at] + piece + raw[at:]
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        _outcome(raw)
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 def test_a_wide_body_and_a_long_integer_go_the_stdlib_way() -> None:
