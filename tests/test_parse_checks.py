@@ -14,16 +14,20 @@ goes red for a parser that checks less.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenflex import TokenflexError, fit
+from tokenflex.formats import anthropic, responses
+from tokenflex.formats import body as body_module
 from tokenflex.formats.body import BodyError, RequestParts, check_items, check_model
 from tokenflex.formats.registry import get_format
 from tokenflex.message.checks import BadMessage
@@ -340,3 +344,59 @@ def test_a_parsed_list_is_forgotten_when_its_fit_is_done(fmt: str) -> None:
     copy = list(parts.items)  # a caller's list: remembered for its next read
     fit(copy, model="gpt-4o", max_tokens=200, format=None if fmt == "chat" else fmt)
     assert roundtrip._MEMO.get(copy) is not None
+
+
+# -- the quick passes: a good body's items are read without naming anything --------------
+
+
+def _parse_outcome(fmt_name: str, body: dict[str, Any]) -> tuple[Any, ...]:
+    try:
+        parts = get_format(fmt_name).parse(body)
+    except BodyError as exc:
+        return ("refused", exc.message, exc.param, exc.code)
+    return ("parsed", len(parts.items))
+
+
+@contextlib.contextmanager
+def _checks_only() -> Iterator[None]:
+    """Every format's parse with its quick passes saying no: the checks that name what
+    is wrong read every item (the reference)."""
+    no = staticmethod(lambda *args: False)
+    with (
+        mock.patch.object(anthropic, "blocks_pass", no),
+        mock.patch.object(responses, "items_pass", no),
+        mock.patch.object(body_module, "_items_pass", no),
+    ):
+        yield
+
+
+@pytest.mark.parametrize("fmt_name", FORMATS)
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_a_quick_pass_parses_as_the_checks_do(fmt_name: str, seed: int) -> None:
+    """A near-valid body (one to three values replaced by junk or removed, or none) is
+    parsed, or refused with the same message, param and code, whether the quick passes
+    read its items or the checks alone do."""
+    r = random.Random(f"{fmt_name}-{seed}")
+    raw = json.dumps(_mutated(_body(fmt_name, r), r)).encode()
+    quick = _parse_outcome(fmt_name, parse_json(raw))
+    with _checks_only():
+        assert quick == _parse_outcome(fmt_name, parse_json(raw))
+
+
+@pytest.mark.parametrize("fmt_name", ["anthropic", "responses"])
+def test_a_good_body_takes_the_quick_pass(fmt_name: str) -> None:
+    """Each sample conversation is read by the quick passes alone (the checks that name
+    an item are never called for it)."""
+    r = random.Random(fmt_name)
+    for _ in range(20):
+        body = parse_json(json.dumps(_body(fmt_name, r)).encode())
+        with (
+            mock.patch.object(anthropic, "_check_blocks", side_effect=AssertionError),
+            mock.patch.object(responses, "_check_items", side_effect=AssertionError),
+        ):
+            assert _parse_outcome(fmt_name, body)[0] == "parsed"
+    items = _ANTHROPIC if fmt_name == "anthropic" else _RESPONSES
+    assert body_module._items_pass(
+        items, ("user", "assistant") if fmt_name == "anthropic" else None, "content"
+    )

@@ -55,6 +55,7 @@ __all__ = [
     "Anthropic",
     "anthropic_to_chat",
     "anthropic_to_internal",
+    "blocks_pass",
     "chat_to_anthropic",
     "system_text",
     "with_system",
@@ -417,6 +418,31 @@ _BLOCK_SUFFIXES: dict[str, Fields] = {"_tool_result": {"tool_use_id": _STR}}
 """Server tool results (``web_search_tool_result``, ``mcp_tool_result``...)."""
 
 
+def blocks_pass(blocks: list[Any]) -> bool:
+    """Whether :func:`_check_blocks` passes ``blocks``, read without naming anything: the
+    check that names a bad block (its path, what it lacks) runs only where this says no,
+    so an agent's thousands of good blocks cost no path strings. No for anything it is
+    unsure of (a subclass, a server tool's result type): the check decides those."""
+    for block in blocks:
+        if type(block) is not dict:
+            return False
+        kind = block.get("type")
+        fields = BLOCKS.get(kind) if type(kind) is str else None
+        if fields is None:
+            return False
+        for name, types in fields.items():
+            if not isinstance(block.get(name), types):
+                return False
+        if kind == "tool_result":
+            inner = block.get("content")
+            if type(inner) is list:
+                if not blocks_pass(inner):
+                    return False
+            elif inner is not None and type(inner) is not str:
+                return False
+    return True
+
+
 def _check_blocks(blocks: list[Any], param: str) -> None:
     for j, block in enumerate(blocks):
         at = f"{param}[{j}]"
@@ -486,11 +512,12 @@ class Anthropic(RequestFormat):
         name = check_model(body)
         messages = check_items(body.get("messages"), "messages", _ROLES)
         system = check_system(body, "system")
-        if isinstance(system, list):
+        if isinstance(system, list) and not blocks_pass(system):
             _check_blocks(system, "system")
         for i, msg in enumerate(messages):
-            if isinstance(msg["content"], list):
-                _check_blocks(msg["content"], f"messages[{i}].content")
+            content = msg["content"]
+            if isinstance(content, list) and not blocks_pass(content):
+                _check_blocks(content, f"messages[{i}].content")
         tools = check_tools(body)
         _check_tools(tools)
         parts = RequestParts(

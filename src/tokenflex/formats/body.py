@@ -170,6 +170,8 @@ def check_items(
 ) -> list[Any]:
     """A non-empty list of objects (with a ``role`` in ``roles`` and string or list
     ``content`` when ``roles`` is given); the format's converter checks the rest."""
+    if type(value) is list and value and _items_pass(value, roles, content):
+        return value  # (no item's path named: the check below names the bad one)
     if value is None:
         raise bad(f"'{key}' is required: a list of messages.", key, "missing_required_parameter")
     if not isinstance(value, list):
@@ -200,6 +202,22 @@ def check_items(
                 "invalid_type",
             )
     return value
+
+
+def _items_pass(items: list[Any], roles: tuple[str, ...] | None, content: str) -> bool:
+    """Whether :func:`check_items` passes every one of ``items`` (no for anything it is
+    unsure of: the check decides)."""
+    if roles is None:
+        return all(type(item) is dict for item in items)
+    allowed = (str, list) if content == "content" else (list,)
+    for item in items:
+        if (
+            type(item) is not dict
+            or item.get("role") not in roles
+            or not isinstance(item.get(content), allowed)
+        ):
+            return False
+    return True
 
 
 def fields_for(
