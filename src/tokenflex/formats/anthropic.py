@@ -169,6 +169,9 @@ def _internal(msg: Any) -> dict[str, Any]:
         if kind == "tool_use":
             calls.append(_call(block))
             continue
+        if kind == "text" and type(text := block.get("text")) is str:
+            parts.append({"type": "text", "text": text})  # (_block_parts' own, inline)
+            continue
         results = results or kind == "tool_result"
         parts += _block_parts(block, j)
     out: dict[str, Any] = {"role": "tool" if results and role == "user" else role}
