@@ -171,7 +171,7 @@ def test_a_budget_stops_at_the_new_text_it_would_pass(
             for text in asked:
                 counted.append(cache.count(text))
         except CountingBudgetExceeded as exc:
-            assert exc.budget == budget
+            assert exc.budget == budget and f"budget={budget}" in str(exc)
             scope.commit()
         assert len(counted) == (len(asked) if stop is None else stop)
     assert counted == [tokenizer.count(t) for t in asked[: len(counted)]]

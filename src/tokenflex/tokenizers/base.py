@@ -352,7 +352,11 @@ class CountingBudgetExceeded(BaseException):
     failed count: it ends the work, and the caller starts it again elsewhere."""
 
     def __init__(self, budget: int) -> None:
-        super().__init__(f"more than {budget:,} characters of new text to count")
+        super().__init__(
+            f"more than {budget:,} characters of new text to count "
+            f"(count_scope(budget={budget})): do this work where it may take longer, "
+            "or give the scope a larger budget"
+        )
         self.budget = budget
 
 
@@ -441,11 +445,11 @@ def count_scope(budget: int | None = None) -> Iterator[CountScope]:
     3
     >>> len(cache)
     0
-    >>> with count_scope(budget=10):
+    >>> with count_scope(budget=10):  # doctest: +ELLIPSIS
     ...     cache.count("a text longer than ten characters")
     Traceback (most recent call last):
     ...
-    tokenflex.tokenizers.base.CountingBudgetExceeded: more than 10 characters of new text to count
+    tokenflex.tokenizers.base.CountingBudgetExceeded: more than 10 characters of new text ...
     """
     scope = CountScope(_scope.get(), budget)
     token = _scope.set(scope)
