@@ -42,6 +42,7 @@ from .body import (
     check_system,
     check_tools,
     fields_for,
+    known_kind,
     positive_int,
     type_name,
     unknown_type,
@@ -427,15 +428,9 @@ def blocks_pass(blocks: list[Any]) -> bool:
     so an agent's thousands of good blocks cost no path strings. No for anything it is
     unsure of (a subclass, a server tool's result type): the check decides those."""
     for block in blocks:
-        if type(block) is not dict:
+        kind = known_kind(block, BLOCKS)
+        if kind is None:
             return False
-        kind = block.get("type")
-        fields = BLOCKS.get(kind) if type(kind) is str else None
-        if fields is None:
-            return False
-        for name, types in fields.items():
-            if not isinstance(block.get(name), types):
-                return False
         if kind == "tool_result":
             inner = block.get("content")
             if type(inner) is list:

@@ -42,6 +42,7 @@ __all__ = [
     "check_system",
     "check_tools",
     "fields_for",
+    "known_kind",
     "positive_int",
     "type_name",
     "unknown_type",
@@ -218,6 +219,24 @@ def _items_pass(items: list[Any], roles: tuple[str, ...] | None, content: str) -
         ):
             return False
     return True
+
+
+def known_kind(value: Any, known: Mapping[str, Fields], default: str | None = None) -> str | None:
+    """The type of ``value`` (its ``type``, else ``default``) when it is a dict of a type
+    in ``known`` holding each of that type's required fields (what :func:`check_fields`
+    asks of it); None otherwise, or where unsure (a subclass, a type read by suffix): the
+    check that names what is wrong decides those. For a format's quick pass over a body,
+    which builds no path string for a good item."""
+    if type(value) is not dict:
+        return None
+    kind = value.get("type", default)
+    fields = known.get(kind) if type(kind) is str else None
+    if fields is None:
+        return None
+    for name, types in fields.items():
+        if not isinstance(value.get(name), types):
+            return None
+    return kind
 
 
 def fields_for(

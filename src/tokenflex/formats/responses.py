@@ -37,6 +37,7 @@ from .body import (
     check_system,
     check_tools,
     fields_for,
+    known_kind,
     positive_int,
     type_name,
     unknown_type,
@@ -404,15 +405,9 @@ def items_pass(items: list[Any]) -> bool:
     check that names a bad item runs only where this says no); no for anything it is
     unsure of (a subclass, a built-in tool's item type): the check decides those."""
     for item in items:
-        if type(item) is not dict:
+        kind = known_kind(item, ITEMS, "message")
+        if kind is None:
             return False
-        kind = item.get("type", "message")
-        fields = ITEMS.get(kind) if type(kind) is str else None
-        if fields is None:
-            return False
-        for name, types in fields.items():
-            if not isinstance(item.get(name), types):
-                return False
         if kind == "message":
             if item["role"] not in _MESSAGE_ROLES or not _parts_pass(item["content"]):
                 return False

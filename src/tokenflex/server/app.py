@@ -515,9 +515,9 @@ class Proxy:
     async def _observe_usage(
         self, plan: Any, owner: str, response: Response, *, inline: bool
     ) -> None:
-        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``); here
-        where the request's fit ran here (``inline``: its counts are a recount of what
-        that fit counted), else in a worker thread."""
+        """Calibrate on a buffered answer's usage (``x-tokenflex-calibration``): on the
+        event loop for a body its fit may run on (``inline``; the counts are a recount of
+        what the fit counted), else in a worker thread."""
         if self.config.calibrate and plan is not None:
             await observe_response(
                 self.calibration,
