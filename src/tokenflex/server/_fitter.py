@@ -79,7 +79,7 @@ INLINE_CHAT_BYTES = 2 * 1024 * 1024
 """The largest chat body worked on the event loop: a chat message costs a fit whose texts
 are counted ~1 µs, so 2 MiB of chat is about one switch interval (5 ms) of work, the
 least a worker thread would hand the loop back, and it would cost more there: the
-hand-off, and the same fit ~1.7 times slower on a core whose caches lack the request."""
+hand-off, and the same fit ~1.3-1.6 times slower on a core whose caches lack the request."""
 INLINE_NEW_CHARS = 256 * 1024
 """Characters of new text (not counted before) a fit on the event loop may tokenize:
 past them it stops and is made again in a worker thread, where the tokenizer lets the
