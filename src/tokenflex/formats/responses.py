@@ -417,8 +417,9 @@ def items_pass(items: list[Any]) -> bool:
 
 
 def _parts_pass(parts: Any) -> bool:
+    """Whether :func:`_check_parts` passes ``parts`` (no for a list subclass: it decides)."""
     if type(parts) is not list:
-        return type(parts) is str or not isinstance(parts, list)
+        return not isinstance(parts, list)  # not parts: nothing to check
     return all(type(p) is dict and type(p.get("type")) is str and p["type"] in PARTS for p in parts)
 
 
