@@ -298,7 +298,7 @@ class _Reply(httpx.AsyncByteStream):
         yield load_proxy._REPLY
 
 
-def _in_memory_upstream() -> httpx.AsyncClient:
+def _in_memory_transport() -> httpx.MockTransport:
     def answer(request: httpx.Request) -> httpx.Response:
         request.read()
         headers = {
@@ -307,7 +307,11 @@ def _in_memory_upstream() -> httpx.AsyncClient:
         }
         return httpx.Response(200, stream=_Reply(), headers=headers)
 
-    return httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://upstream")
+    return httpx.MockTransport(answer)
+
+
+def _in_memory_upstream() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=_in_memory_transport(), base_url="http://upstream")
 
 
 class _Collector:
@@ -449,7 +453,7 @@ async def _cpu_rounds(
     answers = {"ref": {200}, "tf": {200}, "floor": {200, 400}}
     apps = [("ref", reference), ("floor", floor), ("tf", app)]
     async with proxy.lifespan(app):
-        proxy.upstream._client = _in_memory_upstream()
+        proxy.upstream._transport = _in_memory_transport()
         for n in sizes:
             body, count = agent_body(n) if agent else request_body(n), counts.get(n, 100)
             best = {k: float("inf") for k, a in apps if a is not None}

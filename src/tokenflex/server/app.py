@@ -224,11 +224,11 @@ class Proxy:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Open the shared upstream client before serving; close it at shutdown. (The
+        """Open the shared upstream connections before serving; close it at shutdown. (The
         configured models' tokenizers were loaded and checked by :func:`create_app`.)
         A long-running proxy counts OpenAI encodings with fastokens when it is installed
         (same ids as tiktoken, faster); without it, tiktoken."""
-        _ = self.upstream.client
+        _ = self.upstream.transport
         self.fitter.background.open()  # closed by a previous shutdown of this app
         fast = prefer_fast_backend()
         log.info("tokenflex proxy: %s", f"fastokens for {', '.join(fast)}" if fast else "tiktoken")
