@@ -17,7 +17,7 @@ import hashlib
 import json
 import operator
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import compress, count, repeat
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ __all__ = [
     "SessionMemory",
     "StoreMemory",
     "fingerprint",
+    "source_runs",
 ]
 
 GROWTH_REQUESTS = 20
@@ -403,28 +404,12 @@ def describe_sent(
     plan this request extends ([] when it does not); ``hint``: where a run likely starts
     (the cut)."""
     runs = {int(it[0]): it for it in previous if len(it) == 3}
-    where: dict[int, int] | None = None
-    scans = 0
     out: list[Item] = []
-    i, end = 0, len(messages)
-    expect = 0
-    while i < end:
-        m = messages[i]
-        j = next((x for x in (expect, hint) if x < len(source) and source[x] is m), None)
-        if j is None and scans < _SCANS:
-            # a message the plan made (a cut note, a summary) is in no place of the
-            # source: the first few are looked for at C speed, not with an index of it
-            scans += 1
-            j = next(compress(count(), map(operator.is_, source, repeat(m))), None)
-        elif j is None:
-            if where is None:
-                where = {id(x): idx for idx, x in enumerate(source)}
-            j = where.get(id(m))
-        if j is None or source[j] is not m:
+    for i, j, k in source_runs(source, messages, hint):
+        if j is None:
+            m = messages[i]
             out.append([fingerprint(m), counter.message(m)])
-            i += 1
             continue
-        k = run_length(messages, i, source, j)
         before = runs.get(j)
         if before is not None and 0 < int(before[1]) <= k:
             done, tokens = int(before[1]), int(before[2])
@@ -432,8 +417,48 @@ def describe_sent(
             done, tokens = 0, 0
         tokens += sum(counter.message(x) for x in source[j + done : j + k])
         out.append([j, k, tokens])
-        i, expect = i + k, j + k
     return out
+
+
+def source_runs(
+    source: Sequence[Any], messages: Sequence[Any], hint: int = 0
+) -> Iterator[tuple[int, int | None, int]]:
+    """``messages`` as runs of ``source``'s objects, in order: ``(i, j, k)`` when
+    ``messages[i:i + k]`` are ``source[j:j + k]`` (the same objects), ``(i, None, 1)`` for
+    a message in no place of ``source`` (one a plan made: a cut note, a summary, a
+    cleared copy).
+
+    A run is looked for where the previous one ended, then at ``hint`` (where a cut
+    likely starts); the first few messages found in neither place are looked for by a
+    scan of ``source`` at C speed, later ones in an index of it made once. A plan that
+    sends a suffix of the source with a note before it costs O(its messages), not a
+    Python walk of the whole source.
+
+    >>> a, b, c, note = {"n": 1}, {"n": 2}, {"n": 3}, {"n": 0}
+    >>> list(source_runs([a, b, c], [note, b, c], hint=1))
+    [(0, None, 1), (1, 1, 2)]
+    """
+    where: dict[int, int] | None = None
+    scans = 0
+    i, end, n = 0, len(messages), len(source)
+    expect = 0
+    while i < end:
+        m = messages[i]
+        j = next((x for x in (expect, hint) if x < n and source[x] is m), None)
+        if j is None and scans < _SCANS:
+            scans += 1
+            j = next(compress(count(), map(operator.is_, source, repeat(m))), None)
+        elif j is None:
+            if where is None:
+                where = {id(x): idx for idx, x in enumerate(source)}
+            j = where.get(id(m))
+        if j is None or source[j] is not m:
+            yield i, None, 1
+            i += 1
+            continue
+        k = run_length(messages, i, source, j)
+        yield i, j, k
+        i, expect = i + k, j + k
 
 
 def run_length(a: Sequence[Any], i: int, b: Sequence[Any], j: int) -> int:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..session import source_runs
 from ._validate import dump_json
 
 __all__ = [
@@ -112,28 +113,21 @@ def defer(
 ) -> DeferredPlan:
     """``plan`` (made for the request ``raw`` whose messages are ``given``, its system
     prompt ``system``) as a :class:`DeferredPlan`; ``meta`` is its dict without the
-    conversation, or None with ``later``: made when the plan is asked for. Costs a
-    walk of the plan's messages by identity and a serialization of the messages the
+    conversation, or None with ``later``: made when the plan is asked for. Costs the
+    plan's messages found as runs of the request's by identity
+    (:func:`~tokenflex.session.source_runs`) and a serialization of the messages the
     plan made, not of the conversation."""
     from ..message.objects import plain
 
     order: list[int] = []
     copies: list[Any] = []
-    where: dict[int, int] | None = None
-    expect = 0
-    for m in plan.messages:
-        if expect < len(given) and given[expect] is m:
-            i: int | None = expect
-        else:
-            if where is None:
-                where = {id(x): k for k, x in enumerate(given)}
-            i = where.get(id(m))
-        if i is None or given[i] is not m:
+    messages = plan.messages
+    for i, j, k in source_runs(given, messages):
+        if j is None:
             order.append(-1 - len(copies))
-            copies.append(m)
-            continue
-        order.append(i)
-        expect = i + 1
+            copies.append(messages[i])
+        else:
+            order.extend(range(j, j + k))
     own = plan.system is not None and plan.system is system
     data = dict(meta or {})
     if plan.system is not None and not own:
