@@ -158,6 +158,77 @@ def test_a_request_that_fits_whole_gets_the_full_paths_plan(
     event(f"turns answered whole: {share}")
 
 
+@SETTINGS
+@given(
+    turns=sessions(),
+    reasoning=st.booleans(),
+    window=st.sampled_from([1500, 3000, 8000, 32_000, 128_000, 128_000]),
+    outputs=st.lists(st.sampled_from([None, 64, 300, 1000, 200_000]), min_size=1, max_size=3),
+    policy=st.sampled_from(["reserve", "flex"]),
+    pin=st.integers(0, 2),
+    tools=st.booleans(),
+    options=st.fixed_dictionaries(
+        {},
+        optional={
+            **{k: v for k, v in OPTIONS.items() if k != "low_water"},  # (low_water: cache)
+            "min_messages": st.integers(1, 6),
+            "min_output_tokens": st.sampled_from([16, 500]),
+        },
+    ),
+)
+def test_a_plain_fit_that_fits_whole_gets_the_full_paths_plan(
+    turns: list[list[dict[str, Any]]],
+    reasoning: bool,
+    window: int,
+    outputs: list[int | None],
+    policy: str,
+    pin: int,
+    tools: bool,
+    options: dict[str, Any],
+) -> None:
+    """fit() with no state, recall or cache (a library caller's chat loop): a fresh list
+    every turn, and one list kept and grown, fitted twice a turn (the warm and grown
+    paths read what a whole plan remembered of it), each plan the full path's."""
+    m = model(window).replace(max_output_tokens=16_000)
+    schema = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    kwargs: dict[str, Any] = {
+        "model": m,
+        "policy": policy,
+        "pin": pin,
+        "tools": schema if tools else None,
+        **options,
+    }
+    system = {"role": "system", "content": "You are a careful maintenance assistant."}
+    history: list[dict[str, Any]] = [system]
+    kept: list[dict[str, Any]] = [dict(system)]  # one list, grown in place
+    fitted = 0
+    with answered() as whole:
+        for t, turn in enumerate(turns):
+            kwargs["max_tokens"] = outputs[t % len(outputs)]
+            if not reasoning:
+                turn = [{k: v for k, v in x.items() if k != "reasoning_content"} for x in turn]
+            history += turn
+            kept += copy.deepcopy(turn)
+            results = []
+            for way in ("fresh", "kept", "kept again", "reference"):
+                try:
+                    if way == "reference":
+                        with full_path():
+                            plan = tokenflex.fit(copy.deepcopy(history), **kwargs)
+                    elif way == "fresh":
+                        plan = tokenflex.fit(copy.deepcopy(history), **kwargs)
+                    else:
+                        plan = tokenflex.fit(kept, **kwargs)
+                except tokenflex.ContextOverflowError as exc:
+                    results.append(("refused", exc.required_tokens))
+                    continue
+                results.append(("plan", plan_fields(plan)))
+            assert results[0] == results[1] == results[2] == results[3]
+            fitted += results[0][0] == "plan"
+    share = "none" if not whole[0] else "some" if whole[0] < 2 * fitted else "all"
+    event(f"fits answered whole: {share}")
+
+
 def test_the_proxys_request_that_fits_is_answered_whole() -> None:
     """A chat request that fits, fitted as the proxy fits it (a fresh list, cache-stable,
     recall, a cut note, a state store), turn after turn: answered by the whole path on

@@ -759,10 +759,13 @@ def _fit_flow(
         }
         plan: Plan
         whole: Plan | None = None
-        if not plain_call and history is None and not documents:
-            # a stateful, recalling or native-format fit: when all of it fits, one count
+        if history is None and not documents:
+            # when all of it fits: one count of each message, no solve
             taken = common["taken_out"]
-            whole = yield Work(functools.partial(_whole, layout, opts, memory, started, taken))
+            remembered = plain_call and req.given is messages
+            whole = yield Work(
+                functools.partial(_whole, layout, opts, memory, started, taken, remembered)
+            )
         if whole is not None:
             plan = whole
         elif recall:
@@ -1017,9 +1020,16 @@ def _grown(last: _Warm, call: _Call) -> Plan | None:
 
 
 def _whole(
-    layout: FitLayout, opts: FitOptions, memory: Any, started: float, taken_out: TakenOut | None
+    layout: FitLayout,
+    opts: FitOptions,
+    memory: Any,
+    started: float,
+    taken_out: TakenOut | None,
+    remembered: bool = False,
 ) -> Plan | None:
-    """:func:`~tokenflex.engine.whole_plan` of a layout (None: the full path decides)."""
+    """:func:`~tokenflex.engine.whole_plan` of a layout (None: the full path decides).
+    ``remembered``: the plan is kept for the list's next call (:func:`_remember`), which
+    reads the history's view: made here whatever the history's length."""
     if layout.summary_idx is not None or layout.summary is not None:
         return None
     bounds = (layout.sys_end, layout.hist_start, layout.pin_end, layout.cur_start)
@@ -1028,11 +1038,12 @@ def _whole(
     if (
         isinstance(index, ListIndex)
         and opts.max_messages is None
-        and layout.cur_start - layout.pin_end > WHOLE_BLOCK
+        and (remembered or layout.cur_start - layout.pin_end > WHOLE_BLOCK)
     ):
         # a long history: the view the layout's history section reads (the same
         # arguments: kept by the index, so the full path does not count it again when
-        # this gives up); a short one is summed in one go
+        # this gives up, and the list's next call reads it); a short one not kept for
+        # a next call is summed in one go
         bound = _index_bound(model, opts)
         lo, hi = layout.pin_end, layout.cur_start
         view = index.view(layout.messages, lo, hi, get_counter(model), bound=bound)
