@@ -83,59 +83,74 @@ def plan_fields(plan: tokenflex.Plan) -> dict[str, Any]:
     return data
 
 
-@SETTINGS
-@given(
-    turns=sessions(),
-    reasoning=st.booleans(),
-    window=st.sampled_from([1500, 3000, 8000, 32_000, 128_000, 128_000]),
-    outputs=st.lists(st.sampled_from([None, 64, 300, 1000, 200_000]), min_size=1, max_size=3),
-    policy=st.sampled_from(["reserve", "flex"]),
-    state=st.sampled_from(["cache", "recall", "both", "both", "neither"]),
-    pin=st.integers(0, 2),
-    tools=st.booleans(),
-    options=st.fixed_dictionaries(
-        {},
-        optional={
-            **OPTIONS,
-            "min_messages": st.integers(1, 6),
-            "min_output_tokens": st.sampled_from([16, 500]),
-        },
-    ),
-)
-def test_a_request_that_fits_whole_gets_the_full_paths_plan(
-    turns: list[list[dict[str, Any]]],
-    reasoning: bool,
-    window: int,
-    outputs: list[int | None],
-    policy: str,
-    state: str,
-    pin: int,
-    tools: bool,
-    options: dict[str, Any],
-) -> None:
-    m = model(window).replace(max_output_tokens=16_000)
-    schema = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    kwargs: dict[str, Any] = {
-        "model": m,
-        "policy": policy,
-        "pin": pin,
-        "cache": state in ("cache", "both"),
-        "recall": state in ("recall", "both"),
-        "tools": schema if tools else None,
-        **options,
+_SCHEMA = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+SYSTEM = {"role": "system", "content": "You are a careful maintenance assistant."}
+
+
+def chat_loops(*, low_water: bool = True) -> st.SearchStrategy[dict[str, Any]]:
+    """A chat loop's turns (tool rounds, reasoning or not) and the fit() keywords its
+    calls take: a window, outputs that change from turn to turn, a policy, a pin, tools,
+    the fit options (``low_water`` among them or not: it asks for a cache-stable fit)."""
+    options = {k: v for k, v in OPTIONS.items() if low_water or k != "low_water"}
+    return st.fixed_dictionaries(
+        {
+            "turns": sessions(),
+            "reasoning": st.booleans(),
+            "window": st.sampled_from([1500, 3000, 8000, 32_000, 128_000, 128_000]),
+            "outputs": st.lists(
+                st.sampled_from([None, 64, 300, 1000, 200_000]), min_size=1, max_size=3
+            ),
+            "policy": st.sampled_from(["reserve", "flex"]),
+            "pin": st.integers(0, 2),
+            "tools": st.booleans(),
+            "options": st.fixed_dictionaries(
+                {},
+                optional={
+                    **options,
+                    "min_messages": st.integers(1, 6),
+                    "min_output_tokens": st.sampled_from([16, 500]),
+                },
+            ),
+        }
+    )
+
+
+def loop_kwargs(loop: dict[str, Any]) -> dict[str, Any]:
+    """The fit() keywords of a drawn chat loop (``max_tokens`` set turn by turn)."""
+    return {
+        "model": model(loop["window"]).replace(max_output_tokens=16_000),
+        "policy": loop["policy"],
+        "pin": loop["pin"],
+        "tools": _SCHEMA if loop["tools"] else None,
+        **loop["options"],
     }
+
+
+def loop_turns(loop: dict[str, Any]) -> Iterator[tuple[int | None, list[dict[str, Any]]]]:
+    """Each turn's output asked for (a client that asks for another now and then: an
+    agent's summary turn, a retry; a turn after a cut may then fit whole) and its
+    messages (their reasoning taken out when the loop keeps none)."""
+    outputs = loop["outputs"]
+    for t, turn in enumerate(loop["turns"]):
+        if not loop["reasoning"]:
+            turn = [{k: v for k, v in x.items() if k != "reasoning_content"} for x in turn]
+        yield outputs[t % len(outputs)], turn
+
+
+@SETTINGS
+@given(loop=chat_loops(), state=st.sampled_from(["cache", "recall", "both", "both", "neither"]))
+def test_a_request_that_fits_whole_gets_the_full_paths_plan(
+    loop: dict[str, Any], state: str
+) -> None:
+    kwargs = loop_kwargs(loop)
+    kwargs["cache"] = state in ("cache", "both")
+    kwargs["recall"] = state in ("recall", "both")
     fast_store, full_store = Recording(), Recording()
-    history: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a careful maintenance assistant."}
-    ]
+    history: list[dict[str, Any]] = [SYSTEM]
     fitted = 0
     with answered() as whole:
-        for t, turn in enumerate(turns):
-            # a client that asks for another output now and then (an agent's summary
-            # turn, a retry): a turn after a cut may then fit whole
-            kwargs["max_tokens"] = outputs[t % len(outputs)]
-            if not reasoning:
-                turn = [{k: v for k, v in x.items() if k != "reasoning_content"} for x in turn]
+        for output, turn in loop_turns(loop):
+            kwargs["max_tokens"] = output
             history += turn
             results = []
             for store, reference in ((fast_store, False), (full_store, True)):
@@ -159,54 +174,18 @@ def test_a_request_that_fits_whole_gets_the_full_paths_plan(
 
 
 @SETTINGS
-@given(
-    turns=sessions(),
-    reasoning=st.booleans(),
-    window=st.sampled_from([1500, 3000, 8000, 32_000, 128_000, 128_000]),
-    outputs=st.lists(st.sampled_from([None, 64, 300, 1000, 200_000]), min_size=1, max_size=3),
-    policy=st.sampled_from(["reserve", "flex"]),
-    pin=st.integers(0, 2),
-    tools=st.booleans(),
-    options=st.fixed_dictionaries(
-        {},
-        optional={
-            **{k: v for k, v in OPTIONS.items() if k != "low_water"},  # (low_water: cache)
-            "min_messages": st.integers(1, 6),
-            "min_output_tokens": st.sampled_from([16, 500]),
-        },
-    ),
-)
-def test_a_plain_fit_that_fits_whole_gets_the_full_paths_plan(
-    turns: list[list[dict[str, Any]]],
-    reasoning: bool,
-    window: int,
-    outputs: list[int | None],
-    policy: str,
-    pin: int,
-    tools: bool,
-    options: dict[str, Any],
-) -> None:
+@given(loop=chat_loops(low_water=False))  # (no low_water: it asks for a cache-stable fit)
+def test_a_plain_fit_that_fits_whole_gets_the_full_paths_plan(loop: dict[str, Any]) -> None:
     """fit() with no state, recall or cache (a library caller's chat loop): a fresh list
     every turn, and one list kept and grown, fitted twice a turn (the warm and grown
     paths read what a whole plan remembered of it), each plan the full path's."""
-    m = model(window).replace(max_output_tokens=16_000)
-    schema = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    kwargs: dict[str, Any] = {
-        "model": m,
-        "policy": policy,
-        "pin": pin,
-        "tools": schema if tools else None,
-        **options,
-    }
-    system = {"role": "system", "content": "You are a careful maintenance assistant."}
-    history: list[dict[str, Any]] = [system]
-    kept: list[dict[str, Any]] = [dict(system)]  # one list, grown in place
+    kwargs = loop_kwargs(loop)
+    history: list[dict[str, Any]] = [SYSTEM]
+    kept: list[dict[str, Any]] = [dict(SYSTEM)]  # one list, grown in place
     fitted = 0
     with answered() as whole:
-        for t, turn in enumerate(turns):
-            kwargs["max_tokens"] = outputs[t % len(outputs)]
-            if not reasoning:
-                turn = [{k: v for k, v in x.items() if k != "reasoning_content"} for x in turn]
+        for output, turn in loop_turns(loop):
+            kwargs["max_tokens"] = output
             history += turn
             kept += copy.deepcopy(turn)
             results = []
