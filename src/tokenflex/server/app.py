@@ -224,7 +224,7 @@ class Proxy:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Open the shared upstream connections before serving; close it at shutdown. (The
+        """Open the shared upstream connections before serving; close them at shutdown. (The
         configured models' tokenizers were loaded and checked by :func:`create_app`.)
         A long-running proxy counts OpenAI encodings with fastokens when it is installed
         (same ids as tiktoken, faster); without it, tiktoken."""
