@@ -759,10 +759,10 @@ def _fit_flow(
         }
         plan: Plan
         whole: Plan | None = None
+        remembered = plain_call and req.given is messages  # kept for the list's next call
         if history is None and not documents:
             # when all of it fits: one count of each message, no solve
             taken = common["taken_out"]
-            remembered = plain_call and req.given is messages
             whole = yield Work(
                 functools.partial(_whole, layout, opts, memory, started, taken, remembered)
             )
@@ -798,7 +798,7 @@ def _fit_flow(
             )
         if fresh(plan, req):
             final = finish(plan, req)
-            if plain_call and req.given is messages:
+            if remembered:
                 _remember(final, messages, layout, req, primary, opts, tools)
             read_through(messages)
             return trace_fit(final)
