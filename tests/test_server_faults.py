@@ -90,13 +90,20 @@ def test_bytes_past_a_response_never_answer_the_next_request(
     assert faulty.connections >= 4  # each desynced connection was closed, not reused
 
 
-async def test_trailing_bytes_sees_through_the_installed_httpx(faulty: FaultUpstream) -> None:
+@pytest.mark.parametrize("transport", ["httpx", "proxy"])
+async def test_trailing_bytes_sees_through_the_installed_httpx(
+    faulty: FaultUpstream, transport: str
+) -> None:
     """The check the proxy relies on reads httpx/httpcore internals: prove it still works
     (clean answer: False; bytes past the end: True), so an upgrade cannot silently turn
-    it into 'unknown' (then every connection is closed after use: correct, but slow)."""
-    from tokenflex.server._upstream import trailing_bytes
+    it into 'unknown' (then every connection is closed after use: correct, but slow);
+    through httpx's own transport and through the proxy's (its pool on asyncio's
+    transports)."""
+    from tokenflex.server._upstream import Upstream, trailing_bytes
 
-    async with httpx.AsyncClient(trust_env=False) as c:
+    upstream = Upstream(ServerConfig.load(upstream=faulty.url, discover=False))
+    own = upstream.transport if transport == "proxy" else None
+    async with httpx.AsyncClient(trust_env=False, transport=own) as c:
         for model, expected in (("gpt-4o", False), ("fault-desync", True)):
             async with c.stream("POST", f"{faulty.url}/v1", json=chat(model)) as r:
                 await r.aread()

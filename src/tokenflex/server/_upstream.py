@@ -20,6 +20,7 @@ from typing import Protocol
 
 import anyio
 import h11
+import httpcore
 import httpx
 from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
@@ -27,6 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
 from ..redact import redact
+from ._network import AsyncioBackend
 from .config import ServerConfig
 from .errors import ProxyError, error_body
 
@@ -189,17 +191,22 @@ class Upstream:
         """The shared connection pool, created on first use (or at app startup)."""
         if self._transport is None:
             c = self.config
-            self._transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(
-                    max_connections=c.max_connections,
-                    # httpcore scans every pooled connection on each request: a small
-                    # idle pool keeps that cheap; bursts still open up to max_connections
-                    max_keepalive_connections=min(c.max_keepalive, c.max_connections),
-                    # under uvicorn's 5 s keep-alive, so we never reuse a socket being closed
-                    keepalive_expiry=4.0,
-                ),
-                trust_env=False,  # no SSL_CERT_* from the environment, as the client had it
+            transport = httpx.AsyncHTTPTransport(trust_env=False)
+            # httpx's transport takes no network backend: its pool is replaced by one
+            # made as it makes it, on asyncio's transports instead of anyio's
+            # (tests/test_server_network.py checks an exchange goes through them)
+            transport._pool = httpcore.AsyncConnectionPool(
+                # no SSL_CERT_* from the environment, as the client had it
+                ssl_context=httpx.create_ssl_context(trust_env=False),
+                max_connections=c.max_connections,
+                # httpcore scans every pooled connection on each request: a small
+                # idle pool keeps that cheap; bursts still open up to max_connections
+                max_keepalive_connections=min(c.max_keepalive, c.max_connections),
+                # under uvicorn's 5 s keep-alive, so we never reuse a socket being closed
+                keepalive_expiry=4.0,
+                network_backend=AsyncioBackend(),
             )
+            self._transport = transport
         return self._transport
 
     async def aclose(self) -> None:
