@@ -61,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,10 +213,15 @@ def servers(
         os.unlink(log_path)
 
 
-def request_body(messages: int) -> bytes:
-    return json.dumps(
-        {"model": "gpt-4o", "messages": load_proxy.conversation(messages), "max_tokens": 256}
-    ).encode()
+def request_body(messages: int, *, stream: bool = False) -> bytes:
+    body: dict[str, Any] = {
+        "model": "gpt-4o",
+        "messages": load_proxy.conversation(messages),
+        "max_tokens": 256,
+    }
+    if stream:  # last: the fake upstream looks for it at the end of the body
+        body["stream"] = True
+    return json.dumps(body).encode()
 
 
 def compare(tf: str, ref: str, messages: int, *, seconds: float, rounds: int) -> list[Row]:
@@ -545,20 +550,25 @@ def floor_per_request(sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, 
     return out
 
 
-def upstream_exchange(messages: int = 10, count: int = 2000) -> tuple[float, float]:
+def upstream_exchange(
+    messages: int = 10, count: int = 2000, *, stream: bool = False
+) -> tuple[float, float]:
     """CPU ms of one upstream exchange over a real socket to the fake upstream, one
     request at a time, in this process: ``(tokenflex, plain)``, the proxy's
     (:class:`~tokenflex.server._upstream.Upstream`: the client's headers filtered, the
     send under its deadline, the answer read streamed and bounded, its headers filtered)
     against an ``httpx.AsyncClient.post`` as the reference proxy sends; best of 3 rounds,
-    alternated."""
+    alternated, on the event loop uvicorn serves them on. ``stream``: a streamed answer
+    instead (``load_proxy.STREAM_EVENTS`` SSE events, each its own read), passed on event
+    by event as the proxy streams it (``Upstream.streamed``'s body) against an
+    ``httpx.AsyncClient.stream`` read with ``aiter_raw``; ``count`` answers a round."""
     from starlette.datastructures import Headers
 
     from tokenflex.server import ServerConfig
     from tokenflex.server._upstream import Upstream
 
     proc, url = fake_upstream()
-    body = request_body(messages)
+    body = request_body(messages, stream=stream)
     client_headers = Headers(
         {
             "content-type": "application/json",
@@ -570,28 +580,36 @@ def upstream_exchange(messages: int = 10, count: int = 2000) -> tuple[float, flo
             "content-length": str(len(body)),
         }
     )
+    path, json_type = "/v1/chat/completions", {"content-type": "application/json"}
 
     async def rounds() -> tuple[float, float]:
         upstream = Upstream(ServerConfig.load(upstream=url, discover=False))
         plain = httpx.AsyncClient(base_url=url, timeout=30, trust_env=False)
-        target = upstream.url("/v1/chat/completions")
+        target = upstream.url(path)
 
         async def ours() -> None:
             headers = upstream.request_headers(client_headers, HOST)
             response = await upstream.send("POST", target, headers, body)
-            await upstream.buffered(response, {"x-tokenflex-input-tokens": "1"})
+            if stream:
+                async for _ in upstream.streamed(response).body_iterator:
+                    pass
+            else:
+                await upstream.buffered(response, {"x-tokenflex-input-tokens": "1"})
 
         async def reference() -> None:
-            r = await plain.post(
-                "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-            )
-            _ = r.content
+            if stream:
+                async with plain.stream("POST", path, content=body, headers=json_type) as r:
+                    async for _ in r.aiter_raw():
+                        pass
+            else:
+                r = await plain.post(path, content=body, headers=json_type)
+                _ = r.content
 
         best = {"ours": float("inf"), "reference": float("inf")}
         try:
             for _ in range(3):
                 for name, one in (("ours", ours), ("reference", reference)):
-                    for _ in range(50):  # warm: the connection
+                    for _ in range(max(3, count // 40)):  # warm: the connection
                         await one()
                     start = time.process_time()
                     for _ in range(count):
@@ -604,9 +622,19 @@ def upstream_exchange(messages: int = 10, count: int = 2000) -> tuple[float, flo
 
     try:
         load_proxy._wait_up(f"{url}/v1/models", proc, "fake upstream")
-        return asyncio.run(rounds())
+        with asyncio.Runner(loop_factory=_served_loop()) as runner:
+            return runner.run(rounds())
     finally:
         load_proxy.stop([proc])
+
+
+def _served_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop uvicorn serves the proxies on: uvloop's where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _minor_faults(pid: int) -> float:
@@ -657,6 +685,12 @@ def print_split(config: str | None = None) -> None:
     print(
         f"\nOne upstream exchange (10 messages, real socket, one at a time): tokenflex's "
         f"{ours:.3f} ms of CPU, an httpx post {plain:.3f} ms"
+    )
+    events = load_proxy.STREAM_EVENTS
+    ours, plain = (ms * 1000 / events for ms in upstream_exchange(count=20, stream=True))
+    print(
+        f"One streamed answer ({events} SSE events, each its own read): tokenflex's "
+        f"{ours:.1f} us of CPU an event, an httpx stream's {plain:.1f} us"
     )
 
 

@@ -85,6 +85,29 @@ UPSTREAM_DELAY = 0.0
 USAGE_FACTOR = 0.0
 """When set, the fake upstream reports this many times the request's input tokens
 (``--usage-factor``); otherwise a canned usage of 1 token."""
+STREAM_EVENTS = 100
+"""A request with ``"stream": true`` is answered with this many SSE events (then
+``[DONE]``), each sent on its own after a pause of ``STREAM_PAUSE`` s, as a model
+streams tokens: each reaches the proxy as a read of its own (a shorter pause is not
+kept: uvloop's timers count whole milliseconds, and the events would arrive together)."""
+STREAM_PAUSE = 0.001
+
+
+async def _stream(send: Any) -> None:
+    """An SSE answer of ``STREAM_EVENTS`` chat completion chunks, one send each."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream")],
+        }
+    )
+    for i in range(STREAM_EVENTS):
+        event = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,'
+        event += b'"delta":{"content":"tok%d"}}]}\n\n' % i
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+        await asyncio.sleep(STREAM_PAUSE)
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
 
 def _usage_reply(body: bytes) -> bytes:
@@ -115,9 +138,12 @@ async def fake_upstream(scope: dict[str, Any], receive: Any, send: Any) -> None:
     while more:  # drain the request body
         message = await receive()
         more = message.get("more_body", False)
-        if USAGE_FACTOR:
-            chunks.append(message.get("body", b""))
+        chunks.append(message.get("body", b""))
     path = scope["path"]
+    tail = chunks[-1][-64:] if len(chunks[-1]) >= 64 else b"".join(chunks)[-64:]
+    if path == "/v1/chat/completions" and b'"stream": true' in tail.replace(b":true", b": true"):
+        await _stream(send)  # the bench's streamed requests end with "stream": true
+        return
     if path == "/v1/chat/completions":
         if UPSTREAM_DELAY:
             await asyncio.sleep(UPSTREAM_DELAY)
