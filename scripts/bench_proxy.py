@@ -44,7 +44,8 @@ prints what each throughput goal leaves for tokenflex's own work (the server CPU
 the goal's rate allows, less the reference server's) beside what parsing the request and
 one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``), what the
 counting floor and tokenflex spend beyond the reference in process (``--cpu``), and the
-CPU of the proxy's upstream exchange against the reference's (``upstream_exchange``).
+CPU of the proxy's upstream exchange against the reference's (``upstream_exchange``):
+one buffered answer, and a streamed one by the event.
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
