@@ -16,8 +16,9 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpcore
 import httpx
@@ -61,6 +62,17 @@ async def serving(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncI
         for task in list(handlers):
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
+
+
+def sends_when(event: asyncio.Event, data: bytes) -> Handler:
+    """A handler that sends ``data`` once ``event`` is set."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await event.wait()
+        writer.write(data)
+        await writer.drain()
+
+    return handler
 
 
 def server_tls() -> ssl.SSLContext:
@@ -108,7 +120,12 @@ async def echo_exchange(backend: str, pieces: list[bytes], max_bytes: int) -> li
 def test_what_is_read_is_what_was_sent(backend: str, pieces: list[bytes], max_bytes: int) -> None:
     if max_bytes == 1:
         pieces = [p[:64] for p in pieces]  # a byte a read: keep it short
-    reads = asyncio.run(echo_exchange(backend, pieces, max_bytes))
+    asyncio.run(echoes_whole(backend, pieces, max_bytes))
+
+
+async def echoes_whole(backend: str, pieces: list[bytes], max_bytes: int) -> None:
+    """What is read back is what was sent, in reads of 1 to ``max_bytes`` bytes."""
+    reads = await echo_exchange(backend, pieces, max_bytes)
     assert b"".join(reads) == b"".join(pieces)
     assert all(0 < len(r) <= max_bytes for r in reads)
 
@@ -120,13 +137,7 @@ async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 @pytest.mark.parametrize("backend", list(BACKENDS))
 async def test_a_read_times_out_and_the_stream_reads_on(backend: str) -> None:
     late = asyncio.Event()
-
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await late.wait()
-        writer.write(b"late")
-        await writer.drain()
-
-    async with serving(slow) as port:
+    async with serving(sends_when(late, b"late")) as port:
         stream = await BACKENDS[backend]().connect_tcp(HOST, port, timeout=5)
         t0 = time.monotonic()
         with pytest.raises(httpcore.ReadTimeout):
@@ -290,13 +301,7 @@ async def test_the_proxys_upstream_pool_sends_through_the_asyncio_backend() -> N
 
 async def test_a_read_cancelled_from_outside_leaves_the_stream_usable() -> None:
     go = asyncio.Event()
-
-    async def later(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await go.wait()
-        writer.write(b"after")
-        await writer.drain()
-
-    async with serving(later) as port:
+    async with serving(sends_when(go, b"after")) as port:
         stream = await AsyncioBackend().connect_tcp(HOST, port, timeout=5)
         task = asyncio.ensure_future(stream.read(100, timeout=None))
         await asyncio.sleep(0.05)
@@ -357,3 +362,40 @@ async def test_an_answer_not_read_yet_waits_in_the_kernel_not_in_memory() -> Non
         while got < size:
             got += len(await stream.read(1 << 20, timeout=5))
         await stream.aclose()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        lambda: test_a_read_times_out_and_the_stream_reads_on("asyncio"),
+        lambda: test_a_write_to_a_peer_that_reads_nothing_times_out("asyncio"),
+        lambda: test_an_idle_connection_is_readable_once_the_peer_sends_or_closes(
+            "asyncio", "sends"
+        ),
+        lambda: test_an_idle_connection_is_readable_once_the_peer_sends_or_closes(
+            "asyncio", "closes"
+        ),
+        lambda: test_tls_with_a_trusted_certificate_and_not_without("asyncio"),
+        lambda: test_an_https_exchange_through_a_pool_on_the_backend(),
+        lambda: test_a_read_cancelled_from_outside_leaves_the_stream_usable(),
+        lambda: test_an_answer_not_read_yet_waits_in_the_kernel_not_in_memory(),
+        lambda: echoes_whole("asyncio", [b"a" * 70_000, b"b" * 3, b"c" * 5000], 4096),
+    ],
+    ids=[
+        "read-timeout",
+        "write-timeout",
+        "idle-sends",
+        "idle-closes",
+        "tls",
+        "https-pool",
+        "cancelled-read",
+        "paused-reading",
+        "echo",
+    ],
+)
+def test_the_backend_on_uvloop(case: Callable[[], Coroutine[Any, Any, object]]) -> None:
+    """The cases above on uvloop's event loop, which uvicorn serves the proxy on where it
+    is installed (its transports are its own, not asyncio's)."""
+    uvloop = pytest.importorskip("uvloop")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(case())
