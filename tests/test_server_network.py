@@ -160,13 +160,14 @@ async def test_a_write_to_a_peer_that_reads_nothing_times_out(backend: str) -> N
         await stream.aclose()
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
 @pytest.mark.parametrize("peer", ["sends", "closes"])
 @pytest.mark.parametrize("backend", list(BACKENDS))
 async def test_an_idle_connection_is_readable_once_the_peer_sends_or_closes(
-    backend: str, peer: str
+    backend: str, peer: str, tls: bool
 ) -> None:
     """What the pool reads before it reuses a connection: a stray byte or an end makes
-    it readable (then dropped), a quiet one is not."""
+    it readable (then dropped), a quiet one is not; over TLS too."""
     then = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -180,8 +181,11 @@ async def test_an_idle_connection_is_readable_once_the_peer_sends_or_closes(
         else:
             writer.close()
 
-    async with serving(handler) as port:
+    async with serving(handler, server_tls() if tls else None) as port:
         stream = await BACKENDS[backend]().connect_tcp(HOST, port, timeout=5)
+        if tls:
+            trusted = ssl.create_default_context(cafile=str(CERT))
+            stream = await stream.start_tls(trusted, server_hostname="localhost", timeout=5)
         await stream.write(b"hello", timeout=5)
         assert await stream.read(5, timeout=5) == b"hello"
         await asyncio.sleep(0.05)
@@ -370,10 +374,10 @@ async def test_an_answer_not_read_yet_waits_in_the_kernel_not_in_memory() -> Non
         lambda: test_a_read_times_out_and_the_stream_reads_on("asyncio"),
         lambda: test_a_write_to_a_peer_that_reads_nothing_times_out("asyncio"),
         lambda: test_an_idle_connection_is_readable_once_the_peer_sends_or_closes(
-            "asyncio", "sends"
+            "asyncio", "sends", True
         ),
         lambda: test_an_idle_connection_is_readable_once_the_peer_sends_or_closes(
-            "asyncio", "closes"
+            "asyncio", "closes", False
         ),
         lambda: test_tls_with_a_trusted_certificate_and_not_without("asyncio"),
         lambda: test_an_https_exchange_through_a_pool_on_the_backend(),
@@ -384,7 +388,7 @@ async def test_an_answer_not_read_yet_waits_in_the_kernel_not_in_memory() -> Non
     ids=[
         "read-timeout",
         "write-timeout",
-        "idle-sends",
+        "idle-sends-tls",
         "idle-closes",
         "tls",
         "https-pool",

@@ -2,13 +2,16 @@
 
 httpcore (under httpx) reads and writes a connection through a network backend. Its
 default on asyncio goes through anyio: every read and write opens a cancel scope for its
-timeout and checks in with the event loop, about a tenth of a buffered upstream exchange's
-CPU and a fifth of each streamed chunk's. :class:`AsyncioBackend` does the same work with
+timeout and checks in with the event loop: about a tenth of an upstream exchange's CPU
+in process, more in a served proxy (docs/benchmarks.md). :class:`AsyncioBackend` does the
+same work with
 an ``asyncio.Protocol``, one timer for each timeout, and the anyio backend's rules
 (``tests/test_server_network.py`` runs both through the same cases):
 
-- reading is paused between reads: an answer nobody reads yet waits in the kernel, not in
-  this process;
+- an answer nobody reads yet waits in the kernel, not in this process: reading pauses
+  once ``HIGH_WATER`` bytes wait to be read (anyio pauses between reads; a connection
+  that keeps reading while idle also sees a stray byte or an end the moment it comes,
+  TLS records included, which a check of the socket cannot see once TLS read them);
 - a write returns once the kernel has taken every byte (no write buffer), so
   ``write_timeout`` bounds a write to an upstream that stops reading;
 - a timeout raises httpcore's ``ReadTimeout`` / ``WriteTimeout`` / ``ConnectTimeout``, a
@@ -31,14 +34,23 @@ from typing import Any, cast
 
 import httpcore
 
-__all__ = ["AsyncioBackend", "AsyncioStream"]
+__all__ = ["HIGH_WATER", "LOW_WATER", "AsyncioBackend", "AsyncioStream"]
+
+HIGH_WATER = 256 * 1024
+"""Bytes read from a connection and not yet taken at which its reading pauses (the rest
+waits in the kernel, and the upstream is slowed by TCP itself)."""
+LOW_WATER = 64 * 1024
+"""Bytes not yet taken under which a paused connection reads again."""
 
 
 class _Protocol(asyncio.Protocol):
     """What arrived on one connection and not yet read, and whether it may be written."""
 
     def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.chunks: list[bytes] = []
+        self.size = 0  # the bytes in chunks
+        self.paused = False  # reading paused: chunks over HIGH_WATER
         self.waiter: asyncio.Future[None] | None = None  # a read waiting for bytes
         self.drained: asyncio.Future[None] | None = None  # a write waiting for the kernel
         self.eof = False  # the upstream closed its side
@@ -47,11 +59,26 @@ class _Protocol(asyncio.Protocol):
         self.tls = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        cast(asyncio.Transport, transport).set_write_buffer_limits(0)
+        # the TCP transport, then (start_tls) the TLS one over it
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(0)
+        self.paused = False
 
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
+        self.size += len(data)
+        if self.size > HIGH_WATER and not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused = True
         self.wake()
+
+    def taken(self, n: int) -> None:
+        """``n`` bytes were read out of ``chunks``: reading resumes under ``LOW_WATER``."""
+        self.size -= n
+        if self.paused and self.size <= LOW_WATER and self.transport is not None:
+            self.paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -121,23 +148,19 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         self._transport = transport
         self._protocol = protocol
         self._closed = False
-        transport.pause_reading()
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        p, t = self._protocol, self._transport
+        p = self._protocol
         if self._closed:
             raise httpcore.ReadError("the connection was closed")
         if not p.chunks and not p.eof and not p.lost:
             waiter = p.waiter = asyncio.get_running_loop().create_future()
-            t.resume_reading()
             try:
                 await _within(waiter, timeout)
             except TimeoutError:
                 raise httpcore.ReadTimeout(f"no bytes within {_seconds(timeout)}") from None
             finally:
                 p.waiter = None
-                if not t.is_closing():
-                    t.pause_reading()
         if not p.chunks:
             if self._closed:
                 raise httpcore.ReadError("the connection was closed")
@@ -148,6 +171,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if len(chunk) > max_bytes:
             p.chunks.insert(0, chunk[max_bytes:])
             chunk = chunk[:max_bytes]
+        p.taken(len(chunk))
         return chunk
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
