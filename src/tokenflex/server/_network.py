@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import httpcore
 
-__all__ = ["HIGH_WATER", "LOW_WATER", "AsyncioBackend", "AsyncioStream"]
+__all__ = ["HIGH_WATER", "LOW_WATER", "AsyncioBackend", "AsyncioStream", "socket_readable"]
 
 HIGH_WATER = 256 * 1024
 """Bytes read from a connection and not yet taken at which its reading pauses (the rest
