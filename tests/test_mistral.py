@@ -230,6 +230,22 @@ def test_nemo_system_prompt_moves_into_the_last_user_turn() -> None:
     assert exact <= counter.count(messages) <= exact + 2
 
 
+def test_a_joined_system_prompt_is_not_exact_in_a_plain_conversation() -> None:
+    """Nemo's joined system prompt is charged a margin: a conversation of plain text
+    messages that has one is not counted exactly, though each message is plain (the
+    base counter's fast pass over plain messages must not answer for this one), and one
+    without it is."""
+    counter = get_counter("mistral-nemo")
+    system = {"role": "system", "content": "Answer in French."}
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Bonjour"}]
+    turns.append({"role": "user", "content": "How are you?"})
+    assert counter.exact
+    for messages in ([system, *turns], turns, [*turns, system]):
+        expected = all(counter.message_exact(m) for m in messages)
+        assert counter.exact_for(list(messages)) is expected
+    assert not counter.exact_for([system, *turns]) and counter.exact_for(turns)
+
+
 def test_rejected_conversation_falls_back_to_the_additive_count() -> None:
     counter = get_counter("mistral-nemo")
     ends_on_assistant = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]

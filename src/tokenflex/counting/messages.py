@@ -39,6 +39,7 @@ from ..message.checks import (
 )
 from ..models import Model
 from ..tokenizers import CountCache
+from ..tokenizers.base import plain_until
 from .images import image_size, image_tokens
 from .media import audio_tokens, file_tokens
 from .tools import dumps, generic_tools_tokens, openai_tools_tokens, tool_list
@@ -64,6 +65,10 @@ GENERIC_BASE_BY_FAMILY = {"gpt-oss": 96}
 
 _EXACT_SEARCHES = 4
 """Runs of the last exact list :meth:`MessageCounter.exact_for` looks for in a new one."""
+_PLAIN_ROLES = dict.fromkeys(ROLES)
+"""The roles of the plain text messages :meth:`MessageCounter.exact_for` passes over in
+one C loop (``plain_until``) for a counter whose :meth:`MessageCounter.message_exact` and
+``_role_exact`` are the base class's: such a message is exact whatever its role."""
 
 
 def shared_prefix(a: list[Any], b: list[Any]) -> int:
@@ -193,8 +198,15 @@ class MessageCounter:
         given = list(messages)
         seen = self._exact_seen
         exact = self.message_exact
-        i, searches = 0, _EXACT_SEARCHES if seen else 0
-        while i < len(given):
+        i, n, searches = 0, len(given), _EXACT_SEARCHES if seen else 0
+        plain = _PLAIN_ROLES if self._plain_exact else None
+        while i < n:
+            if plain is not None:
+                # a run of plain text messages, exact whatever they say: passed over in
+                # C (a proxy's request is parsed afresh: none of its objects was seen)
+                i = plain_until(given, i, n, plain)
+                if i >= n:
+                    break
             if searches:
                 searches -= 1
                 try:
@@ -213,6 +225,15 @@ class MessageCounter:
     def _role_exact(self, role: Any) -> bool:
         """Whether a plain text message of this role is counted exactly."""
         return True
+
+    @property
+    def _plain_exact(self) -> bool:
+        """Whether every plain text message is exact here (the base class's rules)."""
+        cls = type(self)
+        return (
+            cls.message_exact is MessageCounter.message_exact
+            and cls._role_exact is MessageCounter._role_exact
+        )
 
     def _parts_exact(self, msg: Any) -> bool:
         """No estimated content part: text only, or (``openai`` formats) images whose size
