@@ -11,7 +11,9 @@ stability rule: the cut moves only when the history from the previous cut no lon
 from __future__ import annotations
 
 import itertools
+import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -602,6 +604,49 @@ def test_growth_per_request_is_remembered() -> None:
     assert cut is not None and cut.end == len(msgs) - 1
     assert cut.grown == len(samples) == 6
     assert cut.growth == pytest.approx(sum(samples) / len(samples))
+
+
+class CopyingStore(MemoryStore):
+    """A memory store that hands back a copy of what it keeps, as a store that
+    serializes does (SQLite, Redis): never the bytes object it was given."""
+
+    def get(self, key: str) -> bytes | None:
+        raw = super().get(key)
+        return None if raw is None else bytes(bytearray(raw))
+
+
+def test_a_state_is_read_as_it_was_last_written() -> None:
+    """The process keeps the states it wrote decoded, for the bytes it wrote: what it
+    reads through them is what decoding the stored bytes gives (a store that hands back
+    copies is the reference), turn after turn of a session that is cut; and bytes
+    written under the key by another writer are read as written."""
+    from tokenflex.session import StoreMemory
+
+    m = priced(2_000)
+    kept, copying = MemoryStore(), CopyingStore()
+    msgs: list[dict[str, Any]] = [SYSTEM]
+    for t in range(14):
+        if t:
+            msgs.append({"role": "assistant", "content": text(60, t)})
+        msgs.append({"role": "user", "content": text(40, t)})
+        plans = [
+            tokenflex.fit(list(msgs), model=m, max_tokens=300, cache_stable=True, state=store)
+            for store in (kept, copying)
+        ]
+        assert [p.messages for p in plans[1:]] == [plans[0].messages]
+        assert plans[0].prefix_tokens == plans[1].prefix_tokens
+        cuts = [StoreMemory(s, m.name, msgs).previous_cut(msgs) for s in (kept, copying)]
+        assert cuts[0] is not None and cuts[1] is not None
+        assert replace(cuts[0], at=0.0) == replace(cuts[1], at=0.0)  # (made apart)
+    assert plans[0].dropped  # the session was cut
+    memory = StoreMemory(kept, m.name, msgs)
+    raw = memory.store.get(memory.key)  # (the tenant's view of the store)
+    assert raw is not None
+    state = json.loads(raw)
+    state["start"] = held = state["start"] - 2  # another writer's cut, two messages back
+    memory.store.set(memory.key, json.dumps(state).encode())
+    cut = StoreMemory(kept, m.name, msgs).previous_cut(msgs)
+    assert cut is not None and cut.start == held
 
 
 @pytest.mark.parametrize("gone", ["ttl", "min_tokens"])

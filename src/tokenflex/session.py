@@ -245,6 +245,33 @@ class ObjectMemory:
         return cum[k]
 
 
+class _DecodedStates:
+    """The states this process wrote last, decoded, by the bytes object written: a store
+    that keeps the object it was given (the memory store) hands the same one back on the
+    conversation's next request, which is then not parsed again. Keyed by the object's
+    identity, which the entry holds (an id is not reused while it is kept), so a state is
+    found only for the very bytes it was written as; the states are never changed once
+    written. Bounded: the oldest go first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[int, tuple[bytes, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, raw: bytes) -> dict[str, Any] | None:
+        item = self._items.get(id(raw))
+        return item[1] if item is not None and item[0] is raw else None
+
+    def put(self, raw: bytes, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._items[id(raw)] = (raw, state)
+            while len(self._items) > self.size:
+                del self._items[next(iter(self._items))]
+
+
+_DECODED = _DecodedStates(256)
+
+
 class StoreMemory:
     """A :class:`SessionMemory` in a state store, for callers that keep no state.
 
@@ -276,6 +303,8 @@ class StoreMemory:
         )
         self._loaded: dict[str, Any] | None = None
         self._read = False  # the store was read (a miss is not read again)
+        # (state, source, _extends(state, source)): the last answer, by the objects asked
+        self._extended: tuple[Any, Any, bool] | None = None
         # the probed messages' identities, made once per request (a fit probes the same
         # few messages several times: the held cut, each recall attempt, the record)
         self._identities: dict[int, tuple[Any, str]] = {}
@@ -296,10 +325,12 @@ class StoreMemory:
             raw = self.store.get(self.key)
             if raw is None:
                 return None
-            try:
-                loaded = json.loads(raw)
-            except ValueError:
-                return None
+            loaded = _DECODED.get(raw)
+            if loaded is None:
+                try:
+                    loaded = json.loads(raw)
+                except ValueError:
+                    return None
             if not isinstance(loaded, dict):
                 return None
             self._loaded = loaded
@@ -307,7 +338,16 @@ class StoreMemory:
 
     def _extends(self, state: Mapping[str, Any], source: Sequence[Message]) -> bool:
         """Whether ``source`` extends the request ``state`` was written for: at least as
-        long, with its probed messages at the same places (a few fingerprints)."""
+        long, with its probed messages at the same places (a few fingerprints). Read once
+        per state: the held cut and the record ask it of the same one."""
+        known = self._extended
+        if known is not None and known[0] is state and known[1] is source:
+            return known[2]
+        extends = self._probe(state, source)
+        self._extended = (state, source, extends)
+        return extends
+
+    def _probe(self, state: Mapping[str, Any], source: Sequence[Message]) -> bool:
         try:
             n = int(state["n"])
             probes = [(int(i), str(h)) for i, h in state["probes"]]
@@ -353,7 +393,9 @@ class StoreMemory:
             "probes": [[i, self._identity_at(source, i)] for i in probed],
             "sent": sent,
         }
-        self.store.set(self.key, json.dumps(state).encode(), ttl_s=SESSION_TTL_S)
+        raw = json.dumps(state).encode()
+        self.store.set(self.key, raw, ttl_s=SESSION_TTL_S)
+        _DECODED.put(raw, state)
         self._loaded = state
         if previous is None:
             return None
