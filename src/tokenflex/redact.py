@@ -149,12 +149,11 @@ class RedactingFilter(logging.Filter):
                 else a
                 for a in record.args
             )
-        message = record.getMessage()
-        clean = redact(message, self.secrets)
+        clean = redact(record.getMessage(), self.secrets)
         if len(clean) > MAX_LOGGED_CHARS:
             clean = f"{clean[:MAX_LOGGED_CHARS]}…(cut, {len(clean):,} chars)"
-        if clean != message:
-            record.msg, record.args = clean, None
+        # the message as it is logged, merged once: the handlers do not format it again
+        record.msg, record.args = clean, None
         if record.exc_info and record.exc_info[1] is not None:
             exc_text = str(record.exc_info[1])
             if redact(exc_text, self.secrets) != exc_text:

@@ -85,6 +85,7 @@ from .plans import (
     defer,
     held_bytes,
     new_plan_id,
+    request_owner,
 )
 from .protocols import Wire, as_sent, count_input, fitted_body, openai_error, wires
 from .ui import ui_routes
@@ -354,7 +355,7 @@ class Proxy:
             record.requested(req.model)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
-            owner = credential_hash(request.headers)
+            owner = request_owner(request.scope, request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
             sent_raw: bytes | None = raw  # the client's bytes (None once recall appended)
             rounds = 0  # tokenflex_recall calls this proxy answered itself
@@ -444,7 +445,7 @@ class Proxy:
         try:
             raw = await read_body(request, self.config.max_body_bytes)
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
-            owner = credential_hash(request.headers)
+            owner = request_owner(request.scope, request.headers)
             async with self.large.turn(len(raw)):
                 parse = functools.partial(wire.parse, model=request.path_params.get("model"))
                 seen = await self.fitter.observe(
@@ -647,7 +648,7 @@ class Proxy:
         from ..recall import recall
 
         recall_id = request.path_params["recall_id"]
-        owner = credential_hash(request.headers)
+        owner = request_owner(request.scope, request.headers)
         for name in [None, *self.config.routes]:
             items = recall(recall_id, state=self.fitter.tenant(owner, name))
             if items is not None:

@@ -40,7 +40,7 @@ from ..summarize.background import Activity
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
 from .errors import ProxyError, error_body
-from .plans import CREDENTIAL_HEADERS, credential_hash
+from .plans import CREDENTIAL_HEADERS, request_owner
 
 __all__ = [
     "Busy",
@@ -150,7 +150,7 @@ class Limits:
         }
         if not any(headers.get(name) for name in CREDENTIAL_HEADERS):
             return None
-        return credential_hash(headers)
+        return request_owner(scope, headers)
 
     def _client_full(self) -> ProxyError:
         return ProxyError(

@@ -35,7 +35,7 @@ import json
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ from ._validate import dump_json
 __all__ = [
     "CREDENTIAL_HEADERS",
     "LAZY_DROPPED",
+    "OWNER_SCOPE_KEY",
     "DeferredPlan",
     "KeptPlan",
     "Later",
@@ -55,6 +56,7 @@ __all__ = [
     "defer",
     "held_bytes",
     "new_plan_id",
+    "request_owner",
     "serialize",
     "serialize_list",
 ]
@@ -93,6 +95,25 @@ def credential_hash(headers: Mapping[str, str]) -> str:
     for name in CREDENTIAL_HEADERS:
         h.update(b"\0" + name.encode() + b"\0" + lowered.get(name, "").encode())
     return h.hexdigest()
+
+
+OWNER_SCOPE_KEY = "tokenflex.owner"
+"""The ASGI scope key under which the request's :func:`credential_hash` is kept once it
+is made (the per-client limit makes it first), so a request hashes its credentials once."""
+
+
+def request_owner(scope: MutableMapping[str, Any], headers: Mapping[str, str]) -> str:
+    """The :func:`credential_hash` of the request whose scope is ``scope`` and headers
+    ``headers``: the one kept in the scope, else made (and kept) now.
+
+    >>> scope: dict[str, str] = {}
+    >>> request_owner(scope, {"authorization": "Bearer a"}) == scope[OWNER_SCOPE_KEY]
+    True
+    """
+    owner = scope.get(OWNER_SCOPE_KEY)
+    if type(owner) is not str:
+        owner = scope[OWNER_SCOPE_KEY] = credential_hash(headers)
+    return owner
 
 
 def serialize(data: Mapping[str, Any]) -> bytes:
