@@ -194,19 +194,25 @@ class MessageCounter:
             return False
         # A plan's kept messages are mostly the previous plan's: the runs shared with the
         # last list found exact (found at C speed: the same pinned opening, the kept
-        # history moved by a cut, a few searches) are not read again.
+        # history moved by a cut, a few searches) are not read again; nor, for the base
+        # rules, runs of plain text messages (one C loop: exact whatever they say).
         given = list(messages)
         seen = self._exact_seen
         exact = self.message_exact
         i, n, searches = 0, len(given), _EXACT_SEARCHES if seen else 0
         plain = _PLAIN_ROLES if self._plain_exact else None
         while i < n:
+            if searches and i < len(seen) and given[i] is seen[i]:  # the list grew
+                searches -= 1
+                i += shared_prefix(seen[i:], given[i:])
+                continue
             if plain is not None:
                 # a run of plain text messages, exact whatever they say: passed over in
-                # C (a proxy's request is parsed afresh: none of its objects was seen)
-                i = plain_until(given, i, n, plain)
-                if i >= n:
-                    break
+                # C (a proxy's request is parsed afresh: no object of it was seen)
+                k = plain_until(given, i, n, plain)
+                if k > i:
+                    i = k
+                    continue
             if searches:
                 searches -= 1
                 try:
