@@ -71,6 +71,26 @@ def test_a_plain_message_has_the_fingerprint_of_its_sorted_json(
 
 
 @settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["user", "assistant", "system", "tool"]), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(ANY_TEXT, min_size=4, max_size=4),
+)
+def test_a_plain_message_seen_again_has_the_same_fingerprint(
+    picks: list[tuple[str, int]], texts: list[str]
+) -> None:
+    """Plain messages made again from copies of a few texts, under other roles too (a
+    proxy parses every request afresh): each fingerprint is still its own JSON's hash,
+    whatever was fingerprinted before (the texts' fingerprints are remembered)."""
+    for role, k in picks:
+        message = {"role": role, "content": "".join(list(texts[k]))}  # a copy of the text
+        assert fingerprint(message) == _reference(message)
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(MESSAGE, min_size=1, max_size=6), st.data())
 def test_a_stored_turn_is_known_by_its_json_without_cache_markers(
     messages: list[dict[str, Any]], data: st.DataObject

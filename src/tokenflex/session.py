@@ -129,6 +129,42 @@ _JSON_STRING = json.encoder.encode_basestring
 """How that encoder writes a string (``ensure_ascii=False``; C where the C module is)."""
 
 
+class _PlainFingerprints:
+    """The fingerprints of plain ``{"role", "content"}`` messages made last, by their
+    role and text: a conversation's opening messages (its key) and the turns a cut falls
+    on are fingerprinted again on every request, each time from a copy of the text (a
+    proxy parses every request afresh). Bounded by entries and by the characters the
+    texts hold (a text past a sixteenth of that is not kept); the oldest go first. A
+    fingerprint is a function of the role and the text alone: an entry is the answer."""
+
+    def __init__(self, entries: int, chars: int) -> None:
+        self.entries = entries
+        self.chars = chars
+        self._items: dict[tuple[str, str], str] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> str | None:
+        return self._items.get(key)
+
+    def put(self, key: tuple[str, str], digest: str) -> None:
+        size = len(key[1])
+        if size > self.chars // 16:
+            return
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = digest
+            self._held += size
+            while len(self._items) > self.entries or self._held > self.chars:
+                oldest = next(iter(self._items))
+                del self._items[oldest]
+                self._held -= len(oldest[1])
+
+
+_PLAIN = _PlainFingerprints(4096, 4 * 1024 * 1024)
+
+
 def fingerprint(message: Any) -> str:
     """A short, stable hash of one message's content."""
     if type(message) is dict and len(message) == 2:
@@ -136,10 +172,16 @@ def fingerprint(message: Any) -> str:
         # encoder's call (the fingerprints stored by every version are the same)
         role, content = message.get("role"), message.get("content")
         if type(role) is str and type(content) is str:
+            key = (role, content)
+            known = _PLAIN.get(key)
+            if known is not None:
+                return known
             text = f'{{"content": {_JSON_STRING(content)}, "role": {_JSON_STRING(role)}}}'
-            return hashlib.blake2b(
+            digest = hashlib.blake2b(
                 text.encode("utf-8", "surrogatepass"), digest_size=12
             ).hexdigest()
+            _PLAIN.put(key, digest)
+            return digest
     try:
         text = _FINGERPRINT_JSON(message)
     except (TypeError, ValueError):  # pragma: no cover - exotic keys
