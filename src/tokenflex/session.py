@@ -134,8 +134,9 @@ class _PlainFingerprints:
     role and text: a conversation's opening messages (its key) and the turns a cut falls
     on are fingerprinted again on every request, each time from a copy of the text (a
     proxy parses every request afresh). Bounded by entries and by the characters the
-    texts hold (a text past a sixteenth of that is not kept); the oldest go first. A
-    fingerprint is a function of the role and the text alone: an entry is the answer."""
+    roles and texts hold (a message past a sixteenth of that is not kept); the oldest go
+    first. A fingerprint is a function of the role and the text alone: an entry is the
+    answer."""
 
     def __init__(self, entries: int, chars: int) -> None:
         self.entries = entries
@@ -148,7 +149,7 @@ class _PlainFingerprints:
         return self._items.get(key)
 
     def put(self, key: tuple[str, str], digest: str) -> None:
-        size = len(key[1])
+        size = len(key[0]) + len(key[1])
         if size > self.chars // 16:
             return
         with self._lock:
@@ -159,7 +160,7 @@ class _PlainFingerprints:
             while len(self._items) > self.entries or self._held > self.chars:
                 oldest = next(iter(self._items))
                 del self._items[oldest]
-                self._held -= len(oldest[1])
+                self._held -= len(oldest[0]) + len(oldest[1])
 
 
 _PLAIN = _PlainFingerprints(4096, 4 * 1024 * 1024)
