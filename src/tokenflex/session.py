@@ -17,10 +17,10 @@ import hashlib
 import json
 import operator
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import compress, count, repeat
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ._types import Message
 from .counting import MessageCounter
@@ -129,41 +129,44 @@ _JSON_STRING = json.encoder.encode_basestring
 """How that encoder writes a string (``ensure_ascii=False``; C where the C module is)."""
 
 
-class _PlainFingerprints:
-    """The fingerprints of plain ``{"role", "content"}`` messages made last, by their
-    role and text: a conversation's opening messages (its key) and the turns a cut falls
-    on are fingerprinted again on every request, each time from a copy of the text (a
-    proxy parses every request afresh). Bounded by entries and by the characters the
-    roles and texts hold (a message past a sixteenth of that is not kept); the oldest go
-    first. A fingerprint is a function of the role and the text alone: an entry is the
-    answer."""
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
-    def __init__(self, entries: int, chars: int) -> None:
+
+class _Remembered(Generic[K, V]):
+    """Answers this process made last, each a function of its key alone (so an entry is
+    the answer), bounded by entries and by a weight (the characters an entry holds; one
+    past a sixteenth of the bound is not kept); the oldest go first."""
+
+    def __init__(self, entries: int, weight: int = 0) -> None:
         self.entries = entries
-        self.chars = chars
-        self._items: dict[tuple[str, str], str] = {}
+        self.weight = weight
+        self._items: dict[K, tuple[V, int]] = {}
         self._held = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> str | None:
-        return self._items.get(key)
+    def get(self, key: K) -> V | None:
+        item = self._items.get(key)
+        return None if item is None else item[0]
 
-    def put(self, key: tuple[str, str], digest: str) -> None:
-        size = len(key[0]) + len(key[1])
-        if size > self.chars // 16:
+    def put(self, key: K, value: V, weight: int = 0) -> None:
+        if self.weight and weight > self.weight // 16:
             return
         with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = digest
-            self._held += size
-            while len(self._items) > self.entries or self._held > self.chars:
-                oldest = next(iter(self._items))
-                del self._items[oldest]
-                self._held -= len(oldest[0]) + len(oldest[1])
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._held -= old[1]
+            self._items[key] = (value, weight)
+            self._held += weight
+            while len(self._items) > self.entries or (self.weight and self._held > self.weight):
+                self._held -= self._items.pop(next(iter(self._items)))[1]
 
 
-_PLAIN = _PlainFingerprints(4096, 4 * 1024 * 1024)
+_PLAIN: _Remembered[tuple[str, str], str] = _Remembered(4096, 4 * 1024 * 1024)
+"""The fingerprints of plain ``{"role", "content"}`` messages, by role and text: a
+conversation's opening messages (its key) and the turn its cut falls on are fingerprinted
+again on every request, each time from a copy of the text (a proxy parses every request
+afresh). Weighed by the characters of the role and the text."""
 
 
 def fingerprint(message: Any) -> str:
@@ -181,7 +184,7 @@ def fingerprint(message: Any) -> str:
             digest = hashlib.blake2b(
                 text.encode("utf-8", "surrogatepass"), digest_size=12
             ).hexdigest()
-            _PLAIN.put(key, digest)
+            _PLAIN.put(key, digest, len(role) + len(content))
             return digest
     try:
         text = _FINGERPRINT_JSON(message)
@@ -288,31 +291,18 @@ class ObjectMemory:
         return cum[k]
 
 
-class _DecodedStates:
-    """The states this process wrote last, decoded, by the bytes object written: a store
-    that keeps the object it was given (the memory store) hands the same one back on the
-    conversation's next request, which is then not parsed again. Keyed by the object's
-    identity, which the entry holds (an id is not reused while it is kept), so a state is
-    found only for the very bytes it was written as; the states are never changed once
-    written. Bounded: the oldest go first."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: dict[int, tuple[bytes, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, raw: bytes) -> dict[str, Any] | None:
-        item = self._items.get(id(raw))
-        return item[1] if item is not None and item[0] is raw else None
-
-    def put(self, raw: bytes, state: dict[str, Any]) -> None:
-        with self._lock:
-            self._items[id(raw)] = (raw, state)
-            while len(self._items) > self.size:
-                del self._items[next(iter(self._items))]
+_DECODED: _Remembered[int, tuple[bytes, dict[str, Any]]] = _Remembered(256)
+"""The states this process wrote last, decoded, by the identity of the bytes object
+written (held in the entry, so the id is not reused while it is kept): a store that keeps
+the object it was given (the memory store) hands the same one back on the conversation's
+next request, which is then not parsed again; a state is found only for the very bytes
+it was written as (:func:`_decoded`). The states are never changed once written."""
 
 
-_DECODED = _DecodedStates(256)
+def _decoded(raw: bytes) -> dict[str, Any] | None:
+    """The state this process wrote as ``raw`` (that object), else None."""
+    item = _DECODED.get(id(raw))
+    return item[1] if item is not None and item[0] is raw else None
 
 
 class StoreMemory:
@@ -368,7 +358,7 @@ class StoreMemory:
             raw = self.store.get(self.key)
             if raw is None:
                 return None
-            loaded = _DECODED.get(raw)
+            loaded = _decoded(raw)
             if loaded is None:
                 try:
                     loaded = json.loads(raw)
@@ -438,7 +428,7 @@ class StoreMemory:
         }
         raw = json.dumps(state).encode()
         self.store.set(self.key, raw, ttl_s=SESSION_TTL_S)
-        _DECODED.put(raw, state)
+        _DECODED.put(id(raw), (raw, state))
         self._loaded = state
         if previous is None:
             return None
