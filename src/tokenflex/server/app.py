@@ -67,7 +67,7 @@ from ._fitter import (
 )
 from ._models import Discover, ModelResolver, display_name
 from ._upstream import Upstream, check_proxy_key
-from ._validate import ChatRequest, parse_count
+from ._validate import ChatRequest, ParsedBodies, parse_count
 from .config import ServerConfig, check_fit_options, check_models
 from .errors import ProxyError, error_response
 from .limits import Busy, LargeBodies, Limits
@@ -222,6 +222,8 @@ class Proxy:
         self.fitter.summarizer_transports = self.metrics.summarizer_transports
         self.large = LargeBodies(config)
         """Large requests are counted one at a time (``large_body_bytes``)."""
+        self.bodies = ParsedBodies(config.parsed_bodies_max_bytes)
+        """Bodies parsed lately, by client: a conversation's next turn reuses their items."""
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -351,11 +353,11 @@ class Proxy:
         record, error = self.metrics.record(wire.name, route, request.headers), ""
         try:
             raw = await read_body(request, self.config.max_body_bytes)
-            req = wire.parse(raw, request.path_params.get("model"))
+            owner = request_owner(request.scope, request.headers)
+            req = wire.parse(raw, request.path_params.get("model"), bodies=self.bodies, owner=owner)
             record.requested(req.model)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
-            owner = request_owner(request.scope, request.headers)
             learned: int | None = None  # a window the upstream's refusal taught: one retry
             sent_raw: bytes | None = raw  # the client's bytes (None once recall appended)
             rounds = 0  # tokenflex_recall calls this proxy answered itself
@@ -447,7 +449,12 @@ class Proxy:
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
             owner = request_owner(request.scope, request.headers)
             async with self.large.turn(len(raw)):
-                parse = functools.partial(wire.parse, model=request.path_params.get("model"))
+                parse = functools.partial(
+                    wire.parse,
+                    model=request.path_params.get("model"),
+                    bodies=self.bodies,
+                    owner=owner,
+                )
                 seen = await self.fitter.observe(
                     parse, raw, route, bearer(forward_headers), owner=owner
                 )

@@ -137,6 +137,10 @@ class ServerConfig(BaseSettings):
     plans_max: int = Field(1000, ge=0)
     plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
     """Bytes the plan store keeps (request bodies and plans, as bytes, never live objects)."""
+    parsed_bodies_max_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    """Bytes of recent request bodies kept parsed, by client, so the next turn of a
+    conversation (the same bytes, something added) parses only what it added; 0: every
+    body is parsed whole. A body over a quarter of it is not kept."""
     metrics: bool = True
     """Serve ``GET /metrics`` (Prometheus text format, behind ``proxy_key`` when set)."""
     ui: bool = True

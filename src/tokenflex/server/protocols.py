@@ -40,7 +40,7 @@ from ..formats.request import request_body
 from ..models import Model
 from ..recall import with_recall_tool
 from ._fitter import Fitter
-from ._validate import ChatRequest, dump_json, parse_json, parse_request
+from ._validate import ChatRequest, ParsedBodies, dump_json, parse_json, parse_request
 from .config import split_options
 from .errors import ProxyError
 
@@ -87,10 +87,18 @@ class Wire:
             return default_format().path or "/v1/chat/completions"
         return self.path
 
-    def parse(self, raw: bytes, model: str | None = None) -> ChatRequest:
+    def parse(
+        self,
+        raw: bytes,
+        model: str | None = None,
+        *,
+        bodies: ParsedBodies | None = None,
+        owner: str = "",
+    ) -> ChatRequest:
         """Parses and checks a body (a 400 :class:`ProxyError` when it is bad);
-        ``model``: the route's ``{model}``."""
-        return parse_request(self.format, raw, model)
+        ``model``: the route's ``{model}``; ``bodies``: ``owner``'s bodies parsed lately
+        (:class:`~tokenflex.server._validate.ParsedBodies`)."""
+        return parse_request(self.format, raw, model, bodies=bodies, owner=owner)
 
     def reparse(self, raw: bytes) -> tuple[list[Any], Any]:
         """The messages and system prompt of a body parsed before (a kept plan's

@@ -720,7 +720,181 @@ static PyObject *fastcut_json_scan(PyObject *self, PyObject *const *args, Py_ssi
     return PyLong_FromLong(st.wide_level <= limit + 1 ? 2 : st.too_deep ? 1 : 0);
 }
 
+/* A JSON body's outline, read by its structure only (strings by their quotes and
+ * escapes, arrays and objects by their brackets, scalars up to the next delimiter): what
+ * lets the proxy parse only the part of a request body that a previous body did not
+ * have. The outline is exact for valid JSON; whatever it reads in a body that is not
+ * valid is parsed by orjson afterwards (tokenflex.server._validate.ParsedBodies), which
+ * refuses it. */
+static inline int js_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static Py_ssize_t js_skip_ws(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n && js_ws(s[i])) i++;
+    return i;
+}
+
+/* s[i] == '"': the offset past the string's closing quote; -1 when it has none. */
+static Py_ssize_t js_string_end(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    Py_ssize_t from = i + 1;
+    while (from < n) {
+        const unsigned char *q = memchr(s + from, '"', (size_t)(n - from));
+        if (q == NULL) return -1;
+        Py_ssize_t k = q - s, b = k;
+        while (b > from && s[b - 1] == '\\') b--; /* (a quote ends the run: it is no '\\') */
+        if (((k - b) & 1) == 0) return k + 1;
+        from = k + 1;
+    }
+    return -1;
+}
+
+/* The offset past the value that starts at s[i] (not whitespace); -1 when it does not
+ * end within n. */
+static Py_ssize_t js_value_end(const unsigned char *s, Py_ssize_t i, Py_ssize_t n) {
+    unsigned char c = s[i];
+    if (c == '"') return js_string_end(s, i, n);
+    if (c == '{' || c == '[') {
+        Py_ssize_t depth = 0;
+        while (i < n) {
+            c = s[i];
+            if (c == '"') {
+                i = js_string_end(s, i, n);
+                if (i < 0) return -1;
+                continue;
+            }
+            if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                if (--depth == 0) return i + 1;
+            }
+            i++;
+        }
+        return -1;
+    }
+    while (i < n && !js_ws(s[i]) && s[i] != ',' && s[i] != '}' && s[i] != ']') i++;
+    return i;
+}
+
+/* json_outline(raw, key, at, resume, count) -> (members, open, close, ends) | None: the
+ * top-level object of raw: its number of members, where the array of the member whose
+ * key is written as key (bytes, without quotes) opens and closes, and where each of its
+ * elements ends. at >= 0: the array must open there; resume > 0 (with at): raw[at:resume]
+ * is known to hold count elements and their commas (a body read before had the same
+ * bytes), and the elements are read from resume on (ends lists those). None when raw is
+ * not an object holding such an array once, or ends before its close. */
+static PyObject *fastcut_json_outline(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "json_outline(raw: bytes, key: bytes, at, resume, count)");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    const char *key = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t klen = PyBytes_GET_SIZE(args[1]);
+    Py_ssize_t at = PyLong_AsSsize_t(args[2]);
+    if (at == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t resume = PyLong_AsSsize_t(args[3]);
+    if (resume == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyLong_AsSsize_t(args[4]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    if (resume > 0 && (at < 0 || resume <= at || resume > n || count < 0)) Py_RETURN_NONE;
+    Py_ssize_t i = js_skip_ws(s, 0, n), members = 0, open = -1, close = -1;
+    PyObject *ends = NULL;
+    if (i >= n || s[i] != '{') Py_RETURN_NONE;
+    i = js_skip_ws(s, i + 1, n);
+    if (i < n && s[i] == '}') {
+        i++;
+        goto trailer;
+    }
+    for (;;) {
+        if (i >= n || s[i] != '"') goto none;
+        Py_ssize_t kend = js_string_end(s, i, n);
+        if (kend < 0) goto none;
+        int is_key = kend - i - 2 == klen && memcmp(s + i + 1, key, (size_t)klen) == 0;
+        i = js_skip_ws(s, kend, n);
+        if (i >= n || s[i] != ':') goto none;
+        i = js_skip_ws(s, i + 1, n);
+        if (i >= n) goto none;
+        members++;
+        if (is_key) {
+            if (open >= 0 || s[i] != '[' || (at >= 0 && i != at)) goto none;
+            open = i;
+            ends = PyList_New(0);
+            if (ends == NULL) return NULL;
+            Py_ssize_t p = i + 1;
+            int first = 1;
+            if (resume > 0) {
+                p = resume;
+                first = count == 0;
+            }
+            for (;;) {
+                p = js_skip_ws(s, p, n);
+                if (p >= n) goto none;
+                if (s[p] == ']') {
+                    close = p;
+                    i = p + 1;
+                    break;
+                }
+                if (!first) {
+                    if (s[p] != ',') goto none;
+                    p = js_skip_ws(s, p + 1, n);
+                    if (p >= n) goto none;
+                }
+                Py_ssize_t e = js_value_end(s, p, n);
+                if (e < 0) goto none;
+                PyObject *end = PyLong_FromSsize_t(e);
+                if (end == NULL || PyList_Append(ends, end) < 0) {
+                    Py_XDECREF(end);
+                    Py_DECREF(ends);
+                    return NULL;
+                }
+                Py_DECREF(end);
+                p = e;
+                first = 0;
+            }
+        } else {
+            i = js_value_end(s, i, n);
+            if (i < 0) goto none;
+        }
+        i = js_skip_ws(s, i, n);
+        if (i < n && s[i] == ',') {
+            i = js_skip_ws(s, i + 1, n);
+            continue;
+        }
+        if (i < n && s[i] == '}') {
+            i++;
+            break;
+        }
+        goto none;
+    }
+trailer:
+    if (js_skip_ws(s, i, n) != n || open < 0) goto none;
+    return Py_BuildValue("(nnnN)", members, open, close, ends);
+none:
+    Py_XDECREF(ends);
+    Py_RETURN_NONE;
+}
+
+/* common_prefix(a, b) -> int: how many bytes a and b share from their start. */
+static PyObject *fastcut_common_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "common_prefix(a: bytes, b: bytes)");
+        return NULL;
+    }
+    const char *a = PyBytes_AS_STRING(args[0]), *b = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), m = PyBytes_GET_SIZE(args[1]), i = 0;
+    if (m < n) n = m;
+    while (i + 4096 <= n && memcmp(a + i, b + i, 4096) == 0) i += 4096;
+    while (i < n && a[i] == b[i]) i++;
+    return PyLong_FromSsize_t(i);
+}
+
 static PyMethodDef methods[] = {
+    {"json_outline", (PyCFunction)(void (*)(void))fastcut_json_outline, METH_FASTCALL,
+     "json_outline(raw, key, at, resume, count) -> (members, open, close, ends) | None: the\n"
+     "top-level object's member count, and where the array under key opens, closes and\n"
+     "ends each element, read by structure only (from resume on, when given)."},
+    {"common_prefix", (PyCFunction)(void (*)(void))fastcut_common_prefix, METH_FASTCALL,
+     "common_prefix(a, b) -> int: how many bytes a and b share from their start."},
     {"json_scan", (PyCFunction)(void (*)(void))fastcut_json_scan, METH_FASTCALL,
      "json_scan(value, limit, wide) -> int: 2 when a float of abs() >= wide sits within\n"
      "limit + 1 levels, else 1 when containers nest more than limit levels, else 0."},

@@ -33,7 +33,9 @@ _COUNT_MASK = (1 << _LEN_SHIFT) - 1
 def _natives() -> dict[str, Any]:
     try:
         from ._fastcut import (
+            common_prefix,
             is_json,
+            json_outline,
             json_scan,
             message_total,
             plain_run,
@@ -43,7 +45,9 @@ def _natives() -> dict[str, Any]:
     except ImportError:  # built without a C compiler
         return {}
     return {
+        "common_prefix": common_prefix,
         "is_json": is_json,
+        "json_outline": json_outline,
         "json_scan": json_scan,
         "message_total": message_total,
         "plain_run": plain_run,
@@ -57,7 +61,8 @@ _NATIVES = _natives()
 
 def native(name: str) -> Any:
     """The function ``name`` of ``_fastcut.c`` (the package's C loops: ``plain_total``,
-    ``plain_run``, ``plain_until``, ``message_total``, ``is_json``, ``json_scan``), or
+    ``plain_run``, ``plain_until``, ``message_total``, ``is_json``, ``json_scan``,
+    ``json_outline``, ``common_prefix``), or
     None where the package was built without a C compiler (each caller then reads in
     Python)."""
     return _NATIVES.get(name)

@@ -1,0 +1,183 @@
+"""A conversation's next turn parses only what it added (issue 24, item 4).
+
+:class:`ParsedBodies` reuses the items a body shares, byte for byte from its start, with a
+body its owner sent before. The reference is the stdlib parser alone, on the whole body:
+for any sequence of bodies (grown, edited, re-spaced, with hostile bytes spliced in), each
+answer is the same value, with the same types, or the same 400 as the reference's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenflex.server import _validate
+from tokenflex.server._validate import ParsedBodies
+from tokenflex.server.errors import ProxyError
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()  # unbounded: past 64 bits too
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_SPLICES = st.sampled_from(
+    [b"NaN", b"1e400", b"123456789012345678901", b"\\ud800", b"\xed\xa0\x80", b"\xff",
+     b"[" * 130, b'"', b",", b"}", b"]", b"[", b"0", b"5", b'"messages":[],', b" "]
+)  # fmt: skip
+_EDITS = st.one_of(
+    st.tuples(st.just("append"), st.lists(_VALUES, min_size=1, max_size=3)),
+    st.tuples(st.just("last"), _VALUES),
+    st.tuples(st.just("digit"), st.integers(0, 9)),
+    st.tuples(st.just("drop"), st.integers(1, 3)),
+    st.tuples(st.just("other"), _VALUES),
+    st.tuples(st.just("twice"), _VALUES | st.just([])),
+    st.tuples(st.just("escaped"), _VALUES | st.just([])),  # the key written another way
+    st.tuples(st.just("deep"), st.integers(124, 127)),  # about MAX_DEPTH in the body
+)
+_FORMATS = st.sampled_from([(",", ":"), (", ", ": "), (" ,", " : ")])
+
+
+_ESCAPED = '"mess\\u0061ges"'  # "messages", as JSON may write it
+
+
+def _dump(body: list[tuple[str, Any]], seps: tuple[str, str], ascii_only: bool) -> bytes:
+    """``body``'s members in order (a key may repeat) as JSON text."""
+    item, key = seps
+    members = [
+        (k if k == _ESCAPED else json.dumps(k))
+        + key
+        + json.dumps(v, separators=seps, ensure_ascii=ascii_only)
+        for k, v in body
+    ]
+    return ("{" + item.join(members) + "}").encode("utf-8", "surrogatepass")
+
+
+def _outcome(parse: Any, raw: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", json.dumps(parse(raw))  # dumps tells 1 from 1.0
+    except ProxyError as exc:
+        return "error", (exc.status_code, exc.message, exc.param, exc.code)
+
+
+def _reference(raw: bytes) -> tuple[str, Any]:
+    with mock.patch.object(_validate, "orjson", None):  # the stdlib path alone, whole
+        return _outcome(_validate.parse_json, raw)
+
+
+def _edit(items: list[Any], others: list[tuple[str, Any]], edit: tuple[str, Any]) -> None:
+    kind, arg = edit
+    if kind == "append":
+        items.extend(arg)
+    elif kind == "last" and items:
+        items[-1] = arg
+    elif kind == "digit":  # a number that goes on: 12 -> 123 (the next one may go on)
+        last = items.pop() if items and type(items[-1]) is int else 1
+        items.append(int(str(last) + str(arg)))
+    elif kind == "drop":
+        del items[-arg:]
+    elif kind == "other":
+        others.append(("max_tokens", arg))
+    elif kind == "twice":
+        others.append(("messages", arg))
+    elif kind == "escaped":
+        others.append((_ESCAPED, arg))
+    elif kind == "deep":
+        deep: Any = 0
+        for _ in range(arg):
+            deep = [deep]
+        items.append(deep)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_VALUES, max_size=4),
+    st.lists(st.tuples(_EDITS, _FORMATS, st.booleans()), min_size=2, max_size=5),
+    st.lists(st.tuples(st.integers(0, 10**6), _SPLICES), max_size=1),
+)
+def test_each_body_parses_as_the_stdlib_parses_it_whole(
+    start: list[Any], turns: list[Any], splices: list[Any]
+) -> None:
+    bodies = ParsedBodies(1 << 20, min_bytes=0)
+    items, others = list(start), [("model", "m")]
+    for n, (edit, seps, ascii_only) in enumerate(turns):
+        _edit(items, others, edit)
+        before = [m for m in others if m[0] == "model"]
+        after = [m for m in others if m[0] != "model"]
+        raw = _dump([*before, ("messages", items), *after], seps, ascii_only)
+        if n == len(turns) - 1:
+            for at, piece in splices:  # the last turn: hostile bytes anywhere
+                at %= len(raw) + 1
+                raw = raw[:at] + piece + raw[at:]
+        assert _outcome(lambda r: bodies.parse(r, "messages", "client"), raw) == _reference(raw)
+
+
+def _turn(n: int) -> bytes:
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "x" * 200}
+        for i in range(n)
+    ]
+    return json.dumps({"model": "gpt-4o", "messages": messages, "max_tokens": 256}).encode()
+
+
+def test_a_grown_conversation_reuses_the_items_it_repeats() -> None:
+    bodies = ParsedBodies(1 << 20, min_bytes=0)
+    first = bodies.parse(_turn(10), "messages", "a")
+    second = bodies.parse(_turn(12), "messages", "a")
+    assert second == json.loads(_turn(12))
+    assert all(x is y for x, y in zip(first["messages"], second["messages"][:10], strict=True))
+    assert second["messages"] is not first["messages"]  # a list of the request's own
+    assert bodies.reused == 1
+    again = bodies.parse(_turn(12), "messages", "a")  # the same bytes again
+    assert all(x is y for x, y in zip(second["messages"], again["messages"], strict=True))
+    assert bodies.reused == 2
+
+
+def test_a_body_is_never_reused_for_another_owner() -> None:
+    bodies = ParsedBodies(1 << 20, min_bytes=0)
+    mine = bodies.parse(_turn(10), "messages", "a")
+    theirs = bodies.parse(_turn(10), "messages", "b")
+    assert theirs == mine
+    assert not any(x is y for x, y in zip(mine["messages"], theirs["messages"], strict=True))
+    assert bodies.reused == 0
+
+
+def test_the_bodies_kept_stay_within_their_bounds() -> None:
+    size = len(_turn(10))
+    bodies = ParsedBodies(size * 5, per_owner=2, min_bytes=0)
+    for owner in "abcd":
+        for n in (10, 11, 13):
+            bodies.parse(_turn(n)[:-1] + b" " * (n % 2) + b"}", "messages", owner)
+            _, held = bodies.held
+            assert held <= size * 5
+    assert bodies.held[0] <= 4
+    big = ParsedBodies(size * 3, min_bytes=0)  # a body over a quarter: parsed, not kept
+    assert big.parse(_turn(10), "messages", "a") == json.loads(_turn(10))
+    assert big.held == (0, 0)
+
+
+def test_a_number_or_a_literal_that_goes_on_is_parsed_again() -> None:
+    bodies = ParsedBodies(1 << 20, min_bytes=0)
+    for before, after in ((b"12", b"123"), (b"1", b"1.5"), (b"1", b"1e3"), (b"-0", b"-0.0")):
+        for raw in (
+            b'{"messages": [{"a": 1}, ' + before + b"]}",
+            b'{"messages": [{"a": 1}, ' + after + b"]}",
+        ):
+            assert bodies.parse(raw, "messages", "a") == json.loads(raw)
+    assert (
+        json.dumps(bodies.parse(b'{"messages": [1, 1.0]}', "messages", "b"))
+        == '{"messages": [1, 1.0]}'
+    )
+    assert bodies.reused >= 4  # (the object before each number was reused)
