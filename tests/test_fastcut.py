@@ -338,3 +338,35 @@ def test_one_message_counted_in_c_is_counted_as_in_python(
     assert counter.message(msg) == expected
     assert counter.message(msg) == expected  # and again from the cache
     event(f"read in C: {read is not None}")
+
+
+_POOL = [{"n": i} for i in range(4)]  # equal values are not the same objects
+_OBJECTS = st.lists(st.sampled_from(_POOL) | st.builds(dict, n=st.integers(0, 3)), max_size=12)
+
+
+@given(_OBJECTS, st.sampled_from(_POOL) | st.builds(dict), st.integers(-2, 14))
+def test_find_same_finds_the_object_itself(items: list[Any], obj: Any, lo: int) -> None:
+    expected = next((i for i in range(max(lo, 0), len(items)) if items[i] is obj), -1)
+    assert fastcut.find_same(items, obj, lo) == expected
+
+
+@given(_OBJECTS, st.integers(-1, 13), _OBJECTS, st.integers(-1, 13), st.booleans())
+def test_same_run_counts_the_same_objects(
+    a: list[Any], i: int, b: list[Any], j: int, shared: bool
+) -> None:
+    if shared:  # a run worth finding: b holds a piece of a
+        b = b[: max(j, 0)] + a[max(i, 0) :] + b[max(j, 0) :]
+    k = 0
+    if i >= 0 and j >= 0:
+        while i + k < len(a) and j + k < len(b) and a[i + k] is b[j + k]:
+            k += 1
+    assert fastcut.same_run(a, i, b, j) == k
+
+
+@given(st.binary(max_size=9000), st.binary(max_size=9000), st.integers(0, 9000))
+def test_common_prefix_counts_the_shared_bytes(a: bytes, b: bytes, cut: int) -> None:
+    b = a[:cut] + b  # shared bytes on both sides of a 4 KiB block
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert fastcut.common_prefix(a, b) == n

@@ -17,7 +17,7 @@ import hashlib
 import json
 import operator
 import threading
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import compress, count, repeat
 from typing import Any, Generic, Protocol, TypeVar
@@ -26,6 +26,7 @@ from ._types import Message
 from .counting import MessageCounter
 from .counting.messages import shared_prefix
 from .state.tenant import tenant_view
+from .tokenizers.base import native
 
 __all__ = [
     "GROWTH_REQUESTS",
@@ -451,6 +452,8 @@ class StoreMemory:
 
 Item = list[Any]
 _SCANS = 4  # messages looked for by a scan of the source before it is indexed
+_FIND_SAME: Callable[[list[Any], Any, int], int] | None = native("find_same")  # None: no C
+_SAME_RUN: Callable[[list[Any], int, list[Any], int], int] | None = native("same_run")
 
 
 def sent_items(raw: Any) -> list[Item]:
@@ -517,10 +520,15 @@ def source_runs(
     scans = 0
     i, end, n = 0, len(messages), len(source)
     expect = 0
+    find = _FIND_SAME
     while i < end:
         m = messages[i]
         j = next((x for x in (expect, hint) if x < n and source[x] is m), None)
-        if j is None and scans < _SCANS:
+        if j is None and find is not None and type(source) is list:  # identity, in C
+            j = find(source, m, 0)
+            if j < 0:
+                j = None
+        elif j is None and scans < _SCANS:
             scans += 1
             j = next(compress(count(), map(operator.is_, source, repeat(m))), None)
         elif j is None:
@@ -539,6 +547,8 @@ def source_runs(
 def run_length(a: Sequence[Any], i: int, b: Sequence[Any], j: int) -> int:
     """How many items from ``a[i]`` on are ``b[j]`` on (the same objects): compared in
     doubling blocks, so a run costs O(its length), not O(the rest of the list)."""
+    if _SAME_RUN is not None and type(a) is list and type(b) is list:
+        return _SAME_RUN(a, i, b, j)  # (in C)
     k, block = 0, 8
     limit = min(len(a) - i, len(b) - j)
     while k < limit:

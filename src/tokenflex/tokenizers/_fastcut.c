@@ -888,7 +888,48 @@ static PyObject *fastcut_common_prefix(PyObject *self, PyObject *const *args, Py
     return PyLong_FromSsize_t(i);
 }
 
+/* find_same(items, obj, lo) -> int: the first index from lo of the very object obj in the
+ * list items (compared by identity, as `is`); -1 when it is not there. */
+static PyObject *fastcut_find_same(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "find_same(items: list, obj, lo)");
+        return NULL;
+    }
+    Py_ssize_t lo = PyLong_AsSsize_t(args[2]);
+    if (lo == -1 && PyErr_Occurred()) return NULL;
+    PyObject *items = args[0], *obj = args[1];
+    for (Py_ssize_t i = lo < 0 ? 0 : lo; i < PyList_GET_SIZE(items); i++) {
+        if (PyList_GET_ITEM(items, i) == obj) return PyLong_FromSsize_t(i);
+    }
+    return PyLong_FromLong(-1);
+}
+
+/* same_run(a, i, b, j) -> int: how many items from a[i] on are b[j] on, the very same
+ * objects (lists; compared by identity). */
+static PyObject *fastcut_same_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "same_run(a: list, i, b: list, j)");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t j = PyLong_AsSsize_t(args[3]);
+    if (j == -1 && PyErr_Occurred()) return NULL;
+    PyObject *a = args[0], *b = args[2];
+    Py_ssize_t k = 0;
+    if (i < 0 || j < 0) return PyLong_FromLong(0);
+    while (i + k < PyList_GET_SIZE(a) && j + k < PyList_GET_SIZE(b) &&
+           PyList_GET_ITEM(a, i + k) == PyList_GET_ITEM(b, j + k))
+        k++;
+    return PyLong_FromSsize_t(k);
+}
+
 static PyMethodDef methods[] = {
+    {"find_same", (PyCFunction)(void (*)(void))fastcut_find_same, METH_FASTCALL,
+     "find_same(items, obj, lo) -> int: the first index from lo of obj itself in the list\n"
+     "(by identity); -1 when it is not there."},
+    {"same_run", (PyCFunction)(void (*)(void))fastcut_same_run, METH_FASTCALL,
+     "same_run(a, i, b, j) -> int: how many items from a[i] on are b[j] on (by identity)."},
     {"json_outline", (PyCFunction)(void (*)(void))fastcut_json_outline, METH_FASTCALL,
      "json_outline(raw, key, at, resume, count) -> (members, open, close, ends) | None: the\n"
      "top-level object's member count, and where the array under key opens, closes and\n"

@@ -34,6 +34,7 @@ def _natives() -> dict[str, Any]:
     try:
         from ._fastcut import (
             common_prefix,
+            find_same,
             is_json,
             json_outline,
             json_scan,
@@ -41,11 +42,13 @@ def _natives() -> dict[str, Any]:
             plain_run,
             plain_total,
             plain_until,
+            same_run,
         )
     except ImportError:  # built without a C compiler
         return {}
     return {
         "common_prefix": common_prefix,
+        "find_same": find_same,
         "is_json": is_json,
         "json_outline": json_outline,
         "json_scan": json_scan,
@@ -53,6 +56,7 @@ def _natives() -> dict[str, Any]:
         "plain_run": plain_run,
         "plain_total": plain_total,
         "plain_until": plain_until,
+        "same_run": same_run,
     }
 
 
@@ -62,7 +66,7 @@ _NATIVES = _natives()
 def native(name: str) -> Any:
     """The function ``name`` of ``_fastcut.c`` (the package's C loops: ``plain_total``,
     ``plain_run``, ``plain_until``, ``message_total``, ``is_json``, ``json_scan``,
-    ``json_outline``, ``common_prefix``), or
+    ``json_outline``, ``common_prefix``, ``find_same``, ``same_run``), or
     None where the package was built without a C compiler (each caller then reads in
     Python)."""
     return _NATIVES.get(name)
