@@ -147,7 +147,8 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             await drain(stream)
             raise too_large(size, limit, declared=False)
-        chunks.append(chunk)
+        if chunk:  # (the stream ends with b"": a body in one chunk is not copied)
+            chunks.append(chunk)
     return b"".join(chunks)
 
 
