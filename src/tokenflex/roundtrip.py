@@ -20,8 +20,12 @@ reads it: :func:`fresh` compares the kept units with what was read before, and f
 starts over when one changed. An edit inside a nested value (a block of a content list
 changed in place) is not seen; give a new dict instead. A list a format's parse vouched
 for is a request read once (the proxy's: no one else holds it): its items are not marked,
-its read serves that fit alone and is forgotten when the fit is done
-(:func:`read_through`); a later fit of the same list reads it afresh.
+and when its fit is done its read is kept only as the last of its conversation
+(:func:`read_through`): the proxy parses the next turn of a conversation with the objects
+of the bytes it repeats (:class:`~tokenflex.server._validate.ParsedBodies`), so that turn's
+list opens with the very objects of the last one's, and is read only where it is new
+(:meth:`_Memo.continued`). Its running counts are taken along only by the one turn that
+goes on from the read as it was counted; another turn from the same read counts afresh.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from .message.checks import BadMessage
 from .message.objects import json_ready, tools_json_ready
 from .models import Model
 from .plan import SENT_SHRUNK, DroppedItems, DropRun, ItemSource, Plan
-from .tokenizers.base import plain_until
+from .tokenizers.base import native, plain_until
 
 __all__ = [
     "Prepared",
@@ -119,6 +123,9 @@ _SEEN_SIZE = 8
 """Short lists noted on their first read (:meth:`_Memo.seen`)."""
 _MEMO_SIZE = 4
 """Lists remembered (each with a copy of its items and its conversion)."""
+_PARSED_ITEMS = 20_000
+"""Items of the parses' lists kept after their fit (:meth:`_Memo.continued`), in all."""
+_SAME_RUN: Callable[[list[Any], int, list[Any], int], int] | None = native("same_run")
 
 
 @dataclass
@@ -144,12 +151,50 @@ class _Read:
 
 
 class _Memo:
-    """The last :data:`_MEMO_SIZE` lists read, by identity (thread-safe)."""
+    """The last :data:`_MEMO_SIZE` lists read, by identity, and the last reads of a
+    parse's lists once their fit is done (thread-safe)."""
 
     def __init__(self) -> None:
         self._reads: dict[int, _Read] = {}
         self._seen: dict[int, list[Any]] = {}
+        self._parsed: list[_Read] = []
+        """A parse's lists read (:attr:`_Read.once`), oldest first, whose fit is done:
+        the next turn of their conversation goes on from them (:meth:`continued`)."""
         self._lock = threading.Lock()
+
+    def continued(self, messages: list[Any], key: tuple[Any, ...]) -> tuple[_Read, int] | None:
+        """The read of a parse's list that ``messages`` (another parse's list) goes on
+        from, and how many of its items it repeats: the very objects that read saw. The
+        proxy parses a conversation's next turn with the items it repeats reused
+        (:class:`~tokenflex.server._validate.ParsedBodies`), so its list opens with the
+        last turn's objects, which no one edits (all of them, or all but the last few: an
+        agent moves its cache breakpoint to the newest message); compared by identity in
+        C. The newest read repeated whole, else the one repeated furthest."""
+        if _SAME_RUN is None or not messages:
+            return None
+        first = messages[0]
+        best: tuple[_Read, int] | None = None
+        for read in reversed(self._parsed[:]):
+            if read.key != key or read.given[0] is not first:
+                continue
+            m = min(_SAME_RUN(messages, 0, read.given, 0), read.n)
+            if m == read.n:
+                return read, m
+            if best is None or m > best[1]:
+                best = read, m
+        return best
+
+    def done(self, read: _Read) -> None:
+        """``read``'s fit is done: out of the reads by identity, kept as the last read of
+        its conversation (the oldest out past :data:`_PARSED_ITEMS` items)."""
+        with self._lock:
+            self._reads.pop(id(read.given), None)
+            parsed = [r for r in self._parsed if r is not read]
+            parsed.append(read)
+            total = sum(r.n for r in parsed)
+            while parsed and total > _PARSED_ITEMS:
+                total -= parsed.pop(0).n
+            self._parsed = parsed
 
     def seen(self, messages: list[Any]) -> bool:
         """Whether the short list ``messages`` (this very object) was read before; noted
@@ -185,6 +230,7 @@ class _Memo:
         with self._lock:
             self._reads.clear()
             self._seen.clear()
+            self._parsed = []
 
 
 _MEMO = _Memo()
@@ -199,12 +245,13 @@ def forget(messages: Sequence[Any] | None = None) -> None:
 
 
 def read_through(messages: Sequence[Any]) -> None:
-    """The fit of ``messages`` is done: forget the memo's read of it when that read was a
-    request read once (a format's parse made the list: :attr:`_Read.once`), so its
-    conversion and copies go now and the memo keeps its places for lists read again."""
+    """The fit of ``messages`` is done: when the memo's read of it was a request read
+    once (a format's parse made the list: :attr:`_Read.once`), the memo keeps its places
+    for lists read again, and the read only as the last of its conversation, for the
+    next turn's list to go on from (:meth:`_Memo.continued`; bounded)."""
     read = _MEMO.get(messages) if type(messages) is list else None
     if read is not None and read.once:
-        _MEMO.forget(messages)
+        _MEMO.done(read)
 
 
 def remember(messages: Sequence[Any], last: Any) -> None:
@@ -295,22 +342,38 @@ def prepare(
     read = _MEMO.get(messages)
     if read is not None and read.once:
         read = None  # (a parse's list read again: no marks to trust it by)
+    went_on = read is None and checked_as is not None
+    if went_on:  # a parse's list: the next turn of one read before, by its objects?
+        found = _MEMO.continued(messages, key)
+        if found is not None:
+            read, repeated = found
+            if repeated < read.n:
+                read = _truncated(read, repeated, new_index)
     items = (
         _read_again(read, messages)
         if read is not None and read.key == key and _same_system(read.system, system)
         else None
     )
     if read is not None and items is not None:
+        # a conversation's turn that does not hold the record as its counts were made
+        # (another turn went on from the same read first) counts afresh
+        index = (
+            (new_index(read_once=True) if new_index is not None else None)
+            if went_on and items is not read.items
+            else read.prepared.index
+        )
+        last = None if went_on else read.last
         if len(messages) == read.n:
             return _trusted(
-                read.prepared.evolved(tools=counted, given_tools=tools, last=read.last),
+                read.prepared.evolved(tools=counted, given_tools=tools, last=last, index=index),
                 checked_as,
             )
         grown = _grown(read, messages, counted, tools)
         if grown is not None:
             grown = _trusted(grown, checked_as)
-            grown.last = read.last  # (fit()'s record of the list as it was: it grew since)
-            _MEMO.put(_Read(messages, items, len(messages), key, system, grown))
+            grown.last = last  # (fit()'s record of the list as it was: it grew since)
+            grown.index = index
+            _MEMO.put(_Read(messages, items, len(messages), key, system, grown, once=went_on))
             return grown
     prepared = _trusted(
         _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
@@ -324,6 +387,53 @@ def prepare(
     record = list(messages) if items is None else items
     _MEMO.put(_Read(messages, record, len(messages), key, system, prepared, once=once))
     return prepared
+
+
+def _truncated(read: _Read, m: int, new_index: Callable[..., Any] | None) -> _Read | None:
+    """``read`` as if its list had held its first ``m`` items only (the list of the turn
+    it is the read of went on from there another way): what it converted and checked of
+    them, and running counts of its own (None: read the list afresh). A converted read
+    keeps its units within those items (each unit's items are known: a
+    :class:`~tokenflex.formats.native.NativeMessage`'s); the counts are never the old
+    read's, which may hold the items after them."""
+    old = read.prepared
+    conv = old.converted
+    index = new_index(read_once=True) if new_index is not None else None
+    given = read.given[:m]
+    if conv is None:
+        messages: list[Any] = given
+        converted = None
+        keep = m
+    else:
+        units: list[Any] = []
+        for u in conv.messages:
+            if not isinstance(u, NativeMessage):
+                return None  # (a chat unit of no item: not told apart)
+            if u.start + len(u.native) > m:
+                break
+            units.append(u)
+        keep = len(units)
+        messages = units
+        converted = Converted(
+            conv.format,
+            units,
+            system=conv.system,
+            count=m,
+            reasoning=[(i, t) for i, t in conv.reasoning if i < m],
+        )
+    checked = {k: (model, min(v, keep)) for k, (model, v) in old.checked.items()}
+    prepared = Prepared(
+        messages,
+        old.tools,
+        old.given_tools,
+        converted,
+        checked,
+        given=given,
+        plain=old.plain,
+        index=index,
+        vouched=min(old.vouched, keep),
+    )
+    return _Read(read.given, read.items[:m], m, read.key, read.system, prepared, once=True)
 
 
 def _trusted(prepared: Prepared, checked_as: str | None) -> Prepared:

@@ -240,8 +240,10 @@ class ListIndex:
     list's pinned turns growing, counts afresh from there). Thread-safe.
 
     ``read_once``: the list is a request read once (a format's parse vouched for it, see
-    :func:`tokenflex.roundtrip.read_through`): no one edits it while its fit runs, and the
-    index is not kept past that fit, so no copies are kept and a view compares nothing.
+    :func:`tokenflex.roundtrip.read_through`): no one edits its items, so no copies are
+    kept and a view compares nothing. Past that fit the index serves only the next turn
+    of its conversation that goes on from the same objects, as they were counted (a list
+    that opens with them; :func:`tokenflex.roundtrip.prepare` gives any other a new index).
     """
 
     def __init__(self, *, read_once: bool = False) -> None:

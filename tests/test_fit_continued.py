@@ -1,0 +1,120 @@
+"""A conversation's next turn, parsed by the proxy, is read only where it is new.
+
+The proxy parses a body that repeats the last turn's bytes with the last turn's objects
+(:class:`~tokenflex.server._validate.ParsedBodies`), so fit() finds the read of that turn's
+list by its objects (``roundtrip._Memo.continued``) and converts, checks and counts only
+the items added. The reference is the same request read afresh: a deep copy of the list,
+which fit() has never seen. Turns go on from the latest one, repeat it, go on from an
+older one (two turns from one read: the second must not take the first's counts), or
+from the latest one's first items, its last ones sent otherwise (an agent's cache
+breakpoint moves to the newest message).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tokenflex
+from tokenflex import roundtrip
+from tokenflex.formats.registry import get_format
+from tokenflex.roundtrip import forget
+from tokenflex.server._validate import ParsedBodies, parse_request
+
+MODEL = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-continued", context_window=1500)
+WORDS = ["pump", "valve", "東京", "код", "42", "naïve", "print(x)", "—", "the", "a"]
+
+
+def _text(draw: Any) -> str:
+    return " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=40)))
+
+
+@st.composite
+def _turn(draw: Any, fmt: str, k: int) -> list[Any]:
+    """A user turn and the answer (a tool round in some)."""
+    q, a = _text(draw), _text(draw)
+    if fmt == "anthropic":
+        user = {"role": "user", "content": [{"type": "text", "text": q}]}
+        if draw(st.booleans()):
+            call = {"type": "tool_use", "id": f"t{k}", "name": "f", "input": {"q": q[:20]}}
+            result = {"type": "tool_result", "tool_use_id": f"t{k}", "content": a}
+            return [
+                user,
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [result]},
+            ]
+        return [user, {"role": "assistant", "content": a}]
+    return [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+
+def _body(fmt: str, items: list[Any]) -> bytes:
+    if fmt == "anthropic":
+        body = {"model": "gpt-4o", "system": "Be brief.", "messages": items, "max_tokens": 200}
+    else:
+        body = {"model": "gpt-4o", "messages": items, "max_tokens": 200}
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+def _fit(msgs: list[Any], fmt: str, system: Any) -> Any:
+    form = None if fmt == "chat" else fmt
+    return tokenflex.fit(msgs, model=MODEL, max_tokens=200, format=form, system=system)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["chat", "anthropic"]), st.data())
+def test_a_turn_that_goes_on_from_a_read_gets_the_plan_a_fresh_read_gets(
+    fmt: str, data: st.DataObject
+) -> None:
+    forget()
+    bodies = ParsedBodies(1 << 24, min_bytes=0)
+    k = 0
+    opening: list[Any] = []
+    while len(opening) < 34:
+        opening += data.draw(_turn(fmt, k))
+        k += 1
+    turns = [opening]  # the conversations sent so far, newest last
+    for _ in range(data.draw(st.integers(2, 8))):
+        op = data.draw(st.sampled_from(["append", "again", "branch", "shorter", "moved"]))
+        if op == "append":
+            items = turns[-1] + data.draw(_turn(fmt, k))
+        elif op == "moved":  # the last items sent again otherwise (a cache breakpoint
+            # moved on), then a turn
+            cut = max(1, len(turns[-1]) - data.draw(st.integers(1, 3)))
+            items = turns[-1][:cut] + data.draw(_turn(fmt, k + 300)) + data.draw(_turn(fmt, k))
+        elif op == "again":
+            items = list(turns[-1])
+        elif op == "branch":  # from an older turn, other turns (the newest one's counts
+            # are not theirs: another turn went on from that read first)
+            items = turns[max(0, len(turns) - 2)] + data.draw(_turn(fmt, k + 100))
+            items += data.draw(_turn(fmt, k + 200))
+        else:
+            items = turns[-1][: max(2, len(turns[-1]) - 2)]
+        k += 1
+        turns.append(items)
+        req = parse_request(get_format(fmt), _body(fmt, items), bodies=bodies, owner="o")
+        plan = _fit(req.messages, fmt, req.system)
+        ref = _fit(copy.deepcopy(req.messages), fmt, copy.deepcopy(req.system))
+        assert plan.messages == ref.messages
+        assert plan.input_tokens == ref.input_tokens
+        assert plan.dropped.runs() == ref.dropped.runs()
+
+
+def test_the_next_turn_reads_the_last_one_s_objects() -> None:
+    """The read is found: the list of a turn that repeats the last one's bytes opens with
+    its objects (the property above holds without it too)."""
+    forget()
+    bodies = ParsedBodies(1 << 24, min_bytes=0)
+    items = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(41)
+    ]
+    first = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="o")
+    _fit(first.messages, "chat", None)
+    items.append({"role": "assistant", "content": "more"})
+    items.append({"role": "user", "content": "and then?"})
+    second = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="o")
+    assert all(a is b for a, b in zip(first.messages, second.messages[:41], strict=True))
+    assert roundtrip._MEMO.continued(second.messages, (None, False)) is not None
