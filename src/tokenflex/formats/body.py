@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidInputError
+from ..tokenizers.base import native
 
 __all__ = [
     "BodyError",
@@ -277,8 +278,9 @@ def unknown_type(kind: Any, param: str, known: Mapping[str, Any]) -> BodyError:
 _VOUCHED_MAX = 16
 """Lists remembered as checked (a list parsed and never fitted, such as a count
 route's, is forgotten once 16 newer ones are recorded)."""
-_vouched: dict[int, tuple[list[Any], tuple[Any, ...], str]] = {}
+_vouched: dict[int, tuple[list[Any], list[Any], str]] = {}
 _vouched_lock = threading.Lock()
+_SAME_RUN: Callable[[list[Any], int, list[Any], int], int] | None = native("same_run")
 
 
 def vouch(items: list[Any], format: str) -> None:
@@ -289,7 +291,7 @@ def vouch(items: list[Any], format: str) -> None:
         _vouched.pop(id(items), None)
         while len(_vouched) >= _VOUCHED_MAX:
             del _vouched[next(iter(_vouched))]
-        _vouched[id(items)] = (items, tuple(items), format)
+        _vouched[id(items)] = (items, list(items), format)
 
 
 def vouched(items: Sequence[Any]) -> str | None:
@@ -300,6 +302,10 @@ def vouched(items: Sequence[Any]) -> str | None:
     if entry is None or entry[0] is not items:
         return None
     given, seen, format = entry
-    if len(given) != len(seen) or not all(map(operator.is_, given, seen)):
+    if len(given) != len(seen):
         return None
-    return format
+    if _SAME_RUN is not None and type(given) is list:
+        same = _SAME_RUN(given, 0, seen, 0) == len(seen)  # (in C)
+    else:
+        same = all(map(operator.is_, given, seen))
+    return format if same else None
