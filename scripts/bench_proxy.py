@@ -26,6 +26,7 @@ the end. The machine's load (``os.getloadavg``) is printed beside the table: on 
     .venv/bin/python scripts/bench_proxy.py --soak 600 # throughput over 10 minutes
     .venv/bin/python scripts/bench_proxy.py --cpu      # CPU per request, in process
     .venv/bin/python scripts/bench_proxy.py --cpu --agent  # an agent's Anthropic request
+    .venv/bin/python scripts/bench_proxy.py --cpu --turns grown  # a conversation that grows
     .venv/bin/python scripts/bench_proxy.py --split    # CPU per request, by process
 
 ``--cpu`` measures what the throughput rows cannot tell apart on a shared machine: the CPU
@@ -225,6 +226,40 @@ def request_body(messages: int, *, stream: bool = False) -> bytes:
     return json.dumps(body).encode()
 
 
+TURNS = ("same", "edited", "grown")
+"""What ``--cpu --turns`` sends request after request: the same body; the same body with its
+last message edited (new text each request: a retry of a turn said otherwise); or a
+conversation grown by an answer and a question each request (40 turns, then from the
+start again: an agent's loop)."""
+
+
+def request_bodies(messages: int, turns: str, count: int, *, agent: bool = False) -> list[bytes]:
+    """The bodies ``--cpu`` sends, in order (cycled): see :data:`TURNS`."""
+    from bench_turns import agent_body  # a sibling script: the agent's Anthropic body
+
+    body = agent_body(messages) if agent else request_body(messages)
+    if turns == "same":
+        return [body]
+    if turns == "edited":  # the last message's text, told apart by a number
+        key = b'"text": "' if agent else b'"content": "'
+        at = body.rindex(key) + len(key)
+        return [body[:at] + b"(%d) " % k + body[at:] for k in range(count)]
+    data = json.loads(body)
+    items = data["messages"]
+    out = []
+    for k in range(40):  # an answer and a question more each request
+        out.append(json.dumps({**data, "messages": items}).encode())
+        items = [
+            *items,
+            {
+                "role": "assistant",
+                "content": f"Answer {k}: " + " ".join(f"w{j}" for j in range(50)),
+            },
+            {"role": "user", "content": f"Question {k}: " + " ".join(f"q{j}" for j in range(30))},
+        ]
+    return out
+
+
 def compare(tf: str, ref: str, messages: int, *, seconds: float, rounds: int) -> list[Row]:
     """Throughput and added p50 at one request size, the two proxies interleaved."""
     body = request_body(messages)
@@ -341,13 +376,15 @@ def cpu_per_request(
     config: str | None = None,
     agent: bool = False,
     collector: dict[int, float] | None = None,
+    turns: str = "same",
 ) -> dict[int, tuple[float, float, float]]:
     """CPU ms per request of (tokenflex, reference, counting floor) by request size, in
     process: the best of ``rounds`` runs of each app, alternated (see ``--cpu``);
     ``config``: the proxy's TOML config file. ``agent``: an agent's Anthropic Messages
     request on ``/v1/messages`` instead (``scripts/bench_turns.py``'s ``agent_body``: a
     task, then tool rounds of ``tool_use`` and ``tool_result`` blocks); the floor, which
-    counts chat messages, is not measured then (NaN).
+    counts chat messages, is not measured then (NaN). ``turns``: what is sent request
+    after request (:data:`TURNS`).
 
     The counting floor is the least a proxy that keeps requests within the window does:
     the reference plus parsing the body and counting every message (tokenflex's cached
@@ -428,6 +465,7 @@ def cpu_per_request(
                     agent=agent,
                     timer=timer,
                     collector=collector if collector is not None else {},
+                    turns=turns,
                 )
             )
         finally:
@@ -450,9 +488,8 @@ async def _cpu_rounds(
     agent: bool,
     timer: _Collector,
     collector: dict[int, float],
+    turns: str,
 ) -> dict[int, tuple[float, float, float]]:
-    from bench_turns import agent_body  # a sibling script: the agent's Anthropic body
-
     counts = {10: 1000, 200: 300, 2000: 40}
     headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
     out: dict[int, tuple[float, float, float]] = {}
@@ -461,16 +498,18 @@ async def _cpu_rounds(
     async with proxy.lifespan(app):
         proxy.upstream._transport = _in_memory_transport()
         for n in sizes:
-            body, count = agent_body(n) if agent else request_body(n), counts.get(n, 100)
+            count = counts.get(n, 100)
+            bodies = request_bodies(n, turns, count + 5, agent=agent)
             best = {k: float("inf") for k, a in apps if a is not None}
             for _ in range(rounds):
                 for name, target in ((k, a) for k, a in apps if a is not None):
                     transport = httpx.ASGITransport(app=target)
                     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as c:
-                        for _ in range(5):  # warm up: tokenizer, counts, connections
-                            await c.post(path, content=body, headers=headers)
+                        for k in range(5):  # warm up: tokenizer, counts, connections
+                            await c.post(path, content=bodies[k % len(bodies)], headers=headers)
                         start, collected = time.process_time(), timer.seconds
-                        for _ in range(count):
+                        for k in range(5, count + 5):
+                            body = bodies[k % len(bodies)]
                             r = await c.post(path, content=body, headers=headers)
                             if r.status_code not in answers[name]:
                                 raise SystemExit(f"{name}: HTTP {r.status_code}: {r.text[:200]}")
@@ -737,6 +776,12 @@ def main() -> int:
         action="store_true",
         help="with --cpu: an agent's Anthropic request (tool rounds) on /v1/messages",
     )
+    ap.add_argument(
+        "--turns",
+        choices=TURNS,
+        default="same",
+        help="with --cpu: the same body each request, its last message edited, or grown",
+    )
     args = ap.parse_args()
     if args.split:
         print_split(args.config)
@@ -744,7 +789,9 @@ def main() -> int:
     if args.cpu:
         load = os.getloadavg()
         collected: dict[int, float] = {}
-        measured = cpu_per_request(config=args.config, agent=args.agent, collector=collected)
+        measured = cpu_per_request(
+            config=args.config, agent=args.agent, collector=collected, turns=args.turns
+        )
         for n, (tf, ref, floor) in measured.items():
             shown = "" if args.agent else f", counting floor {floor:.2f} ms"
             what = "Anthropic agent messages" if args.agent else "messages"
@@ -753,8 +800,8 @@ def main() -> int:
                 f"reference {ref:.2f} ms{shown} of CPU a request"
             )
         print(
-            f"in process, best of 5 rounds; load average {load[0]:.1f} before, "
-            f"{os.getloadavg()[0]:.1f} after"
+            f"in process, best of 5 rounds, {args.turns} bodies; load average "
+            f"{load[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
         )
         return 0
     started = time.monotonic()
