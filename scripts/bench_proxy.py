@@ -226,11 +226,12 @@ def request_body(messages: int, *, stream: bool = False) -> bytes:
     return json.dumps(body).encode()
 
 
-TURNS = ("same", "edited", "grown")
+TURNS = ("same", "edited", "grown", "new")
 """What ``--cpu --turns`` sends request after request: the same body; the same body with its
-last message edited (new text each request: a retry of a turn said otherwise); or a
+last message edited (new text each request: a retry of a turn said otherwise); a
 conversation grown by an answer and a question each request (40 turns, then from the
-start again: an agent's loop)."""
+start again: an agent's loop); or a conversation of its own each request (its first
+message told apart: nothing to reuse)."""
 
 
 def request_bodies(messages: int, turns: str, count: int, *, agent: bool = False) -> list[bytes]:
@@ -240,9 +241,9 @@ def request_bodies(messages: int, turns: str, count: int, *, agent: bool = False
     body = agent_body(messages) if agent else request_body(messages)
     if turns == "same":
         return [body]
-    if turns == "edited":  # the last message's text, told apart by a number
+    if turns in ("edited", "new"):  # the last (first) message's text, told apart
         key = b'"text": "' if agent else b'"content": "'
-        at = body.rindex(key) + len(key)
+        at = (body.rindex if turns == "edited" else body.index)(key) + len(key)
         return [body[:at] + b"(%d) " % k + body[at:] for k in range(count)]
     data = json.loads(body)
     items = data["messages"]
@@ -780,7 +781,7 @@ def main() -> int:
         "--turns",
         choices=TURNS,
         default="same",
-        help="with --cpu: the same body each request, its last message edited, or grown",
+        help="with --cpu: the same body each request, its last message edited, grown, or new",
     )
     args = ap.parse_args()
     if args.split:

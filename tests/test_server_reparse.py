@@ -112,6 +112,11 @@ def test_each_body_parses_as_the_stdlib_parses_it_whole(
 ) -> None:
     bodies = ParsedBodies(1 << 20, min_bytes=0)
     items, others = list(start), [("model", "m")]
+    opening = _dump([*others, ("messages", items)], (",", ":"), True)
+    for _ in range(2):  # (a body is kept parsed from its conversation's second turn)
+        assert _outcome(lambda r: bodies.parse(r, "messages", "client"), opening) == _reference(
+            opening
+        )
     for n, (edit, seps, ascii_only) in enumerate(turns):
         _edit(items, others, edit)
         before = [m for m in others if m[0] == "model"]
@@ -134,24 +139,42 @@ def _turn(n: int) -> bytes:
 
 def test_a_grown_conversation_reuses_the_items_it_repeats() -> None:
     bodies = ParsedBodies(1 << 20, min_bytes=0)
-    first = bodies.parse(_turn(10), "messages", "a")
-    second = bodies.parse(_turn(12), "messages", "a")
-    assert second == json.loads(_turn(12))
-    assert all(x is y for x, y in zip(first["messages"], second["messages"][:10], strict=True))
-    assert second["messages"] is not first["messages"]  # a list of the request's own
+    _, going = bodies.parse_turn(_turn(10), "messages", "a")
+    assert not going and bodies.held == (1, len(_turn(10)))  # its bytes alone, no objects
+    second, going = bodies.parse_turn(_turn(12), "messages", "a")  # parsed whole, kept
+    assert going and bodies.reused == 0
+    third, going = bodies.parse_turn(_turn(14), "messages", "a")
+    assert going and third == json.loads(_turn(14))
+    assert all(x is y for x, y in zip(second["messages"], third["messages"][:12], strict=True))
+    assert third["messages"] is not second["messages"]  # a list of the request's own
     assert bodies.reused == 1
-    again = bodies.parse(_turn(12), "messages", "a")  # the same bytes again
-    assert all(x is y for x, y in zip(second["messages"], again["messages"], strict=True))
+    again = bodies.parse(_turn(14), "messages", "a")  # the same bytes again
+    assert all(x is y for x, y in zip(third["messages"], again["messages"], strict=True))
     assert bodies.reused == 2
+    assert bodies.held[0] == 1  # each turn in place of the one it went on from
+
+
+def test_a_body_that_does_not_go_on_is_not_kept_parsed() -> None:
+    bodies = ParsedBodies(1 << 20, min_bytes=0)
+    other = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    for raw in (_turn(10), other.encode()):  # two requests, two conversations
+        assert bodies.parse_turn(raw, "messages", "a")[1] is False
+    assert bodies.held[0] == 2 and bodies.reused == 0
+    # a body that repeats the first 5 of 10 items (a conversation begun again otherwise)
+    fork = json.loads(_turn(10))
+    fork["messages"][5:] = [{"role": "user", "content": "another way"}]
+    value, going = bodies.parse_turn(json.dumps(fork).encode(), "messages", "a")
+    assert value == fork and not going
 
 
 def test_a_body_is_never_reused_for_another_owner() -> None:
     bodies = ParsedBodies(1 << 20, min_bytes=0)
-    mine = bodies.parse(_turn(10), "messages", "a")
-    theirs = bodies.parse(_turn(10), "messages", "b")
-    assert theirs == mine
-    assert not any(x is y for x, y in zip(mine["messages"], theirs["messages"], strict=True))
-    assert bodies.reused == 0
+    mine = [bodies.parse(_turn(10), "messages", "a") for _ in range(3)]
+    assert bodies.reused == 1
+    theirs = bodies.parse_turn(_turn(10), "messages", "b")
+    assert theirs == (mine[-1], False)  # another owner's first sight
+    assert not any(x is y for x, y in zip(mine[-1]["messages"], theirs[0]["messages"], strict=True))
+    assert bodies.reused == 1
 
 
 def test_the_bodies_kept_stay_within_their_bounds() -> None:
@@ -173,6 +196,7 @@ def test_a_number_or_a_literal_that_goes_on_is_parsed_again() -> None:
     for before, after in ((b"12", b"123"), (b"1", b"1.5"), (b"1", b"1e3"), (b"-0", b"-0.0")):
         for raw in (
             b'{"messages": [{"a": 1}, ' + before + b"]}",
+            b'{"messages": [{"a": 1}, ' + before + b"]}",  # (kept parsed from here)
             b'{"messages": [{"a": 1}, ' + after + b"]}",
         ):
             assert bodies.parse(raw, "messages", "a") == json.loads(raw)

@@ -143,6 +143,9 @@ class _Read:
     prepared: Prepared
     last: Any = None
     """What fit() kept of its plan of this read (:func:`remember`)."""
+    going: bool = False
+    """A parse's list whose conversation goes on (:func:`~tokenflex.formats.body.goes_on`):
+    its read is kept past its fit for the next turn (:func:`read_through`)."""
     once: bool = False
     """The list came from a format's parse (:func:`~tokenflex.formats.body.vouched`): a
     request read once. Its items' fields were not marked (:func:`_mark`), so this read
@@ -251,7 +254,10 @@ def read_through(messages: Sequence[Any]) -> None:
     next turn's list to go on from (:meth:`_Memo.continued`; bounded)."""
     read = _MEMO.get(messages) if type(messages) is list else None
     if read is not None and read.once:
-        _MEMO.done(read)
+        if read.going:
+            _MEMO.done(read)
+        else:  # (a request read once: kept, its objects would only burden the collector)
+            _MEMO.forget(messages)
 
 
 def remember(messages: Sequence[Any], last: Any) -> None:
@@ -328,7 +334,8 @@ def prepare(
         and not all(isinstance(t, Mapping) and "function" in t for t in tools)
         else tools
     )
-    checked_as = vouched(messages) if type(messages) is list else None
+    parse = vouched(messages) if type(messages) is list else None
+    checked_as, going = parse if parse is not None else (None, False)
     if (
         not reuse
         or type(messages) is not list
@@ -373,7 +380,9 @@ def prepare(
             grown = _trusted(grown, checked_as)
             grown.last = last  # (fit()'s record of the list as it was: it grew since)
             grown.index = index
-            _MEMO.put(_Read(messages, items, len(messages), key, system, grown, once=went_on))
+            turn = _Read(messages, items, len(messages), key, system, grown, once=went_on)
+            turn.going = going or went_on
+            _MEMO.put(turn)
             return grown
     prepared = _trusted(
         _prepare(messages, format, system, counted, tools, keep_reasoning, False), checked_as
@@ -385,7 +394,9 @@ def prepare(
         prepared.marks.update(_marks(prepared.converted, messages, 0))
     # (a grown list read afresh: the record it was compared with is its own)
     record = list(messages) if items is None else items
-    _MEMO.put(_Read(messages, record, len(messages), key, system, prepared, once=once))
+    read = _Read(messages, record, len(messages), key, system, prepared, once=once)
+    read.going = going
+    _MEMO.put(read)
     return prepared
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "check_system",
     "check_tools",
     "fields_for",
+    "goes_on",
     "known_kind",
     "positive_int",
     "type_name",
@@ -278,7 +279,7 @@ def unknown_type(kind: Any, param: str, known: Mapping[str, Any]) -> BodyError:
 _VOUCHED_MAX = 16
 """Lists remembered as checked (a list parsed and never fitted, such as a count
 route's, is forgotten once 16 newer ones are recorded)."""
-_vouched: dict[int, tuple[list[Any], list[Any], str]] = {}
+_vouched: dict[int, tuple[list[Any], list[Any], str, bool]] = {}
 _vouched_lock = threading.Lock()
 _SAME_RUN: Callable[[list[Any], int, list[Any], int], int] | None = native("same_run")
 
@@ -291,21 +292,32 @@ def vouch(items: list[Any], format: str) -> None:
         _vouched.pop(id(items), None)
         while len(_vouched) >= _VOUCHED_MAX:
             del _vouched[next(iter(_vouched))]
-        _vouched[id(items)] = (items, list(items), format)
+        _vouched[id(items)] = (items, list(items), format, False)
 
 
-def vouched(items: Sequence[Any]) -> str | None:
+def goes_on(items: list[Any]) -> None:
+    """Record that the vouched list ``items`` is a turn of a conversation whose next turn
+    is expected (its body went on from one its client sent before): fit() keeps its read
+    for that turn (:func:`tokenflex.roundtrip.read_through`)."""
+    with _vouched_lock:
+        entry = _vouched.get(id(items))
+        if entry is not None and entry[0] is items:
+            _vouched[id(items)] = (*entry[:3], True)
+
+
+def vouched(items: Sequence[Any]) -> tuple[str, bool] | None:
     """The format a parse checked ``items`` as, if it did and the list holds the same
-    item objects still (None: check it); forgets the list either way. A C-speed pass."""
+    item objects still (None: check it), and whether the list :func:`goes_on`; forgets
+    the list either way. A C-speed pass."""
     with _vouched_lock:
         entry = _vouched.pop(id(items), None)
     if entry is None or entry[0] is not items:
         return None
-    given, seen, format = entry
+    given, seen, format, going = entry
     if len(given) != len(seen):
         return None
     if _SAME_RUN is not None and type(given) is list:
         same = _SAME_RUN(given, 0, seen, 0) == len(seen)  # (in C)
     else:
         same = all(map(operator.is_, given, seen))
-    return format if same else None
+    return (format, going) if same else None

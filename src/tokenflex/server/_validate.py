@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - the server extra installs it
     orjson = None  # type: ignore[assignment]
 
 from ..formats.base import RequestFormat
-from ..formats.body import BodyError, check_model, check_tools
+from ..formats.body import BodyError, check_model, check_tools, goes_on
 from ..formats.chat import KNOWN_ROLES, check_messages
 from ..tokenizers.base import native
 from .errors import ProxyError
@@ -317,7 +317,9 @@ class _Parsed:
 
     raw: bytes
     key: bytes
-    items: list[Any]
+    items: list[Any] | None
+    """None: a body seen once, kept as its bytes alone (no parsed objects to hold until
+    its conversation shows it goes on)."""
     outline: Outline | None = None
 
 
@@ -363,13 +365,23 @@ class ParsedBodies:
         """The JSON document in ``raw`` (as :func:`parse_json` parses it, a 400 when it
         is not one), the items under ``key`` reused from a body ``owner`` sent before
         where the two share their bytes."""
+        return self.parse_turn(raw, key, owner)[0]
+
+    def parse_turn(self, raw: bytes, key: str, owner: str) -> tuple[Any, bool]:
+        """:meth:`parse`, and whether ``raw`` goes on from a body ``owner`` sent before:
+        their bytes shared over all of that body's items but the last few (a
+        conversation's next turn, or the same one again; an agent may send its last
+        items again otherwise, moving its cache breakpoint). A body that does not go on
+        from one is kept as its bytes alone; the parsed objects of one that does are kept
+        for the next turn to reuse (objects kept for a turn that never comes would only
+        burden the garbage collector)."""
         if (
             _OUTLINE is None
             or _COMMON_PREFIX is None
             or orjson is None
             or not self.min_bytes <= len(raw) <= self.max_bytes // 4
         ):
-            return parse_json(raw)
+            return parse_json(raw), False
         name = key.encode()
         with self._lock:
             seen = [p for p in self._owners.get(owner, ()) if p.key == name]
@@ -378,57 +390,68 @@ class ParsedBodies:
             n = _COMMON_PREFIX(p.raw, raw)
             if n > shared:
                 best, shared = p, n
-        if best is not None:
-            value = self._reuse(best, raw, shared, name, owner)
-            if value is not None:
-                return value
-        value = parse_json(raw)
-        items = value.get(key) if type(value) is dict else None
-        if type(items) is list:
-            self._keep(owner, _Parsed(raw, name, list(items)), None)
-        return value
+        outline = self._outline(best) if best is not None else None
+        going = outline is not None and _goes_on(outline[3], shared)
+        made = None
+        if best is not None and best.items is not None and outline is not None:
+            made = self._reuse(best, outline, raw, shared, name)
+        if made is not None:
+            value, items, mine = made
+        else:
+            value, mine = parse_json(raw), None
+            found = value.get(key) if type(value) is dict else None
+            if type(found) is not list:
+                return value, False
+            items = found
+        if best is not None and going and shared == len(raw) == len(best.raw):
+            if best.items is None:  # the same bytes again: kept parsed from now on
+                best.items = list(items)
+            return value, True
+        kept = _Parsed(raw, name, list(items) if going else None, mine)
+        self._keep(owner, kept, best if going else None)
+        return value, going
 
-    def _reuse(self, prev: _Parsed, raw: bytes, shared: int, name: bytes, owner: str) -> Any:
-        """``raw`` parsed with the items of ``prev`` that lie in their first ``shared``
-        bytes; None: parse it whole."""
-        assert _OUTLINE is not None and orjson is not None
-        outline = prev.outline
-        if outline is None:
-            outline = _OUTLINE(prev.raw, name, -1, 0, 0)
-            if outline is None or len(outline[3]) != len(prev.items):
+    def _outline(self, p: _Parsed) -> Outline | None:
+        """``p``'s outline (made once; None: it has none as its items were parsed)."""
+        assert _OUTLINE is not None
+        if p.outline is None:
+            outline = _OUTLINE(p.raw, p.key, -1, 0, 0)
+            if outline is None or (p.items is not None and len(outline[3]) != len(p.items)):
                 return None
-            prev.outline = outline  # (made once; a race makes the same one)
+            p.outline = outline  # (a race makes the same one)
+        return p.outline
+
+    def _reuse(
+        self, prev: _Parsed, outline: Outline, raw: bytes, shared: int, name: bytes
+    ) -> tuple[dict[str, Any], list[Any], Outline] | None:
+        """``raw`` parsed with the items of ``prev`` that lie in their first ``shared``
+        bytes, its items and its outline; None: parse it whole."""
+        assert _OUTLINE is not None and orjson is not None and prev.items is not None
         _, opened, _, ends = outline
-        if shared <= opened:
-            return None
         # the items that end within the shared bytes (one that ends where they end is the
         # same item: the outline reads a delimiter after it, so "12" did not go on as "123")
         j = bisect.bisect_right(ends, shared)
-        now = _OUTLINE(raw, name, opened, ends[j - 1] if j else opened + 1, j)
+        if not j:
+            return None  # (nothing to reuse: parsed whole)
+        now = _OUTLINE(raw, name, opened, ends[j - 1], j)
         if now is None:
             return None
         members, _, closed, added = now
         top = _fast_parse(raw[: opened + 1] + raw[closed:])
         if type(top) is not dict or len(top) != members or top.get(name.decode()) != []:
             return None  # refused, a float to read again, or the key written twice
+        items = prev.items[:j]
         if added:
-            rest = raw[ends[j - 1] if j else opened + 1 : closed]
-            if j:
-                rest = rest.lstrip(b" \t\n\r")[1:]  # (the comma the outline found)
+            rest = raw[ends[j - 1] : closed].lstrip(b" \t\n\r")[1:]  # (past the comma)
             tail = _loads_orjson(b"[" + rest + b"]")
             if type(tail) is not list or len(tail) != len(added):
                 return None
             if _orjson_walk(tail, MAX_DEPTH - 1) is not tail:  # (one level up in the body)
                 return None
-            items = prev.items[:j] + tail
-        else:
-            items = prev.items[:j]
+            items += tail
         top[name.decode()] = items
         self.reused += 1
-        if not shared == len(raw) == len(prev.raw):  # (the same bytes: prev stands for them)
-            outline = (members, opened, closed, ends[:j] + added)
-            self._keep(owner, _Parsed(raw, name, list(items), outline), prev if j else None)
-        return top
+        return top, items, (members, opened, closed, ends[:j] + added)
 
     def _keep(self, owner: str, parsed: _Parsed, prev: _Parsed | None) -> None:
         """Keep ``parsed`` for ``owner``, in place of ``prev`` (the body it continues,
@@ -451,6 +474,16 @@ class ParsedBodies:
                     del self._owners[oldest]
 
 
+_LAST_FEW = 4
+"""Items at the end of a body that the next turn may send otherwise and still go on."""
+
+
+def _goes_on(ends: list[int], shared: int) -> bool:
+    """Whether ``shared`` bytes of a body whose items end at ``ends`` hold all of them but
+    the last :data:`_LAST_FEW` (and one at least)."""
+    return bool(ends) and shared >= ends[max(0, len(ends) - 1 - _LAST_FEW)]
+
+
 def parse_request(
     fmt: RequestFormat,
     raw: bytes,
@@ -463,12 +496,16 @@ def parse_request(
     :class:`ProxyError` naming the field when it is bad. ``model``: the model named by
     the route (Gemini's path), for APIs that put it there. ``bodies``: the bodies
     ``owner`` sent lately, whose parsed items this one reuses where it repeats them."""
-    value = parse_json(raw) if bodies is None else bodies.parse(raw, fmt.items_key, owner)
+    value, going = (
+        (parse_json(raw), False) if bodies is None else bodies.parse_turn(raw, fmt.items_key, owner)
+    )
     body = _check_object(value)
     try:
         parts = fmt.parse(body, model=model)
     except BodyError as exc:
         raise _bad(exc.message, exc.param, exc.code) from None
+    if going:  # the next turn is expected: fit() keeps its read of this one for it
+        goes_on(parts.items)
     return ChatRequest(
         body=body,
         model=parts.model,
