@@ -138,10 +138,11 @@ class ServerConfig(BaseSettings):
     plans_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
     """Bytes the plan store keeps (request bodies and plans, as bytes, never live objects)."""
     parsed_bodies_max_bytes: int = Field(16 * 1024 * 1024, ge=0)
-    """Bytes of recent request bodies kept parsed, by client, so the next turn of a
-    conversation (the same bytes, something added) parses only what it added; 0: every
-    body is parsed whole. A body over a quarter of it is not kept. The parsed objects
-    take 1.5-3.4x the bytes again (plain chat to an agent's blocks)."""
+    """Bytes of recent request bodies kept, by client, so the next turn of a conversation
+    (the same bytes, something added) parses only what it added; 0: every body is parsed
+    whole. A body over a quarter of it is not kept. A body is kept parsed once a later
+    one goes on from it; its objects take 1.5-3.4x its bytes again (plain chat to an
+    agent's blocks)."""
     metrics: bool = True
     """Serve ``GET /metrics`` (Prometheus text format, behind ``proxy_key`` when set)."""
     ui: bool = True
