@@ -35,7 +35,9 @@ def _text(draw: Any) -> str:
 
 @st.composite
 def _turn(draw: Any, fmt: str, k: int) -> list[Any]:
-    """A user turn and the answer (a tool round in some)."""
+    """A user turn and the answer, or a tool round that ends with the tool's result (as an
+    agent sends it: the model's answer is the next turn; ``test_fit_reuse``'s turns end
+    with an answer, where a cut and a moved breakpoint fall on other items)."""
     q, a = _text(draw), _text(draw)
     if fmt == "anthropic":
         user = {"role": "user", "content": [{"type": "text", "text": q}]}
