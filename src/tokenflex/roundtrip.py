@@ -125,6 +125,8 @@ _MEMO_SIZE = 4
 """Lists remembered (each with a copy of its items and its conversion)."""
 _PARSED_ITEMS = 20_000
 """Items of the parses' lists kept after their fit (:meth:`_Memo.continued`), in all."""
+_PARSED_READS = 64
+"""Such reads kept (each turn looks at them all, newest first)."""
 _SAME_RUN: Callable[[list[Any], int, list[Any], int], int] | None = native("same_run")
 
 
@@ -189,13 +191,14 @@ class _Memo:
 
     def done(self, read: _Read) -> None:
         """``read``'s fit is done: out of the reads by identity, kept as the last read of
-        its conversation (the oldest out past :data:`_PARSED_ITEMS` items)."""
+        its conversation (the oldest out past :data:`_PARSED_ITEMS` items or
+        :data:`_PARSED_READS` reads)."""
         with self._lock:
             self._reads.pop(id(read.given), None)
             parsed = [r for r in self._parsed if r is not read]
             parsed.append(read)
             total = sum(r.n for r in parsed)
-            while parsed and total > _PARSED_ITEMS:
+            while parsed and (total > _PARSED_ITEMS or len(parsed) > _PARSED_READS):
                 total -= parsed.pop(0).n
             self._parsed = parsed
 
