@@ -390,7 +390,9 @@ class ParsedBodies:
             n = _COMMON_PREFIX(p.raw, raw)
             if n > shared:
                 best, shared = p, n
-        outline = self._outline(best) if best is not None else None
+        # (a body that shares less than half of the other's bytes is not worth reading the
+        # other's outline for: its items, if it goes on from it, are a small part of it)
+        outline = self._outline(best) if best is not None and 2 * shared >= len(best.raw) else None
         going = outline is not None and _goes_on(outline[3], shared)
         made = None
         if best is not None and best.items is not None and outline is not None:
