@@ -520,17 +520,16 @@ def source_runs(
     scans = 0
     i, end, n = 0, len(messages), len(source)
     expect = 0
-    find = _FIND_SAME
     while i < end:
         m = messages[i]
         j = next((x for x in (expect, hint) if x < n and source[x] is m), None)
-        if j is None and find is not None and type(source) is list:  # identity, in C
-            j = find(source, m, 0)
-            if j < 0:
-                j = None
-        elif j is None and scans < _SCANS:
+        if j is None and scans < _SCANS:
             scans += 1
-            j = next(compress(count(), map(operator.is_, source, repeat(m))), None)
+            if _FIND_SAME is not None and type(source) is list:  # (by identity, in C)
+                found = _FIND_SAME(source, m, 0)
+                j = found if found >= 0 else None
+            else:
+                j = next(compress(count(), map(operator.is_, source, repeat(m))), None)
         elif j is None:
             if where is None:
                 where = {id(x): idx for idx, x in enumerate(source)}
