@@ -170,6 +170,19 @@ class FaultUpstream:
                 writer.write(b" ")
                 await writer.drain()
                 await asyncio.sleep(0.2 if i else 0)
+        elif fault == "sse-endless":  # events until the client closes the connection
+            writer.write(
+                _head(200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"})
+            )
+            event = b'data: {"n": 1}\n\n'
+            try:
+                for _ in range(600):
+                    writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+            except ConnectionError:
+                self.abandoned += 1
+            return False
         elif fault == "midclose":
             writer.write(_head(200, {"content-type": "application/json", "content-length": "1000"}))
             writer.write(b"{" + b" " * 99)

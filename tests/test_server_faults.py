@@ -303,8 +303,20 @@ async def test_overload_is_shed_with_503_and_retry_after(faulty: FaultUpstream) 
         assert elapsed < 4
 
 
-def test_a_client_that_goes_away_cancels_the_upstream_call(faulty: FaultUpstream) -> None:
-    with ProxyThread(faulty.url, read_timeout=30.0) as proxy:
+@pytest.mark.parametrize("http", ["httptools", "h11", "plain"])
+def test_a_client_that_goes_away_cancels_the_upstream_call(
+    faulty: FaultUpstream, http: str
+) -> None:
+    """Under ``tokenflex serve``'s protocols (uvicorn's httptools and h11) the
+    connection's loss is told to the request (``limits.Hangup``); under a server
+    without them (plain uvicorn) a task waits for the disconnect. Either way the upstream
+    call is cancelled at once."""
+    if http == "plain":
+        config = ServerConfig.load(upstream=faulty.url, discover=False, read_timeout=30.0)
+        server: ServerThread = ServerThread(create_app(config))
+    else:
+        server = ProxyThread(faulty.url, http=http, read_timeout=30.0)
+    with server as proxy:
         with (
             httpx.Client(timeout=0.5, trust_env=False) as c,
             pytest.raises(httpx.ReadTimeout),
@@ -314,6 +326,29 @@ def test_a_client_that_goes_away_cancels_the_upstream_call(faulty: FaultUpstream
         while faulty.abandoned == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert faulty.abandoned == 1  # not after read_timeout (30 s): at once
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11", "plain"])
+def test_a_client_that_leaves_a_stream_closes_the_upstream_stream(
+    faulty: FaultUpstream, http: str
+) -> None:
+    """A client that goes away in the middle of a streamed answer: the proxy stops
+    reading the upstream's stream and closes it, under every server."""
+    if http == "plain":
+        config = ServerConfig.load(upstream=faulty.url, discover=False, read_timeout=30.0)
+        server: ServerThread = ServerThread(create_app(config))
+    else:
+        server = ProxyThread(faulty.url, http=http, read_timeout=30.0)
+    with server as proxy, httpx.Client(timeout=5, trust_env=False) as c:
+        body = chat("fault-sse-endless") | {"stream": True}
+        with c.stream("POST", f"{proxy.url}/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            next(r.iter_raw())  # the stream is under way
+        c.close()  # the client hangs up
+        deadline = time.monotonic() + 10
+        while faulty.abandoned == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert faulty.abandoned == 1  # not after the upstream's 30 s of events
 
 
 # -- memory -------------------------------------------------------------------------------

@@ -43,7 +43,9 @@ from .errors import ProxyError, error_body
 from .plans import CREDENTIAL_HEADERS, request_owner
 
 __all__ = [
+    "HANGUP",
     "Busy",
+    "Hangup",
     "LargeBodies",
     "Limits",
     "bounded_transports",
@@ -62,6 +64,9 @@ DRAIN_SECONDS = 1.0  # longest a refused request's body is read before the 503
 ARRIVED = "tokenflex.arrived"
 """Scope key: the event loop's time when the server read the request (set by
 :func:`header_deadline_protocol`)."""
+HANGUP = "tokenflex.hangup"
+"""Scope key: the request's :class:`Hangup`, told when its connection is lost (set by
+:func:`header_deadline_protocol`; a server without it: a task waits for the disconnect)."""
 KEEP_ALIVE_SECONDS = 5  # the upstream client's keepalive_expiry (4 s) stays under it
 
 
@@ -328,6 +333,26 @@ class Busy:
             await self.app(scope, receive, send)
 
 
+class Hangup:
+    """What a request does when its connection is lost: the server's protocol calls
+    :meth:`lost` (from ``connection_lost``), which calls the callback the request set
+    once its body was read. It spares each request a task that waits for the disconnect
+    and its cancel (~35 µs of a 10-message request)."""
+
+    __slots__ = ("callback", "gone")
+
+    def __init__(self) -> None:
+        self.callback: Callable[[], None] | None = None
+        self.gone = False
+
+    def lost(self) -> None:
+        """The connection is lost: call the callback (once)."""
+        self.gone = True
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+
 class _Exchange:
     """One admitted request: the app runs with a receive that enforces the body deadline
     and notices a disconnect, and a send that records whether the answer started."""
@@ -369,6 +394,13 @@ class _Exchange:
 
     def _body_complete(self) -> None:
         self.body_done = True
+        hangup = self.scope.get(HANGUP)
+        if type(hangup) is Hangup:  # the server says when the connection is lost
+            if hangup.gone:
+                self._hung_up()
+            else:
+                hangup.callback = self._hung_up
+            return
         # a plain task and a cancel scope, not an anyio task group: the group's task and
         # its cancel cost ~60 us more a request (anyio formats the task into the reason)
         self.watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -410,6 +442,11 @@ class _Exchange:
         the work for it (an upstream call, a fit)."""
         while (await self.receive_())["type"] != "http.disconnect":
             pass
+        self._hung_up()
+
+    def _hung_up(self) -> None:
+        """The client is gone: a waiting ``receive`` hears it; before its answer
+        started, the work for it is cancelled."""
         self.gone.set()
         if not self.started and self.cancel_scope is not None:
             log.info(
@@ -426,8 +463,10 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
     """A uvicorn HTTP protocol class that closes a connection when no request is being
     handled ``timeout`` seconds after it opened or after its last answer: a client that
     trickles (or never finishes) its headers cannot hold the connection. It also stamps
-    each request's scope with when it was read (``ARRIVED``), for :class:`Limits`, and
-    answers a request it cannot parse with an OpenAI-shaped JSON 400, not plain text.
+    each request's scope with when it was read (``ARRIVED``), for :class:`Limits`, gives
+    it a :class:`Hangup` (``HANGUP``) that it tells when the connection is lost before
+    the answer is complete, and answers a request it cannot parse with an OpenAI-shaped
+    JSON 400, not plain text.
 
     Works with uvicorn's h11 and httptools protocols (both keep ``cycle``, ``transport``,
     ``loop`` and call ``on_response_complete``).
@@ -446,7 +485,9 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
             super().data_received(data)
             if self.cycle is not cycle and self.cycle is not None:
                 # a request started: its task runs later, when the loop gets to it
-                self.cycle.scope[ARRIVED] = arrived
+                scope = self.cycle.scope
+                scope[ARRIVED] = arrived
+                scope[HANGUP] = Hangup()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -456,7 +497,12 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
             if self._header_timer is not None:
                 self._header_timer.cancel()
                 self._header_timer = None
+            cycle = self.cycle
             super().connection_lost(exc)
+            if cycle is not None and not cycle.response_complete:
+                hangup = cycle.scope.get(HANGUP)
+                if type(hangup) is Hangup:
+                    hangup.lost()
 
         def send_400_response(self, msg: str) -> None:
             # uvicorn answers unparsable requests in plain text: ours are JSON too
