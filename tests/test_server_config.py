@@ -466,9 +466,9 @@ def test_a_kept_plan_reads_back_as_plan_to_dict(
     stable: bool,
 ) -> None:
     """The plan store keeps the request body and the plan without its conversation
-    (:class:`DeferredPlan`); a plan that left out more than ``lazy`` items has them
-    listed and counted when it is asked for, read again from the body, or, where an item
-    was sent shrunk (cleared), from the plan kept itself (:class:`LivePlan`). What GET
+    (:class:`DeferredPlan`), its dict made when it is asked for, its dropped items read
+    again from the body; where an item was sent shrunk (cleared) and more than ``lazy``
+    items were left out, the plan itself (:class:`LivePlan`). What GET
     serves is ``plan.to_dict()`` of the plan as it was made, warnings redacted, whether
     the plan sent the request as it came, cut it (cache-stable, with recall), cleared
     or summarized it, or took reasoning out."""
@@ -498,14 +498,17 @@ def test_a_kept_plan_reads_back_as_plan_to_dict(
     expected["warnings"] = [redact(str(w)) for w in expected["warnings"]]
     kept = kept_plan(plan, req, raw, wire, lazy_dropped=lazy)
     assert kept is not None
-    later = lazy is not None and len(plan.dropped) > lazy
     shrunk = any(reason in SENT_SHRUNK and section != "reasoning" for section, *_, reason in
                  plan.dropped.runs())  # fmt: skip
-    assert isinstance(kept, LivePlan if later and shrunk else DeferredPlan)
+    # made when asked for wherever its dropped items can be read again from the body;
+    # kept live where they cannot and are many; else its dict made now
+    later = lazy is not None and not shrunk
+    live = lazy is not None and shrunk and len(plan.dropped) > lazy
+    assert isinstance(kept, LivePlan if live else DeferredPlan)
     assert isinstance(kept, LivePlan) or (kept.later is not None) == later
     assert json.loads(kept.render()) == json.loads(json.dumps(expected))
     event(f"plan sent the request as it came: {not len(plan.dropped)}")
-    event(f"kept: {type(kept).__name__}, counted later: {later}")
+    event(f"kept: {type(kept).__name__}, made later: {later}")
 
 
 def _body(shape: str, n: int) -> bytes:

@@ -729,21 +729,22 @@ def kept_plan(
     keeps it: serialized when asked for, warnings redacted; None (logged) when it cannot
     be kept, which request validation should make impossible.
 
-    A plan that left out more than ``lazy_dropped`` items has its dropped items listed
-    and counted when it is asked for: read again from ``raw``
-    (:func:`~tokenflex.roundtrip.replay`), so the store holds none of the request's
-    parsed objects, or, where they cannot be read again (an item sent shrunk, a request
-    fitted as chat from another format), from the plan kept live
-    (:class:`~tokenflex.server.plans.LivePlan`). None: never (its counts must be made
-    now: they come from a provider or a tokenizer server).
+    Its dict is made when it is asked for (most plans never are), its dropped items read
+    again from ``raw`` (:func:`~tokenflex.roundtrip.replay`), so the store holds none of
+    the request's parsed objects. Where they cannot be read again (an item sent shrunk,
+    a request fitted as chat from another format), a plan that left out more than
+    ``lazy_dropped`` items is kept live (:class:`~tokenflex.server.plans.LivePlan`), one
+    that left out fewer has its dict made now. None: every dict made now (its counts
+    must be: they come from a provider or a tokenizer server).
     """
     try:
-        if lazy_dropped is not None and len(plan.dropped) > lazy_dropped:
+        if lazy_dropped is not None:
             again = None if wire.format.via_chat else replay(plan)
-            if again is None:
+            if again is not None:
+                later = Later.of(plan, again, _redacted)
+                return defer(plan, None, req.messages, req.system, raw, wire.reparse, later=later)
+            if len(plan.dropped) > lazy_dropped:
                 return LivePlan(plan, held_bytes(raw, len(req.messages)), _redacted)
-            later = Later.of(plan, again, _redacted)
-            return defer(plan, None, req.messages, req.system, raw, wire.reparse, later=later)
         meta = _redacted(plan.to_dict(include_messages=False))
         return defer(plan, meta, req.messages, req.system, raw, wire.reparse)
     except TokenflexError as exc:

@@ -35,6 +35,7 @@ from ..models import find_model
 from ..tracing import RequestSpan, request_span
 from .config import ServerConfig
 from .errors import ProxyError
+from .plans import LAZY_DROPPED
 
 __all__ = [
     "CONTENT_TYPE",
@@ -353,7 +354,11 @@ class RequestRecord:
                 m.child(m.planned_reported, model).inc(plan.input_tokens)
             for reason, n in plan.dropped.by_reason().items():
                 m.child(m.messages_removed, model, reason).inc(n)
-            if plan.dropped and "full_input_tokens" in vars(plan):  # summed for its JSON
+            # the dropped items' tokens: summed for a few (the counts the fit made), or
+            # where the plan's JSON summed them; a long cut's are counted only when asked
+            if plan.dropped and (
+                len(plan.dropped) <= LAZY_DROPPED or "full_input_tokens" in vars(plan)
+            ):
                 summary = plan.summary.tokens if plan.summary is not None else 0
                 removed = plan.full_input_tokens - plan.input_tokens + summary
                 m.child(m.tokens_removed, model).inc(removed)

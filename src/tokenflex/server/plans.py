@@ -8,18 +8,19 @@ request's own body (already in memory), the plan without its conversation, and w
 the request's messages it sent; the JSON is made only when the plan is asked for, so
 keeping a plan costs what the plan changed, not a serialization of the conversation.
 
-A plan that left out many items (more than :data:`LAZY_DROPPED`: a long conversation cut
-to fit) has listing and counting its dropped items (``plan.to_dict()``'s ``dropped`` and
-``full_input_tokens``, a tokenizer pass over every message the fit never had to read)
-wait until the plan is asked for, which most plans never are. It is kept as a
-:class:`DeferredPlan` too, with the plan stripped of its conversation and how to read its
-dropped items again from the request body (:class:`Later`), so the store holds none of
-the request's parsed objects: a long-running proxy's garbage collector would walk them
-on every full collection (an agent's 2,000-message request spent a third of its CPU
-there with the store full). Where they cannot be read again (an item sent shrunk: what
-shrinking saved is known only from the plan's copy), it is kept as the plan itself
-(:class:`LivePlan`), charged an upper estimate of the request's parsed objects
-(:func:`held_bytes`) against the store's byte bound.
+The plan's dict itself (``plan.to_dict()`` without the conversation: its costs, its
+dropped items listed and counted, ``full_input_tokens``, a tokenizer pass over every
+message the fit never had to read) waits until the plan is asked for, which most plans
+never are: the :class:`DeferredPlan` keeps the plan stripped of its conversation and how
+to read its dropped items again from the request body (:class:`Later`), so the store
+holds none of the request's parsed objects: a long-running proxy's garbage collector
+would walk them on every full collection (an agent's 2,000-message request spent a third
+of its CPU there with the store full). Where they cannot be read again (an item sent
+shrunk: what shrinking saved is known only from the plan's copy), a plan that left out
+many items (more than :data:`LAZY_DROPPED`: a long conversation cut to fit) is kept as
+the plan itself (:class:`LivePlan`), charged an upper estimate of the request's parsed
+objects (:func:`held_bytes`) against the store's byte bound; one that left out fewer has
+its dict made when it is kept.
 
 Each plan is bound to the credentials of the client that made it (a hash of its
 ``Authorization``, ``x-api-key``, ``api-key`` and ``x-tokenflex-key`` headers): a request
@@ -39,6 +40,8 @@ from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..message.objects import plain
+from ..plan import DroppedItems
 from ..session import source_runs
 from ._validate import dump_json
 
@@ -64,10 +67,10 @@ __all__ = [
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "x-tokenflex-key")
 """Request headers whose values own a plan."""
 LAZY_DROPPED = 64
-"""A plan that left out more items than this is kept as a :class:`LivePlan` (its dropped
-items listed and counted when it is asked for); one that left out fewer, as a
-:class:`DeferredPlan` (listed when it is kept: a few items cost less than holding the
-request's parsed messages)."""
+"""A plan whose dropped items cannot be read again from its request (an item sent shrunk)
+and that left out more items than this is kept as a :class:`LivePlan` (its dropped items
+listed and counted when it is asked for); one that left out fewer has its dict made when
+it is kept (a few items cost less than holding the request's parsed messages)."""
 
 
 class PlanLike(Protocol):
@@ -138,8 +141,6 @@ def defer(
     plan's messages found as runs of the request's by identity
     (:func:`~tokenflex.session.source_runs`) and a serialization of the messages the
     plan made, not of the conversation."""
-    from ..message.objects import plain
-
     order: list[int] = []
     copies: list[Any] = []
     messages = plan.messages
@@ -154,8 +155,18 @@ def defer(
     if plan.system is not None and not own:
         data["system"] = plain(plan.system)
     return DeferredPlan(
-        raw, serialize(data), tuple(order), serialize_list(plain(copies)), parse, own, later
+        raw,
+        serialize(data) if data else _EMPTY_DICT,
+        tuple(order),
+        serialize_list(plain(copies)) if copies else _EMPTY_LIST,
+        parse,
+        own,
+        later,
     )
+
+
+_EMPTY_DICT, _EMPTY_LIST = b"{}", b"[]"
+"""What :func:`defer` keeps for no data and no copies: shared, not an allocation each."""
 
 
 def serialize_list(items: Sequence[Any]) -> bytes:
@@ -202,8 +213,6 @@ class DeferredPlan:
 
     def render(self) -> bytes:
         """The plan's JSON, as ``plan.to_dict()`` would write it."""
-        from ..message.objects import plain
-
         given, system = self.parse(self.raw)
         copies = json.loads(self.copies)
         messages = [given[i] if i >= 0 else copies[-1 - i] for i in self.order]
@@ -214,6 +223,10 @@ class DeferredPlan:
         if self.own_system and system is not None:
             data["system"] = plain(system)
         return serialize(data)
+
+
+_NONE_DROPPED = DroppedItems((), {}, None)
+"""The dropped items of a plan stripped of its request (none: nothing to look up)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,16 +248,17 @@ class Later:
         cls, plan: Any, replay: Any, finish: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> Later:
         """``plan``, stripped of what refers to its request, and its ``replay``."""
-        from ..plan import DroppedItems
-
-        empty = DroppedItems((), {}, None)
-        return cls(plan.evolved(messages=[], system=None, tools=(), dropped=empty), replay, finish)
+        stripped = plan.evolved(messages=[], system=None, tools=(), dropped=_NONE_DROPPED)
+        return cls(stripped, replay, finish)
 
     @property
     def nbytes(self) -> int:
-        """What it holds, about: the plan's warnings and extras, the runs, and room."""
+        """What it holds, about: the plan's warnings, extras and summary, the runs, and
+        room."""
         p = self.plan
         size = sum(len(str(w)) for w in p.warnings) + len(dump_json(p.extras or {}))
+        if p.summary is not None:
+            size += len(p.summary.text)
         return 4096 + 4 * size + 64 * len(self.replay.runs)
 
     def meta(self, messages: Sequence[Any], given: Sequence[Any], system: Any) -> dict[str, Any]:
@@ -308,7 +322,8 @@ class PlanStore:
     def __init__(self, *, max_plans: int = 1000, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_plans = max_plans
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, tuple[str, bytes | KeptPlan]] = OrderedDict()
+        # plan id -> (owner, the plan, what it holds: counted once, when it is put)
+        self._items: OrderedDict[str, tuple[str, bytes | KeptPlan, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -325,19 +340,20 @@ class PlanStore:
         ``plan_id`` for ``owner`` (a :func:`credential_hash`). False when it was not kept:
         the store is off, or the plan alone is over ``max_bytes``."""
         data = plan if isinstance(plan, bytes | KeptPlan) else serialize(plan.to_dict())
-        if self.max_plans <= 0 or _size(data) > self.max_bytes:
+        size = _size(data)
+        if self.max_plans <= 0 or size > self.max_bytes:
             return False
         with self._lock:
             old = self._items.pop(plan_id, None)
             if old is not None:
-                self._bytes -= _size(old[1])
-            self._items[plan_id] = (owner, data)
-            self._bytes += _size(data)
+                self._bytes -= old[2]
+            self._items[plan_id] = (owner, data, size)
+            self._bytes += size
             while self._items and (
                 len(self._items) > self.max_plans or self._bytes > self.max_bytes
             ):
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._bytes -= _size(dropped)
+                _, (_, _, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
         return True
 
     def recent(self, *, owner: str, limit: int = 20) -> list[tuple[str, bytes]]:
@@ -351,7 +367,7 @@ class PlanStore:
         """
         out: list[tuple[str, bytes | KeptPlan]] = []
         with self._lock:
-            for plan_id, (who, data) in reversed(self._items.items()):
+            for plan_id, (who, data, _) in reversed(self._items.items()):
                 if len(out) >= limit:
                     break
                 if hmac.compare_digest(who, owner):
@@ -373,8 +389,8 @@ def _buffer(data: bytes) -> int:
     """What ``data``, made by :func:`serialize`, holds: orjson's output is an allocation
     of at least 4 KiB however short the JSON (``tracemalloc`` sees about 4,100 bytes for
     ``[]``); a longer one's allocation is larger than the JSON, but the pages past its
-    end are never touched, so not resident."""
-    return max(len(data), 4096)
+    end are never touched, so not resident; the shared empty ones hold nothing."""
+    return 0 if data is _EMPTY_DICT or data is _EMPTY_LIST else max(len(data), 4096)
 
 
 def _size(data: bytes | KeptPlan) -> int:
