@@ -113,3 +113,36 @@ def test_a_stored_turn_is_known_by_its_json_without_cache_markers(
         for m in messages
     ]
     assert StoreMemory(store, "gpt-4o", messages).previous_cut(marked) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT, st.lists(MESSAGE, max_size=4), st.data())
+def test_a_conversation_is_keyed_by_the_hash_of_its_json_and_stored_as_json(
+    model: str, messages: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """A stateless conversation's key is the hash of ``json.dumps([model, lead])`` (its
+    text written without the encoder: every version's keys are the same), whatever the
+    model's name; its state is stored as JSON that the stdlib reads back as written."""
+    import tokenflex
+    from tokenflex.session import KEY_MESSAGES, HistoryCut
+
+    lead = [fingerprint(m) for m in messages[:KEY_MESSAGES]]
+    text = json.dumps([model, lead])
+    memory = StoreMemory(MemoryStore(), model, messages)
+    key = "cut:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    assert memory.key == key
+    cut = HistoryCut(
+        data.draw(st.integers(0, len(messages))),
+        end=len(messages),
+        growth=data.draw(st.floats(0, 1e6)),
+        grown=data.draw(st.integers(0, 20)),
+        at=data.draw(st.floats(0, 2e9)),
+        input_tokens=data.draw(st.integers(0, 10**7)),
+    )
+    memory.remember(messages, cut, [], tokenflex.get_counter("gpt-4o"))
+    state = json.loads(memory.store.get(key))
+    assert {name: state[name] for name in ("start", "end", "growth", "grown", "at")} == {
+        "start": cut.start, "end": cut.end, "growth": cut.growth, "grown": cut.grown,
+        "at": cut.at,
+    }  # fmt: skip
+    assert state["input_tokens"] == cut.input_tokens and state["n"] == len(messages)

@@ -94,6 +94,9 @@ from .roundtrip import (
     read_through,
     remember,
 )
+from .session import StoreMemory
+from .state import check_state_store, default_store
+from .state.tenant import tenant_view
 from .summarize import is_summary_message
 from .tracing import trace_fit
 
@@ -571,13 +574,8 @@ def _user_first(req: Prepared) -> bool:
 
 def _session(state: Any, opts: FitOptions, model: Model, messages: Sequence[Message]) -> Any:
     """Where a stateless cache-stable fit keeps its cut and summaries (None, None: off)."""
-    from .state import default_store
-
     if not opts.cache_stable:
         return None, None
-    from .session import StoreMemory
-    from .state.tenant import tenant_view
-
     store = tenant_view(state if state is not None else default_store())
     return StoreMemory(store, model.name, messages), store
 
@@ -681,8 +679,6 @@ def _fit_flow(
     reads and the layout fits, and receives their answers (an exception is thrown in)."""
     started = time.perf_counter()
     if state is not None:  # checked on every call, used or not (a warm call uses none)
-        from .state import check_state_store
-
         check_state_store(state)
     # a chat loop's call (the same flat options every turn, or none but max_tokens):
     # its options are checked once per set of values, not on every turn
@@ -1058,7 +1054,6 @@ def _recall_fit(
     """fit()'s steps with recall (see :class:`~tokenflex.recall.RecallFit`): what is left
     out goes to ``state`` in the caller's format."""
     from .recall import Recaller, RecallFit
-    from .state import default_store
 
     fmt = req.converted.format if req.converted is not None else default_format().name
     store = state if state is not None else default_store()

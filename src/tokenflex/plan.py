@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, overload
 
+from . import cost as costs
 from ._types import JSON
 from .models import Model
 
@@ -294,9 +295,7 @@ class Plan:
         None without a previous plan."""
         if self.cached_tokens is None:
             return None
-        from .cost import cache_cost
-
-        return cache_cost(self.model, self.input_tokens, self.cached_tokens)
+        return costs.cache_cost(self.model, self.input_tokens, self.cached_tokens)
 
     @property
     def utilization(self) -> float:
@@ -311,9 +310,7 @@ class Plan:
     @cached_property
     def cost(self) -> Any:
         """Estimated cost in USD of input plus the reserved output (``tokenflex.cost``)."""
-        from .cost import estimate_cost
-
-        return estimate_cost(self.model, self.input_tokens, self.max_tokens)
+        return costs.estimate_cost(self.model, self.input_tokens, self.max_tokens)
 
     @cached_property
     def full_input_tokens(self) -> int:
@@ -325,9 +322,7 @@ class Plan:
     @cached_property
     def savings(self) -> Any:
         """What trimming saved against sending everything (``tokenflex.cost.Savings``)."""
-        from .cost import savings
-
-        return savings(self.model, self.input_tokens, self.full_input_tokens)
+        return costs.savings(self.model, self.input_tokens, self.full_input_tokens)
 
     def sends_as_given(self, messages: Sequence[Any], system: Any, limits: Iterable[Any]) -> bool:
         """Whether this plan sends ``messages`` (the caller's own objects, in order) and

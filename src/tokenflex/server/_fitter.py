@@ -65,6 +65,7 @@ __all__ = [
     "off_loop",
     "plan_headers",
     "stateless",
+    "tenant_name",
     "tokenizer_panic",
 ]
 
@@ -200,6 +201,12 @@ def stateless(plan: Any) -> Any:
         warnings=(*plan.warnings, STATE_UNAVAILABLE),
         extras={**plan.extras, "state": "unavailable"},
     )
+
+
+@functools.lru_cache(maxsize=4096)  # (each request's: its credentials' hash and route)
+def tenant_name(owner: str, route: str | None) -> str:
+    """The tenant of ``owner``'s state on ``route``: ``json.dumps([owner, route])``."""
+    return json.dumps([owner, route])
 
 
 def plan_headers(plan: Any, plan_id: str) -> dict[str, str]:
@@ -427,7 +434,7 @@ class Fitter:
         Raises:
             ProxyError: fit() raised a tokenflex error (see :func:`library_error`).
         """
-        from ..fit import afit, fit
+        from ..fit import afit, fit  # (looked up each call: tests watch the module's fit)
 
         model, proxy_options, fit_options = await self.model_for(req.model, route, api_key)
         if model.source == "default" and self.config.unknown_models == "pass":
@@ -456,7 +463,7 @@ class Fitter:
             summarizer=summarizer,
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
-            state=TenantStore(guard, json.dumps([owner, route])),
+            state=TenantStore(guard, tenant_name(owner, route)),
             recall=self.config.recall,  # observe mode: the plan fit mode would send
             background_summaries=background,
         )
@@ -515,7 +522,7 @@ class Fitter:
 
     def tenant(self, owner: str, route: str | None) -> TenantStore:
         """The state of one client (its credentials) on one route."""
-        return TenantStore(GuardedStore(self.store, self.store_health), json.dumps([owner, route]))
+        return TenantStore(GuardedStore(self.store, self.store_health), tenant_name(owner, route))
 
     def recall_round(
         self, req: ChatRequest, plan: Any, answer: bytes, owner: str, route: str | None

@@ -4,6 +4,7 @@ never read, moved or reported to another."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from .store import StateStore
@@ -32,8 +33,7 @@ class TenantStore:
     def __init__(self, store: StateStore, tenant: str) -> None:
         self.store = store
         self.tenant = tenant
-        digest = hashlib.blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=12)
-        self.prefix = f"t:{digest.hexdigest()}:"
+        self.prefix = _prefix(tenant)
         """What every key of this tenant starts with in ``store``."""
 
     def get(self, key: str) -> bytes | None:
@@ -47,6 +47,12 @@ class TenantStore:
 
     def __repr__(self) -> str:
         return f"TenantStore({self.store!r}, prefix={self.prefix!r})"
+
+
+@functools.lru_cache(maxsize=4096)  # (a proxy makes a view for each request)
+def _prefix(tenant: str) -> str:
+    digest = hashlib.blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=12)
+    return f"t:{digest.hexdigest()}:"
 
 
 def tenant_view(store: StateStore, tenant: str = "") -> TenantStore:
