@@ -400,7 +400,7 @@ class Proxy:
                         continue  # refit into the window the refusal states, send once more
                 inline = len(raw) <= inline_bytes(req.format)
                 await self._observe_usage(plan, owner, response, inline=inline)
-                response = wire.answer(response, request.url.query)
+                response = wire.answer(response, query_string(request))
                 if status < 400 and rounds < MAX_ROUNDS:
                     again = self.fitter.recall_round(req, plan, bytes(response.body), owner, route)
                     if again is not None:  # the model asked for what was left out: answer it
@@ -485,7 +485,7 @@ class Proxy:
             record.answered(status, bytes(response.body))
             inline = len(raw) <= inline_bytes(wire.format.name)
             await self._observe_usage(counted, owner, response, inline=inline)
-            return wire.answer(response, request.url.query)
+            return wire.answer(response, query_string(request))
         except ProxyError as exc:
             status = exc.status_code
             error = exc_kind(exc)
@@ -761,6 +761,13 @@ def _redacted(data: dict[str, Any]) -> dict[str, Any]:
 async def _inline(func: Callable[[], Any]) -> Any:
     """``func()``, on the event loop (a ``run`` for work too small for a worker thread)."""
     return func()
+
+
+def query_string(request: Request) -> str:
+    """The request's raw query string (``request.url.query``, without building the
+    URL: a few µs of every request)."""
+    raw: bytes = request.scope.get("query_string", b"")
+    return raw.decode("latin-1")
 
 
 def internal_proxy_error(request_id: str) -> ProxyError:
