@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -334,9 +335,7 @@ class Plan:
         if self.system is not system and self.system != system:
             return False
         sent = self.messages
-        if len(sent) != len(messages) or any(
-            a is not b for a, b in zip(sent, messages, strict=True)
-        ):
+        if len(sent) != len(messages) or not all(map(operator.is_, sent, messages)):
             return False
         return all(limit in (None, self.max_tokens) for limit in limits)
 
