@@ -231,9 +231,9 @@ _NONE_DROPPED = DroppedItems((), {}, None)
 
 @dataclass(frozen=True, slots=True)
 class Later:
-    """What a :class:`DeferredPlan` of a plan that left out many items keeps to write its
-    dict when it is asked for, without the request's parsed objects: the plan stripped
-    of its conversation and how to read its dropped items again from the request
+    """What a :class:`DeferredPlan` keeps to write its plan's dict when it is asked for,
+    without the request's parsed objects: the plan stripped of its conversation and how
+    to read its dropped items again from the request
     (:func:`tokenflex.roundtrip.replay`), which are then listed and counted."""
 
     plan: Any
