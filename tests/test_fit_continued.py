@@ -126,3 +126,56 @@ def test_the_next_turn_reads_the_last_one_s_objects() -> None:
     second = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="o")
     assert all(a is b for a, b in zip(first.messages, second.messages[:41], strict=True))
     assert roundtrip._MEMO.continued(second.messages, (None, False)) is not None
+
+
+def _counted_next_turn(n: int, monkeypatch: Any) -> int:
+    """How many messages fit() counts (one by one or summed) for the next turn of an
+    ``n``-message conversation the proxy parsed, fitted cache-stable (as the proxy fits
+    it): the turn adds an answer and a question, and all of it fits."""
+    from tokenflex.counting import messages as counting
+
+    forget()
+    model = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-short-history")
+    bodies = ParsedBodies(1 << 24, min_bytes=0)
+    items: list[Any] = [{"role": "system", "content": "Be brief."}]
+    items += [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of {n}"}
+        for i in range(n)
+    ]
+    read: list[int] = []
+    total, message = counting.EnvelopeCounter.total, counting.EnvelopeCounter.message
+
+    def counted_total(self: Any, msgs: Any) -> int:
+        read.append(len(msgs))
+        return total(self, msgs)
+
+    def counted_message(self: Any, msg: Any) -> int:
+        read.append(1)
+        return message(self, msg)
+
+    monkeypatch.setattr(counting.EnvelopeCounter, "total", counted_total)
+    monkeypatch.setattr(counting.EnvelopeCounter, "message", counted_message)
+    for turn in range(3):  # (a body is kept parsed from its conversation's second turn)
+        if turn == 2:
+            items = [*items, {"role": "assistant", "content": "more"}]
+            items.append({"role": "user", "content": "and then?"})
+        req = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="o")
+        read.clear()
+        plan = tokenflex.fit(req.messages, model=model, max_tokens=200, cache_stable=True)
+        assert not plan.dropped.runs() and len(plan.messages) == len(items)
+        ref = tokenflex.fit(copy.deepcopy(req.messages), model=model, max_tokens=200)
+        assert plan.input_tokens == ref.input_tokens
+    monkeypatch.undo()
+    return sum(read)
+
+
+def test_a_short_history_that_goes_on_is_counted_only_where_it_is_new(
+    monkeypatch: Any,
+) -> None:
+    """A request's read keeps its history's running counts whatever the history's length
+    (under the block a long one is counted in): the next turn counts its new messages and
+    the few the plan reads outside the history (system, the current turn), as many for a
+    conversation of 40 messages as for one of 200, not the older ones again."""
+    small = _counted_next_turn(40, monkeypatch)
+    assert small == _counted_next_turn(200, monkeypatch)
+    assert small < 40

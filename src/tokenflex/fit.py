@@ -1034,12 +1034,14 @@ def _whole(
     if (
         isinstance(index, ListIndex)
         and opts.max_messages is None
-        and (remembered or layout.cur_start - layout.pin_end > WHOLE_BLOCK)
+        and (remembered or index.read_once or layout.cur_start - layout.pin_end > WHOLE_BLOCK)
     ):
-        # a long history: the view the layout's history section reads (the same
-        # arguments: kept by the index, so the full path does not count it again when
-        # this gives up, and the list's next call reads it); a short one not kept for
-        # a next call is summed in one go
+        # a long history, or one kept for a next call (a remembered list; a request's
+        # read, which the next turn of its conversation goes on from): the view the
+        # layout's history section reads (the same arguments: kept by the index, so the
+        # full path does not count it again when this gives up, and the next call
+        # counts only what is new); a short list of the caller's that is not kept is
+        # summed in one go (a view would copy each message)
         bound = _index_bound(model, opts)
         lo, hi = layout.pin_end, layout.cur_start
         view = index.view(layout.messages, lo, hi, get_counter(model), bound=bound)

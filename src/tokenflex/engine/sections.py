@@ -287,6 +287,13 @@ class ListIndex:
                 return None
 
     @property
+    def read_once(self) -> bool:
+        """Whether the list is a request read once (its views compare nothing, keep no
+        copies): a short history's view costs about its one sum, and the next turn of
+        the conversation reads it again for the new messages' counts alone."""
+        return self._once
+
+    @property
     def current(self) -> GroupIndex | None:
         """The index the last :meth:`view` gave (None: none, or it was reset), not checked
         again: what a later view of the same list gives while it is still valid."""
