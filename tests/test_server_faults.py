@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,13 @@ from fault_upstream import FaultUpstream
 from test_server import ServerThread
 
 from tokenflex.server import ServerConfig, create_app
-from tokenflex.server.limits import ARRIVED, Limits, bounded_transports, uvicorn_options
+from tokenflex.server.limits import (
+    ARRIVED,
+    HANGUP,
+    Limits,
+    bounded_transports,
+    uvicorn_options,
+)
 from tokenflex.tokenizers import get_tokenizer
 
 
@@ -248,8 +255,11 @@ def test_slowloris_connections_are_closed_and_others_still_answered(
         assert time.monotonic() - t0 < 3  # all gone within the 1 s header timeout
 
 
-def test_a_body_that_never_arrives_gets_a_408(faulty: FaultUpstream) -> None:
-    with ProxyThread(faulty.url, body_timeout=1.0) as proxy:
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_a_body_that_never_arrives_gets_a_408(faulty: FaultUpstream, http: str) -> None:
+    """Part of the body, then nothing: the body deadline holds under both protocols (the
+    server never says it holds the whole body, ``Hangup.body_in``, before it does)."""
+    with ProxyThread(faulty.url, http=http, body_timeout=1.0) as proxy:
         s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
         s.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -265,6 +275,47 @@ def test_a_body_that_never_arrives_gets_a_408(faulty: FaultUpstream) -> None:
         assert head.startswith(b"HTTP/1.1 408")
         assert b"connection: close" in head.lower()
         assert b'"code": "request_timeout"' in body
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_the_server_says_when_it_holds_a_request_s_whole_body(http: str) -> None:
+    """``Hangup.body_in`` is set once the server's parser read the body's end, not
+    before: a body sent in two parts (the app starts after the first) is read without
+    the body deadline's scope only once all of it is in."""
+    seen: list[tuple[bool, bool]] = []
+    second_part = threading.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        hangup = scope[HANGUP]
+        before = hangup.body_in
+        second_part.set()
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen.append((before, hangup.body_in))
+        length = (b"content-length", str(len(body)).encode())
+        await send({"type": "http.response.start", "status": 200, "headers": [length]})
+        await send({"type": "http.response.body", "body": body})
+
+    config = ServerConfig.load(upstream="http://127.0.0.1:9", discover=False)
+    with ServerThread(app, **uvicorn_options(config, http=http)) as server:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\nfirst")
+        assert second_part.wait(5)
+        time.sleep(0.05)
+        s.sendall(b"2nd")
+        with s:
+            answer = b""
+            while not answer.endswith(b"first2nd"):
+                chunk = s.recv(65536)
+                assert chunk, answer
+                answer += chunk
+    assert seen == [(False, True)]
 
 
 @pytest.mark.parametrize("http", ["h11", "httptools"])

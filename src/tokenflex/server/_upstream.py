@@ -13,6 +13,7 @@ closed, never reused: stray bytes would become the next client's answer.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -295,7 +296,7 @@ class Upstream:
         request = httpx.Request(
             method, url, headers=headers, content=content, extensions={"timeout": self._timeout}
         )
-        deadline = anyio.current_time() + self.config.upstream_timeout
+        deadline = asyncio.get_running_loop().time() + self.config.upstream_timeout
         response: httpx.Response | None = None
         with anyio.CancelScope(deadline=deadline):
             try:

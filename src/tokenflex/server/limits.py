@@ -337,13 +337,18 @@ class Hangup:
     """What a request does when its connection is lost: the server's protocol calls
     :meth:`lost` (from ``connection_lost``), which calls the callback the request set
     once its body was read. It spares each request a task that waits for the disconnect
-    and its cancel (~35 µs of a 10-message request)."""
+    and its cancel (~35 µs of a 10-message request).
 
-    __slots__ = ("callback", "gone")
+    ``body_in``: the server holds the request's whole body (its parser read the message's
+    end): reading it cannot wait, so it is read without the body deadline's cancel scope
+    (~7 µs a request)."""
+
+    __slots__ = ("body_in", "callback", "gone")
 
     def __init__(self) -> None:
         self.callback: Callable[[], None] | None = None
         self.gone = False
+        self.body_in = False
 
     def lost(self) -> None:
         """The connection is lost: call the callback (once)."""
@@ -367,7 +372,7 @@ class _Exchange:
         self.body_done = False
         self.pending: Message | None = None
         self.gone = anyio.Event()
-        self.deadline = anyio.current_time() + config.body_timeout
+        self.deadline = asyncio.get_running_loop().time() + config.body_timeout
         self.cancel_scope: anyio.CancelScope | None = None
         self.watcher: asyncio.Task[None] | None = None
 
@@ -413,8 +418,12 @@ class _Exchange:
             await self.gone.wait()
             return {"type": "http.disconnect"}
         message: Message | None = None
-        with anyio.CancelScope(deadline=self.deadline):
-            message = await self.receive_()
+        hangup = self.scope.get(HANGUP)
+        if type(hangup) is Hangup and hangup.body_in:
+            message = await self.receive_()  # (the server holds it: no wait)
+        else:
+            with anyio.CancelScope(deadline=self.deadline):
+                message = await self.receive_()
         if message is None:
             raise ProxyError(
                 408,
@@ -483,11 +492,17 @@ def header_deadline_protocol(base: type[Any], timeout: float) -> type[Any]:
         def data_received(self, data: bytes) -> None:
             arrived, cycle = self.loop.time(), self.cycle
             super().data_received(data)
-            if self.cycle is not cycle and self.cycle is not None:
+            if self.cycle is None:
+                return
+            if self.cycle is not cycle:
                 # a request started: its task runs later, when the loop gets to it
                 scope = self.cycle.scope
                 scope[ARRIVED] = arrived
                 scope[HANGUP] = Hangup()
+            if not self.cycle.more_body:  # its whole body is in (the parser read its end)
+                hangup = self.cycle.scope.get(HANGUP)
+                if type(hangup) is Hangup:
+                    hangup.body_in = True
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
