@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -274,10 +275,15 @@ def test_serve_stops_on_a_model_it_cannot_count(
         'upstream = "http://127.0.0.1:9"\n[models.local]\ntokenizer = "gguf:/no/such.gguf"\n'
         'chat_format = "template"\n'
     )
+    root, ours = logging.getLogger(), logging.getLogger("tokenflex")
+    before = (root.handlers[:], root.level, ours.level, logging.logThreads)
     assert main(["serve", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "local" in err and "gguf" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+    # the server's logging is undone: no handler left on this test's stderr, which is
+    # closed when it ends (a later command's warnings would fail to print)
+    assert (root.handlers, root.level, ours.level, logging.logThreads) == before
 
 
 def test_serve_rejects_bad_config_with_one_line(
@@ -322,10 +328,22 @@ def test_serve_runs_the_proxy(tmp_path: Path) -> None:
             f"http://127.0.0.1:{port}/v1/models", headers={"x-tokenflex-key": "k"}, trust_env=False
         )
         assert r.status_code == 502  # nothing listens upstream
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            headers={"x-tokenflex-key": "k"},
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+            trust_env=False,
+            timeout=30,
+        )
+        assert r.status_code == 502
     finally:
         proc.terminate()
         out = proc.communicate(timeout=10)[0].decode()
     assert f"http://127.0.0.1:{port}/v1 -> http://127.0.0.1:9 (proxy key required)" in out
+    # the library's warning (the model not discovered) is one timestamped line: the
+    # server's handler prints it, not the command line's too
+    assert out.count("Cannot discover 'gpt-4o'") == 1, out
+    assert "WARNING tokenflex: Cannot discover 'gpt-4o'" in out
 
 
 SERVED = Model(name="served-model", context_window=32_768, tokenizer="estimate", source="server")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -76,22 +78,58 @@ def serve(
 
 
 def _run(settings: Any, sock: socket.socket, *, level: str, access_log: bool) -> None:
-    import uvicorn
-
     from ..server import create_app
-    from ..server.limits import freeze_startup, uvicorn_options
 
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
-    logging.getLogger("tokenflex").setLevel(level)
+    with _server_logging(level):
+        proxy = create_app(settings)  # a config it cannot serve stops here, with one line
+        _serve(proxy, settings, sock, level=level, access_log=access_log)
+
+
+_LOG_FLAGS = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+"""The logging module's switches the server turns off (restored after it)."""
+
+
+@contextmanager
+def _server_logging(level: str) -> Iterator[None]:
+    """The server's log lines on stderr, at ``level``, while it runs, in place of the
+    root logger's handlers and of the command line's own (``warning: ...``: each line
+    once, timestamped); the logging as it was after (``main(["serve", ...])`` called
+    in a process that goes on, as the tests call it, leaves no handler on a stream that
+    may be closed by then)."""
+    root = logging.getLogger()
+    named = [logging.getLogger(name) for name in ("tokenflex", "httpx")]
+    handlers, levels = root.handlers[:], [root.level, *(n.level for n in named)]
+    own = named[0].handlers[:]
+    flags = [getattr(logging, flag) for flag in _LOG_FLAGS]
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers[:] = [handler]
+    named[0].handlers[:] = []
+    root.setLevel(level)
+    named[0].setLevel(level)
+    # httpx logs every upstream request at INFO: one line per request is ours alone
+    named[1].setLevel(max(logging.WARNING, logging.getLevelName(level)))
     # the format names no caller, thread or process: their lookups are skipped on every
     # record (the logging HOWTO's "Optimization"), a few µs of each request's log line
-    logging._srcfile = None
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    # httpx logs every upstream request at INFO: one line per request is ours alone
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
-    proxy = create_app(settings)  # a config it cannot serve stops here, with one line
+    for flag, off in zip(_LOG_FLAGS, (None, False, False, False), strict=True):
+        setattr(logging, flag, off)
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        named[0].handlers[:] = own
+        handler.close()
+        for logger, was in zip((root, *named), levels, strict=True):
+            logger.setLevel(was)
+        for flag, was in zip(_LOG_FLAGS, flags, strict=True):
+            setattr(logging, flag, was)
+
+
+def _serve(proxy: Any, settings: Any, sock: socket.socket, *, level: str, access_log: bool) -> None:
+    import uvicorn
+
+    from ..server.limits import freeze_startup, uvicorn_options
+
     freeze_startup()  # what lives as long as the process: out of the collector's walks
     err_console.print(
         f"tokenflex proxy on http://{settings.host}:{settings.port}/v1 -> {settings.upstream}"
