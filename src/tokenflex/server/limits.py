@@ -375,6 +375,9 @@ class _Exchange:
         self.deadline = asyncio.get_running_loop().time() + config.body_timeout
         self.cancel_scope: anyio.CancelScope | None = None
         self.watcher: asyncio.Task[None] | None = None
+        hangup = scope.get(HANGUP)
+        self.hangup = hangup if type(hangup) is Hangup else None
+        """What the server tells of the connection (None: a server without it)."""
 
     async def run(self) -> None:
         headers = dict(self.scope.get("headers", []))
@@ -399,8 +402,8 @@ class _Exchange:
 
     def _body_complete(self) -> None:
         self.body_done = True
-        hangup = self.scope.get(HANGUP)
-        if type(hangup) is Hangup:  # the server says when the connection is lost
+        hangup = self.hangup
+        if hangup is not None:  # the server says when the connection is lost
             if hangup.gone:
                 self._hung_up()
             else:
@@ -418,8 +421,7 @@ class _Exchange:
             await self.gone.wait()
             return {"type": "http.disconnect"}
         message: Message | None = None
-        hangup = self.scope.get(HANGUP)
-        if type(hangup) is Hangup and hangup.body_in:
+        if self.hangup is not None and self.hangup.body_in:
             message = await self.receive_()  # (the server holds it: no wait)
         else:
             with anyio.CancelScope(deadline=self.deadline):
