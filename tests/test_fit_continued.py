@@ -179,3 +179,56 @@ def test_a_short_history_that_goes_on_is_counted_only_where_it_is_new(
     small = _counted_next_turn(40, monkeypatch)
     assert small == _counted_next_turn(200, monkeypatch)
     assert small < 40
+
+
+def _counted_edited_turn(n: int, monkeypatch: Any) -> int:
+    """How many messages the running counts count (in native runs or one by one) for a
+    turn of an ``n``-message conversation the proxy parsed that repeats the last turn's
+    messages but its last, said otherwise (a retry), fitted cache-stable."""
+    from tokenflex.counting import messages as counting
+
+    forget()
+    model = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-edited-turn")
+    bodies = ParsedBodies(1 << 24, min_bytes=0)
+    items: list[Any] = [{"role": "system", "content": "Be brief."}]
+    items += [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of {n}"}
+        for i in range(n)
+    ]
+    read: list[int] = []
+    run, message = counting.EnvelopeCounter.plain_run, counting.EnvelopeCounter.message
+
+    def counted_run(self: Any, *args: Any) -> Any:
+        out = run(self, *args)
+        read.append(len(out[0]) if out is not None else 0)
+        return out
+
+    def counted_message(self: Any, msg: Any) -> int:
+        read.append(1)
+        return message(self, msg)
+
+    monkeypatch.setattr(counting.EnvelopeCounter, "plain_run", counted_run)
+    monkeypatch.setattr(counting.EnvelopeCounter, "message", counted_message)
+    counted = 0
+    for turn in range(3):  # (a body is kept parsed from its conversation's second turn)
+        if turn == 2:
+            last = {**items[-1], "content": f"turn {n - 1} of {n}, said otherwise"}
+            items = [*items[:-1], last]
+        req = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="o")
+        read.clear()
+        plan = tokenflex.fit(req.messages, model=model, max_tokens=200, cache_stable=True)
+        counted = sum(read)
+        assert not plan.dropped.runs() and len(plan.messages) == len(items)
+        ref = tokenflex.fit(copy.deepcopy(req.messages), model=model, max_tokens=200)
+        assert plan.input_tokens == ref.input_tokens
+    monkeypatch.undo()
+    return counted
+
+
+def test_a_turn_said_otherwise_counts_only_what_it_changed(monkeypatch: Any) -> None:
+    """A request that repeats the last one's messages but its last (a retry said
+    otherwise) keeps the running counts of the messages it repeats: as few counted for a
+    conversation of 300 messages as for one of 30."""
+    small = _counted_edited_turn(30, monkeypatch)
+    assert small == _counted_edited_turn(300, monkeypatch)
+    assert small < 30

@@ -38,7 +38,7 @@ from typing import Any
 from .counting.media import estimate_notes
 from .counting.shape import check_one, shape_checker
 from .engine.passes import TakenOut
-from .engine.sections import MessageSection
+from .engine.sections import ListIndex, MessageSection
 from .errors import InvalidInputError
 from .formats.body import vouched
 from .formats.chat import REASONING_FIELD, is_plain_chat
@@ -408,11 +408,11 @@ def _truncated(read: _Read, m: int, new_index: Callable[..., Any] | None) -> _Re
     it is the read of went on from there another way): what it converted and checked of
     them, and running counts of its own (None: read the list afresh). A converted read
     keeps its units within those items (each unit's items are known: a
-    :class:`~tokenflex.formats.native.NativeMessage`'s); the counts are never the old
-    read's, which may hold the items after them."""
+    :class:`~tokenflex.formats.native.NativeMessage`'s); the counts are the old read's
+    for the groups within them (:meth:`~tokenflex.engine.ListIndex.truncated`: a copy,
+    never the old read's own, which may hold the items after them)."""
     old = read.prepared
     conv = old.converted
-    index = new_index(read_once=True) if new_index is not None else None
     given = read.given[:m]
     if conv is None:
         messages: list[Any] = given
@@ -436,6 +436,11 @@ def _truncated(read: _Read, m: int, new_index: Callable[..., Any] | None) -> _Re
             reasoning=[(i, t) for i, t in conv.reasoning if i < m],
         )
     checked = {k: (model, min(v, keep)) for k, (model, v) in old.checked.items()}
+    index: Any = (
+        old.index.truncated(keep)
+        if isinstance(old.index, ListIndex)
+        else (new_index(read_once=True) if new_index is not None else None)
+    )
     prepared = Prepared(
         messages,
         old.tools,

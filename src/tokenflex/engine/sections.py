@@ -293,6 +293,39 @@ class ListIndex:
         the conversation reads it again for the new messages' counts alone."""
         return self._once
 
+    def truncated(self, n: int) -> ListIndex:
+        """A new index of a request read once that holds this one's running counts of
+        the groups wholly before message ``n``: the next turn of a conversation that
+        repeats this request's objects up to ``n`` and goes on another way (its last
+        message edited, a retry said otherwise) counts only the messages from there
+        (at C speed: three list slices), not its history again. Only a request read once
+        (:attr:`read_once`: its objects are never edited) hands its counts on; any
+        other gives an empty index."""
+        out = ListIndex(read_once=True)
+        with self._lock:
+            gi = self._index
+            if gi is None or not self._once:
+                return out
+            starts, first = gi.starts, gi.first
+            end = first + len(gi.tokens)
+            if end <= n:
+                groups = len(starts)
+            else:  # the groups that end at or before n (the one n falls in goes)
+                groups = max(0, bisect.bisect_right(starts, n) - 1)
+                end = starts[groups] if groups else first
+            if not groups:
+                return out
+            out._model, out._lo = self._model, self._lo
+            out._index = GroupIndex(
+                gi.model,
+                list(starts[:groups]),
+                list(gi.cum[: groups + 1]),
+                list(gi.tokens[: end - first]),
+                first,
+                owned=False,
+            )
+        return out
+
     @property
     def current(self) -> GroupIndex | None:
         """The index the last :meth:`view` gave (None: none, or it was reset), not checked
