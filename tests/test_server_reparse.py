@@ -205,3 +205,61 @@ def test_a_number_or_a_literal_that_goes_on_is_parsed_again() -> None:
         == '{"messages": [1, 1.0]}'
     )
     assert bodies.reused >= 4  # (the object before each number was reused)
+
+
+def _agent_turn(blocks: list[Any]) -> bytes:
+    """An Anthropic body: a task, then one user message of ``blocks`` after another."""
+    messages: list[Any] = [{"role": "user", "content": "Fix the bug."}]
+    for i, block in enumerate(blocks):
+        messages.append({"role": "assistant", "content": f"step {i} " + "y" * 100})
+        messages.append({"role": "user", "content": [block]})
+    body = {"model": "claude-x", "max_tokens": 256, "messages": messages}
+    return json.dumps(body).encode()
+
+
+def _text(i: int) -> dict[str, Any]:
+    return {"type": "text", "text": f"result {i} " + "z" * 100}
+
+
+def test_an_anthropic_turn_checks_only_the_messages_it_adds() -> None:
+    """The messages a body repeats from the last one the Anthropic parse passed are the
+    same objects: their blocks are not checked again, the added ones are."""
+    from tokenflex.formats import anthropic
+    from tokenflex.formats.registry import get_format
+
+    fmt = get_format("anthropic")
+    bodies = ParsedBodies(1 << 22, min_bytes=0)
+    seen: list[int] = []
+    blocks_pass = anthropic.blocks_pass
+
+    def counted(blocks: list[Any]) -> bool:
+        seen.append(1)
+        return blocks_pass(blocks)
+
+    with mock.patch.object(anthropic, "blocks_pass", counted):
+        for n in (20, 21, 21, 22):  # (kept parsed from the second turn on)
+            seen.clear()
+            req = _validate.parse_request(
+                fmt, _agent_turn([_text(i) for i in range(n)]), bodies=bodies, owner="a"
+            )
+            assert len(req.messages) == 1 + 2 * n
+    assert len(seen) <= 5  # the last turn's two new messages, and the last few again
+
+
+def test_a_bad_block_a_body_repeats_is_refused_again() -> None:
+    """Only items a parse passed are trusted: a body that repeats one the last body was
+    refused for (a block of no known type) is refused too, however it goes on."""
+    from tokenflex.formats.registry import get_format
+
+    fmt = get_format("anthropic")
+    bodies = ParsedBodies(1 << 22, min_bytes=0)
+    bad = [_text(i) for i in range(20)]
+    bad[3] = {"type": "no-such-block", "text": "?"}
+    for n in range(20, 24):
+        blocks = bad + [_text(i) for i in range(20, n)]
+        try:
+            _validate.parse_request(fmt, _agent_turn(blocks), bodies=bodies, owner="a")
+        except ProxyError as exc:
+            assert "messages[8]" in str(exc.message) or "messages[8]" in str(exc.param)
+        else:
+            raise AssertionError(f"a body of {n} turns with a bad block was not refused")

@@ -504,16 +504,19 @@ class Anthropic(RequestFormat):
     def marks_system(self, system: Any) -> bool:
         return isinstance(system, list)
 
-    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+    def parse(
+        self, body: Mapping[str, Any], *, model: str | None = None, checked: int = 0
+    ) -> RequestParts:
         """``model``, ``messages``, ``system``, ``max_tokens``, ``tools``, ``stream``;
-        every content block is of a known type with its required fields (:data:`BLOCKS`)."""
+        every content block is of a known type with its required fields (:data:`BLOCKS`);
+        the ``checked`` leading messages passed before, block by block, and are not read."""
         name = check_model(body)
-        messages = check_items(body.get("messages"), "messages", _ROLES)
+        messages = check_items(body.get("messages"), "messages", _ROLES, checked=checked)
         system = check_system(body, "system")
         if isinstance(system, list) and not blocks_pass(system):
             _check_blocks(system, "system")
-        for i, msg in enumerate(messages):
-            content = msg["content"]
+        for i in range(min(checked, len(messages)), len(messages)):  # (each on its own)
+            content = messages[i]["content"]
             if isinstance(content, list) and not blocks_pass(content):
                 _check_blocks(content, f"messages[{i}].content")
         tools = check_tools(body)

@@ -212,9 +212,15 @@ class RequestFormat:
         return fields.get(b"prompt_tokens", fields.get(b"input_tokens"))
 
     # -- the proxy ------------------------------------------------------------------------
-    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+    def parse(
+        self, body: Mapping[str, Any], *, model: str | None = None, checked: int = 0
+    ) -> RequestParts:
         """Check a client's request body (a JSON object) and read what fitting needs;
         ``model``: the model named by the route, for APIs that put it in the path.
+        ``checked``: how many of the leading items are the very objects this format's
+        parse passed before (the proxy reuses a conversation's items parsed for its last
+        turn): a format whose checks look at one item at a time need not check them
+        again; one may check them all the same.
 
         Raises:
             BodyError: a missing or wrong field (names it).

@@ -169,11 +169,21 @@ def check_system(body: Mapping[str, Any], key: str) -> Any:
 
 
 def check_items(
-    value: Any, key: str, roles: tuple[str, ...] | None, content: str = "content"
+    value: Any,
+    key: str,
+    roles: tuple[str, ...] | None,
+    content: str = "content",
+    *,
+    checked: int = 0,
 ) -> list[Any]:
     """A non-empty list of objects (with a ``role`` in ``roles`` and string or list
-    ``content`` when ``roles`` is given); the format's converter checks the rest."""
-    if type(value) is list and value and _items_pass(value, roles, content):
+    ``content`` when ``roles`` is given); the format's converter checks the rest.
+    ``checked``: its leading items passed this check before (the same objects)."""
+    if (
+        type(value) is list
+        and value
+        and _items_pass(value[checked:] if checked else value, roles, content)
+    ):
         return value  # (no item's path named: the check below names the bad one)
     if value is None:
         raise bad(f"'{key}' is required: a list of messages.", key, "missing_required_parameter")

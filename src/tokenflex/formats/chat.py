@@ -260,7 +260,9 @@ class Chat(RequestFormat):
             return True
         return not _CHAT_PARTS.isdisjoint(part_types(item))
 
-    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+    def parse(
+        self, body: Mapping[str, Any], *, model: str | None = None, checked: int = 0
+    ) -> RequestParts:
         name = check_model(body)
         messages = check_messages(body.get("messages"))
         parts = RequestParts(

@@ -536,7 +536,9 @@ class Gemini(RequestFormat):
     def marks_system(self, system: Any) -> bool:
         return isinstance(system, Mapping) and "parts" in system
 
-    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+    def parse(
+        self, body: Mapping[str, Any], *, model: str | None = None, checked: int = 0
+    ) -> RequestParts:
         return parse_body(body, model)
 
     def from_chat_answer(self, status: int, answer: Any) -> Any:

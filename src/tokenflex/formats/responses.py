@@ -488,25 +488,27 @@ class Responses(RequestFormat):
             return False
         return not untyped_message(item) or not _PARTS.isdisjoint(part_types(item))
 
-    def parse(self, body: Mapping[str, Any], *, model: str | None = None) -> RequestParts:
+    def parse(
+        self, body: Mapping[str, Any], *, model: str | None = None, checked: int = 0
+    ) -> RequestParts:
         """``model``, ``input`` (a string is one user message), ``instructions``,
         ``max_output_tokens``, ``tools``, ``stream``; every item is of a known type with
         its required fields (:data:`ITEMS`). Other fields (``previous_response_id``,
         ``store``) go through."""
         name = check_model(body)
         items = self.items_of(body)
-        checked = check_items(items, "input", None)
-        if not items_pass(checked):
-            _check_items(checked)
+        given = check_items(items, "input", None, checked=checked)
+        if not items_pass(given[checked:] if checked else given):  # (each on its own)
+            _check_items(given)
         parts = RequestParts(
             name,
-            checked,
+            given,
             max_tokens=positive_int(body, "max_output_tokens"),
             tools=check_tools(body),
             stream=check_stream(body),
             system=check_system(body, "instructions"),
         )
-        vouch(checked, self.name)  # every item of a known type, with its fields
+        vouch(given, self.name)  # every item of a known type, with its fields
         return parts
 
     def to_internal(

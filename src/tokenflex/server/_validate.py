@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 try:  # the [server] extra; without it the stdlib parser alone (same answers, slower)
     import orjson
@@ -321,6 +321,24 @@ class _Parsed:
     """None: a body seen once, kept as its bytes alone (no parsed objects to hold until
     its conversation shows it goes on)."""
     outline: Outline | None = None
+    checked: str = ""
+    """The format whose parse passed :attr:`items` (set once it did; "": none yet): a
+    later body that reuses them need not check them again as that format."""
+
+
+class Turn(NamedTuple):
+    """A body parsed by :meth:`ParsedBodies.read_turn`."""
+
+    value: Any
+    """The JSON document."""
+    going: bool
+    """The body goes on from one its owner sent before (see :meth:`ParsedBodies.parse_turn`)."""
+    entry: _Parsed | None
+    """Where the body is kept (None: it is not): marked once a format's parse passed it
+    (:meth:`ParsedBodies.checked`)."""
+    reused: tuple[str, int]
+    """The format that passed the body reused and how many of its leading items this one
+    holds, the very objects (``("", 0)``: none)."""
 
 
 class ParsedBodies:
@@ -368,6 +386,19 @@ class ParsedBodies:
         return self.parse_turn(raw, key, owner)[0]
 
     def parse_turn(self, raw: bytes, key: str, owner: str) -> tuple[Any, bool]:
+        """:meth:`parse`, and whether ``raw`` goes on from a body ``owner`` sent before
+        (:meth:`read_turn`'s first two fields)."""
+        turn = self.read_turn(raw, key, owner)
+        return turn.value, turn.going
+
+    @staticmethod
+    def checked(turn: Turn, format: str) -> None:
+        """Note that ``format``'s parse passed ``turn``'s items (a later body that reuses
+        them skips their checks as that format: :attr:`Turn.reused`)."""
+        if turn.entry is not None:
+            turn.entry.checked = format
+
+    def read_turn(self, raw: bytes, key: str, owner: str) -> Turn:
         """:meth:`parse`, and whether ``raw`` goes on from a body ``owner`` sent before:
         their bytes shared over all of that body's items but the last few (a
         conversation's next turn, or the same one again; an agent may send its last
@@ -381,7 +412,7 @@ class ParsedBodies:
             or orjson is None
             or not self.min_bytes <= len(raw) <= self.max_bytes // 4
         ):
-            return parse_json(raw), False
+            return Turn(parse_json(raw), False, None, _NONE_REUSED)
         name = key.encode()
         with self._lock:
             seen = [p for p in self._owners.get(owner, ()) if p.key == name]
@@ -397,21 +428,25 @@ class ParsedBodies:
         made = None
         if best is not None and best.items is not None and outline is not None:
             made = self._reuse(best, outline, raw, shared, name)
+        reused = _NONE_REUSED
         if made is not None:
-            value, items, mine = made
+            value, items, mine, repeated = made
+            assert best is not None
+            if best.checked:  # (the leading items are best's objects, as its parse passed)
+                reused = (best.checked, repeated)
         else:
             value, mine = parse_json(raw), None
             found = value.get(key) if type(value) is dict else None
             if type(found) is not list:
-                return value, False
+                return Turn(value, False, None, _NONE_REUSED)
             items = found
         if best is not None and going and shared == len(raw) == len(best.raw):
             if best.items is None:  # the same bytes again: kept parsed from now on
                 best.items = list(items)
-            return value, True
+            return Turn(value, True, best, reused)
         kept = _Parsed(raw, name, list(items) if going else None, mine)
         self._keep(owner, kept, best if going else None)
-        return value, going
+        return Turn(value, going, kept, reused)
 
     def _outline(self, p: _Parsed) -> Outline | None:
         """``p``'s outline (made once; None: it has none as its items were parsed)."""
@@ -425,9 +460,10 @@ class ParsedBodies:
 
     def _reuse(
         self, prev: _Parsed, outline: Outline, raw: bytes, shared: int, name: bytes
-    ) -> tuple[dict[str, Any], list[Any], Outline] | None:
+    ) -> tuple[dict[str, Any], list[Any], Outline, int] | None:
         """``raw`` parsed with the items of ``prev`` that lie in their first ``shared``
-        bytes, its items and its outline; None: parse it whole."""
+        bytes, its items, its outline and how many of ``prev``'s items lead them; None:
+        parse it whole."""
         assert _OUTLINE is not None and orjson is not None and prev.items is not None
         _, opened, _, ends = outline
         # the items that end within the shared bytes (one that ends where they end is the
@@ -453,7 +489,7 @@ class ParsedBodies:
             items += tail
         top[name.decode()] = items
         self.reused += 1
-        return top, items, (members, opened, closed, ends[:j] + added)
+        return top, items, (members, opened, closed, ends[:j] + added), j
 
     def _keep(self, owner: str, parsed: _Parsed, prev: _Parsed | None) -> None:
         """Keep ``parsed`` for ``owner``, in place of ``prev`` (the body it continues,
@@ -475,6 +511,9 @@ class ParsedBodies:
                 if not entries:
                     del self._owners[oldest]
 
+
+_NONE_REUSED = ("", 0)
+"""A body that reuses no items a format's parse passed."""
 
 _LAST_FEW = 4
 """Items at the end of a body that the next turn may send otherwise and still go on."""
@@ -498,14 +537,19 @@ def parse_request(
     :class:`ProxyError` naming the field when it is bad. ``model``: the model named by
     the route (Gemini's path), for APIs that put it there. ``bodies``: the bodies
     ``owner`` sent lately, whose parsed items this one reuses where it repeats them."""
-    value, going = (
-        (parse_json(raw), False) if bodies is None else bodies.parse_turn(raw, fmt.items_key, owner)
+    turn = (
+        Turn(parse_json(raw), False, None, _NONE_REUSED)
+        if bodies is None
+        else bodies.read_turn(raw, fmt.items_key, owner)
     )
-    body = _check_object(value)
-    try:
-        parts = fmt.parse(body, model=model)
+    going = turn.going
+    body = _check_object(turn.value)
+    by, repeated = turn.reused
+    try:  # (the items a body repeats from one this format passed are not checked again)
+        parts = fmt.parse(body, model=model, checked=repeated if by == fmt.name else 0)
     except BodyError as exc:
         raise _bad(exc.message, exc.param, exc.code) from None
+    ParsedBodies.checked(turn, fmt.name)
     if going:  # the next turn is expected: fit() keeps its read of this one for it
         goes_on(parts.items)
     return ChatRequest(
