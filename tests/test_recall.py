@@ -586,3 +586,45 @@ def test_each_counter_gets_its_own_recall_overhead() -> None:
         for (i, fmt), figures in expected.items():
             assert recall_overhead(counters[i], fmt) == figures
         assert recall_overhead(counters[0]) == expected[(0, "chat")]  # the default: chat
+
+
+def _recallers(source: list[Any], *, stable: bool, edit: bool = False) -> tuple[str, str, int]:
+    """The id of ``source[1:-1]`` named by two fits' recallers (each a request of its
+    own), the second after ``source[5]`` was edited in place when ``edit``; and how many
+    messages the second fingerprinted."""
+    import importlib
+    from unittest import mock
+
+    recall_module = importlib.import_module("tokenflex.recall")  # (not the function)
+    store = MemoryStore()
+    first = recall_module.Recaller(store, source, "chat", stable=stable).span_id(1, len(source) - 1)
+    if edit:
+        source[5]["content"] += " (edited)"
+    sized, plain = recall_module.sized_fingerprint, recall_module.fingerprint
+    with (
+        mock.patch.object(recall_module, "sized_fingerprint", wraps=sized) as a,
+        mock.patch.object(recall_module, "fingerprint", wraps=plain) as b,
+    ):
+        second = recall_module.Recaller(store, source, "chat", stable=stable).span_id(
+            1, len(source) - 1
+        )
+    return first, second, a.call_count + b.call_count
+
+
+def test_a_request_read_once_fingerprints_its_messages_once() -> None:
+    """A request read once (a proxy's parse: objects no one edits) keeps its messages'
+    fingerprints for the next fit: a span its next turn names again is not fingerprinted
+    again, and its id is the one a caller's list of equal messages gets."""
+    source = [{"role": "user", "content": f"message {i} " + "x" * 50} for i in range(300)]
+    first, second, made = _recallers(source, stable=True)
+    assert first == second and made < 5
+    copy = [dict(m) for m in source]
+    assert _recallers(copy, stable=False)[1] == first  # the same id, fingerprinted anew
+
+
+def test_a_caller_s_list_edited_in_place_is_fingerprinted_again() -> None:
+    """A caller's own list (not read once) is fingerprinted on each fit: an edit in place
+    between two fits changes the id its span is named by."""
+    source = [{"role": "user", "content": f"message {i}"} for i in range(40)]
+    first, second, made = _recallers(source, stable=False, edit=True)
+    assert first != second and made >= 38

@@ -1060,5 +1060,7 @@ def _recall_fit(
     fmt = req.converted.format if req.converted is not None else default_format().name
     store = state if state is not None else default_store()
     chat = get_format(fmt).internal and req.converted is not None
-    recaller = Recaller(store, req.messages, fmt, given if chat else None)
+    # (a request read once, as a proxy's parse: objects no one edits, its next turn's too)
+    stable = isinstance(req.index, ListIndex) and req.index.read_once
+    recaller = Recaller(store, req.messages, fmt, given if chat else None, stable=stable)
     return RecallFit(layout, recaller, memory, summ, req.given_tools)

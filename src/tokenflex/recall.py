@@ -43,7 +43,7 @@ from .formats.registry import default_format, get_format
 from .history import with_tool_text
 from .message.objects import plain
 from .plan import SENT_SHRUNK
-from .session import fingerprint
+from .session import Remembered, fingerprint, sized_fingerprint
 from .state.tenant import TenantStore, tenant_view
 
 if TYPE_CHECKING:
@@ -120,6 +120,13 @@ def _key(rid: str) -> str:
     return "recall:" + rid
 
 
+_STABLE: Remembered[int, tuple[Any, Any, str]] = Remembered(16384, 16 * 1024 * 1024)
+"""The fingerprints of the messages of requests read once (:class:`Recaller`'s
+``stable``), by the message object's identity: ``(message, its caller's item or None,
+fingerprint)``, the objects held so their ids stay theirs. Bounded by entries and by the
+characters hashed (a message past a sixteenth of that is not kept)."""
+
+
 class Recaller:
     """One fit's recall: the ids its notes and placeholders name, and, once the plan is
     made, the records stored for them (:meth:`commit`).
@@ -134,6 +141,10 @@ class Recaller:
         sections: The plan's sections whose left-out messages index ``source`` and are
             kept (fit()'s :data:`RECALLED_SECTIONS`; a :class:`~tokenflex.Prompt`'s
             history section).
+        stable: ``source``'s messages (and ``given``'s items) are objects no one edits
+            (a request read once: a proxy's parse, whose next turn repeats them): their
+            fingerprints are kept by the objects' identity for the fits after this one
+            (:data:`_STABLE`).
     """
 
     def __init__(
@@ -143,8 +154,11 @@ class Recaller:
         format: str,
         given: Sequence[Any] | Mapping[int, Any] | None = None,
         sections: Sequence[str] = RECALLED_SECTIONS,
+        *,
+        stable: bool = False,
     ) -> None:
         self.store: TenantStore = tenant_view(store)
+        self.stable = stable
         self.source = source
         self.format = format
         self.given = given
@@ -172,7 +186,25 @@ class Recaller:
     def _fingerprint(self, i: int) -> str:
         fp = self._fp.get(i)
         if fp is None:
-            fp = self._fp[i] = fingerprint(self._items_at(i))
+            fp = self._fp[i] = (
+                self._stable_fingerprint(i) if self.stable else fingerprint(self._items_at(i))
+            )
+        return fp
+
+    def _stable_fingerprint(self, i: int) -> str:
+        """Message ``i``'s fingerprint, kept by its object (and its caller's item) for
+        the next fits: a cut's span is fingerprinted once, not on every request that
+        renders a cut short of the chain's mark."""
+        m = self.source[i]
+        given = self.given
+        item = None
+        if given is not None and isinstance(m, NativeMessage) and m.start >= 0:
+            item = given[m.start]
+        known = _STABLE.get(id(m))
+        if known is not None and known[0] is m and known[1] is item:
+            return known[2]
+        fp, size = sized_fingerprint(self._items_at(i))
+        _STABLE.put(id(m), (m, item, fp), size)
         return fp
 
     def _mark(self, lo: int) -> dict[str, Any] | None:

@@ -35,9 +35,11 @@ __all__ = [
     "SESSION_TTL_S",
     "HistoryCut",
     "ObjectMemory",
+    "Remembered",
     "SessionMemory",
     "StoreMemory",
     "fingerprint",
+    "sized_fingerprint",
     "source_runs",
 ]
 
@@ -168,7 +170,7 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class _Remembered(Generic[K, V]):
+class Remembered(Generic[K, V]):
     """Answers this process made last, each a function of its key alone (so an entry is
     the answer), bounded by entries and by a weight (the characters an entry holds; one
     past a sixteenth of the bound is not kept); the oldest go first."""
@@ -197,7 +199,7 @@ class _Remembered(Generic[K, V]):
                 self._held -= self._items.pop(next(iter(self._items)))[1]
 
 
-_PLAIN: _Remembered[tuple[str, str], str] = _Remembered(4096, 4 * 1024 * 1024)
+_PLAIN: Remembered[tuple[str, str], str] = Remembered(4096, 4 * 1024 * 1024)
 """The fingerprints of plain ``{"role", "content"}`` messages, by role and text: a
 conversation's opening messages (its key) and the turn its cut falls on are fingerprinted
 again on every request, each time from a copy of the text (a proxy parses every request
@@ -206,26 +208,33 @@ afresh). Weighed by the characters of the role and the text."""
 
 def fingerprint(message: Any) -> str:
     """A short, stable hash of one message's content."""
+    return sized_fingerprint(message)[0]
+
+
+def sized_fingerprint(message: Any) -> tuple[str, int]:
+    """:func:`fingerprint` and the characters it hashed (about what the message holds)."""
     if type(message) is dict and len(message) == 2:
         # a plain {"role", "content"} message: the encoder's own text, without the
         # encoder's call (the fingerprints stored by every version are the same)
         role, content = message.get("role"), message.get("content")
         if type(role) is str and type(content) is str:
             key = (role, content)
+            size = len(role) + len(content)
             known = _PLAIN.get(key)
             if known is not None:
-                return known
+                return known, size
             text = f'{{"content": {_JSON_STRING(content)}, "role": {_JSON_STRING(role)}}}'
             digest = hashlib.blake2b(
                 text.encode("utf-8", "surrogatepass"), digest_size=12
             ).hexdigest()
-            _PLAIN.put(key, digest, len(role) + len(content))
-            return digest
+            _PLAIN.put(key, digest, size)
+            return digest, size
     try:
         text = _FINGERPRINT_JSON(message)
     except (TypeError, ValueError):  # pragma: no cover - exotic keys
         text = repr(message)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+    return digest, len(text)
 
 
 def _identity(message: Any) -> str:
@@ -326,7 +335,7 @@ class ObjectMemory:
         return cum[k]
 
 
-_DECODED: _Remembered[int, tuple[bytes, dict[str, Any]]] = _Remembered(256)
+_DECODED: Remembered[int, tuple[bytes, dict[str, Any]]] = Remembered(256)
 """The states this process wrote last, decoded, by the identity of the bytes object
 written (held in the entry, so the id is not reused while it is kept): a store that keeps
 the object it was given (the memory store) hands the same one back on the conversation's
