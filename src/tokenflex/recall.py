@@ -120,7 +120,7 @@ def _key(rid: str) -> str:
     return "recall:" + rid
 
 
-_STABLE: Remembered[int, tuple[Any, Any, str]] = Remembered(16384, 16 * 1024 * 1024)
+_STABLE: Remembered[int, tuple[Any, Any, str]] = Remembered(8192, 8 * 1024 * 1024)
 """The fingerprints of the messages of requests read once (:class:`Recaller`'s
 ``stable``), by the message object's identity: ``(message, its caller's item or None,
 fingerprint)``, the objects held so their ids stay theirs. Bounded by entries and by the
