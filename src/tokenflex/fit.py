@@ -90,6 +90,7 @@ from .roundtrip import (
     finish,
     forget,
     fresh,
+    goes_on_later,
     prepare,
     read_through,
     remember,
@@ -1060,7 +1061,8 @@ def _recall_fit(
     fmt = req.converted.format if req.converted is not None else default_format().name
     store = state if state is not None else default_store()
     chat = get_format(fmt).internal and req.converted is not None
-    # (a request read once, as a proxy's parse: objects no one edits, its next turn's too)
-    stable = isinstance(req.index, ListIndex) and req.index.read_once
+    # (a proxy's parse of a conversation that goes on: objects no one edits, which its
+    # next turn repeats; a request read once and done is not held for a turn to come)
+    stable = goes_on_later(given)
     recaller = Recaller(store, req.messages, fmt, given if chat else None, stable=stable)
     return RecallFit(layout, recaller, memory, summ, req.given_tools)

@@ -142,9 +142,9 @@ class Recaller:
             kept (fit()'s :data:`RECALLED_SECTIONS`; a :class:`~tokenflex.Prompt`'s
             history section).
         stable: ``source``'s messages (and ``given``'s items) are objects no one edits
-            (a request read once: a proxy's parse, whose next turn repeats them): their
-            fingerprints are kept by the objects' identity for the fits after this one
-            (:data:`_STABLE`).
+            and the next request repeats (a proxy's parse of a conversation that goes
+            on): their fingerprints are kept by the objects' identity for the fits after
+            this one (:data:`_STABLE`).
     """
 
     def __init__(

@@ -59,6 +59,7 @@ __all__ = [
     "finish",
     "forget",
     "fresh",
+    "goes_on_later",
     "prepare",
     "read_through",
     "remember",
@@ -261,6 +262,14 @@ def read_through(messages: Sequence[Any]) -> None:
             _MEMO.done(read)
         else:  # (a request read once: kept, its objects would only burden the collector)
             _MEMO.forget(messages)
+
+
+def goes_on_later(messages: Sequence[Any]) -> bool:
+    """Whether ``messages`` is a request read once whose conversation goes on (a
+    proxy's parse of a turn that went on from the last: its next turn is expected to
+    repeat these very objects, which no one edits)."""
+    read = _MEMO.get(messages) if type(messages) is list else None
+    return read is not None and read.once and read.going
 
 
 def remember(messages: Sequence[Any], last: Any) -> None:
