@@ -232,3 +232,28 @@ def test_a_turn_said_otherwise_counts_only_what_it_changed(monkeypatch: Any) -> 
     small = _counted_edited_turn(30, monkeypatch)
     assert small == _counted_edited_turn(300, monkeypatch)
     assert small < 30
+
+
+def test_only_a_conversation_that_goes_on_keeps_its_fingerprints() -> None:
+    """The fingerprints of what a cut leaves out are kept by the messages' identity for
+    a conversation the proxy parsed as going on (its next turn repeats those objects),
+    and not for a request read once and done (held, its objects would only burden the
+    garbage collector)."""
+    import importlib
+
+    recall_module = importlib.import_module("tokenflex.recall")  # (not the function)
+    forget()
+    model = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-kept-prints", context_window=3000)
+    bodies = ParsedBodies(1 << 24, min_bytes=0)
+    items = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "w " * 40}
+        for i in range(201)
+    ]
+    held: list[int] = []
+    for _ in range(3):  # the first body is read once; the same again goes on
+        req = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="k")
+        before = len(recall_module._STABLE._items)
+        plan = tokenflex.fit(req.messages, model=model, max_tokens=200, recall=True)
+        assert plan.dropped.runs()
+        held.append(len(recall_module._STABLE._items) - before)
+    assert held[0] == 0 and held[1] > 100
