@@ -128,20 +128,26 @@ def test_the_next_turn_reads_the_last_one_s_objects() -> None:
     assert roundtrip._MEMO.continued(second.messages, (None, False)) is not None
 
 
+def _parsed_conversation(n: int, name: str) -> tuple[Any, ParsedBodies, list[Any]]:
+    """A fresh start (nothing read before), a model of its own named ``name``, the bodies
+    the proxy keeps parsed, and a conversation of a system prompt and ``n`` messages."""
+    forget()
+    model = tokenflex.get_model("gpt-4o").replace(name=name)
+    items: list[Any] = [{"role": "system", "content": "Be brief."}]
+    items += [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of {n}"}
+        for i in range(n)
+    ]
+    return model, ParsedBodies(1 << 24, min_bytes=0), items
+
+
 def _counted_next_turn(n: int, monkeypatch: Any) -> int:
     """How many messages fit() counts (one by one or summed) for the next turn of an
     ``n``-message conversation the proxy parsed, fitted cache-stable (as the proxy fits
     it): the turn adds an answer and a question, and all of it fits."""
     from tokenflex.counting import messages as counting
 
-    forget()
-    model = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-short-history")
-    bodies = ParsedBodies(1 << 24, min_bytes=0)
-    items: list[Any] = [{"role": "system", "content": "Be brief."}]
-    items += [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of {n}"}
-        for i in range(n)
-    ]
+    model, bodies, items = _parsed_conversation(n, "gpt-4o-short-history")
     read: list[int] = []
     total, message = counting.EnvelopeCounter.total, counting.EnvelopeCounter.message
 
@@ -187,14 +193,7 @@ def _counted_edited_turn(n: int, monkeypatch: Any) -> int:
     messages but its last, said otherwise (a retry), fitted cache-stable."""
     from tokenflex.counting import messages as counting
 
-    forget()
-    model = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-edited-turn")
-    bodies = ParsedBodies(1 << 24, min_bytes=0)
-    items: list[Any] = [{"role": "system", "content": "Be brief."}]
-    items += [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} of {n}"}
-        for i in range(n)
-    ]
+    model, bodies, items = _parsed_conversation(n, "gpt-4o-edited-turn")
     read: list[int] = []
     run, message = counting.EnvelopeCounter.plain_run, counting.EnvelopeCounter.message
 
