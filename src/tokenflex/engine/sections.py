@@ -11,6 +11,7 @@ text is :class:`tokenflex.prompt.TextSection`.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -784,10 +785,23 @@ class MessageSection(Section):
         self, lo: int, hi: int, total: int, bound: int, counter: MessageCounter
     ) -> int:
         """``total`` plus what items ``[lo, hi)`` cost (:meth:`item_tokens`), newest first,
-        as far as it takes to pass ``bound``: runs of plain chat in one native loop
-        (:meth:`~tokenflex.counting.MessageCounter.plain_run`) where nothing was shrunk."""
+        as far as it takes to pass ``bound``: where nothing was shrunk, the items the
+        running counts hold read from them (their running sums, newest first, and a
+        bisect: at C speed) and runs of plain chat in one native loop
+        (:meth:`~tokenflex.counting.MessageCounter.plain_run`)."""
         i = hi
+        held = self._held(counter) if not self.changed else None
         while i > lo and total <= bound:
+            if held is not None and held[0] < i <= held[1]:
+                gi, k = self.index, max(lo, held[0])
+                assert gi is not None
+                newest = reversed(gi.tokens[k - gi.first : i - gi.first])
+                sums = list(itertools.accumulate(newest, initial=total))
+                j = bisect.bisect_right(sums, bound)  # (the first sum past it, if any)
+                if j < len(sums):
+                    return sums[j]
+                total, i = sums[-1], k
+                continue
             if not self.changed:
                 run = counter.plain_run(self.source, i, lo, total, bound, i - lo)
                 if run is not None:
@@ -798,6 +812,18 @@ class MessageSection(Section):
             i -= 1
             total += self.item_tokens(i, self.item(i), counter)
         return total
+
+    def _held(self, counter: MessageCounter) -> tuple[int, int] | None:
+        """The items ``[start, end)`` whose tokens the running counts hold for this fit
+        (as :meth:`item_tokens` reads them), for ``counter``'s model; None: none."""
+        gi = self.index
+        if gi is None or gi.model is not counter.model:
+            return None
+        end = gi.first + len(gi.tokens)
+        if gi.owned:
+            return gi.first, end
+        checked = gi.checked_from
+        return None if checked is None else (max(checked, gi.first), end)
 
     def item_tokens(self, index: int, item: Any, counter: MessageCounter) -> int:
         if index in self.changed:
