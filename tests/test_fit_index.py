@@ -282,3 +282,54 @@ def test_a_dropped_runs_tokens_are_summed_as_its_items_are_counted(
                     break
                 expected += source.item_tokens(i, source.item(i), counter)
             assert source.tokens_until(a, b, total, bound, counter) == expected
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_history(), st.booleans(), st.data())
+def test_recall_tells_a_cut_without_its_tool_as_the_dropped_items_say(
+    msgs: list[Any], stable: bool, data: st.DataObject
+) -> None:
+    """Whether a plan that made room for the recall tool surely leaves something out
+    without it (its dropped items' tokens past the room the tool, the note and the plan's
+    slack take) is what the dropped items say, summed one by one in request order; a
+    second fit of the same list reads them from its running counts."""
+    import importlib
+    from unittest import mock
+
+    from tokenflex.engine.passes import TakenOut
+    from tokenflex.engine.sections import MessageSection
+
+    recall_module = importlib.import_module("tokenflex.recall")  # (not the function)
+    surely = recall_module.RecallFit._cuts_without_tool
+
+    def checked(self: Any, plan: Any) -> bool:
+        got: bool = surely(self, plan)
+        room = plan.context_window - plan.safety_margin
+        room -= min(plan.requested_max_tokens, plan.min_output_tokens)
+        added = self.tool_tokens + self.note_tokens
+        added += plan.summary.tokens if plan.summary is not None else 0
+        total, dropped = 0, plan.dropped
+        for section, a, b, reason in dropped.runs():
+            if section == TakenOut.section or reason in (*recall_module.ITEM_REASONS, "summarized"):
+                continue
+            source = dropped.source(section)
+            for i in range(a, b):
+                total += (
+                    source.item_tokens(i, source.item(i), dropped.counter)
+                    if isinstance(source, MessageSection)
+                    else dropped.cost_of(section, i)
+                )
+        assert got == (total > room - (plan.input_tokens - added))
+        return got
+
+    forget()
+    model = MODEL.replace(context_window=data.draw(st.sampled_from([300, 600, 1200])))
+    store = MemoryStore()
+    with mock.patch.object(recall_module.RecallFit, "_cuts_without_tool", checked):
+        for _ in range(2):
+            try:
+                tokenflex.fit(
+                    msgs, model=model, max_tokens=50, recall=True, cache_stable=stable, state=store
+                )
+            except tokenflex.TokenflexError:
+                return

@@ -628,7 +628,9 @@ class RecallFit:
         slack = room - (plan.input_tokens - added)
         total = 0
         dropped = plan.dropped
-        for section, a, b, reason in dropped.runs():  # by run: no record per item
+        # by run (no record per item), newest first: the running counts hold those, and a
+        # sum over nonnegative counts passes the slack in any order if it does at all
+        for section, a, b, reason in reversed(dropped.runs()):
             if section == TakenOut.section or reason in (*ITEM_REASONS, "summarized"):
                 continue  # never sent, or sent shrunk (its stand-in is in the input)
             source = dropped.source(section)
