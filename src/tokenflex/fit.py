@@ -287,7 +287,9 @@ def _last_user(msgs: Sequence[Message], lo: int, cur: int) -> int:
     i = cur
     while i >= lo:
         m = msgs[i] if i < len(msgs) else None
-        if isinstance(m, Mapping) and m.get("role") == "user":
+        # (a dict first: a converted agent's messages are dicts, and its only user
+        # message may be the task, thousands back; the ABC's check costs ~4x)
+        if isinstance(m, (dict, Mapping)) and m.get("role") == "user":
             return i
         i -= 1
     return cur
