@@ -121,10 +121,11 @@ def _key(rid: str) -> str:
 
 
 _STABLE: Remembered[int, tuple[Any, Any, str]] = Remembered(8192, 8 * 1024 * 1024)
-"""The fingerprints of the messages of requests read once (:class:`Recaller`'s
-``stable``), by the message object's identity: ``(message, its caller's item or None,
-fingerprint)``, the objects held so their ids stay theirs. Bounded by entries and by the
-characters hashed (a message past a sixteenth of that is not kept)."""
+"""The fingerprints of the messages of conversations that go on (:class:`Recaller`'s
+``stable``: a proxy's parse, whose next turn repeats the same objects), by the message
+object's identity: ``(message, its caller's item or None, fingerprint)``, the objects
+held so their ids stay theirs. Bounded by entries and by the characters hashed (a
+message past a sixteenth of that is not kept)."""
 
 
 class Recaller:
