@@ -263,3 +263,21 @@ def test_a_bad_block_a_body_repeats_is_refused_again() -> None:
             assert "messages[8]" in str(exc.message) or "messages[8]" in str(exc.param)
         else:
             raise AssertionError(f"a body of {n} turns with a bad block was not refused")
+
+
+def test_a_plug_in_format_s_parse_is_called_as_it_was_written() -> None:
+    """A registered format whose parse was written before ``checked`` (and does not say
+    it takes it) is called without it, its bodies reused or not."""
+    from tokenflex.formats.chat import Chat
+
+    class Written(Chat):
+        name = "chat-written-before"
+
+        def parse(self, body: Any, *, model: str | None = None) -> Any:  # type: ignore[override]
+            return super().parse(body, model=model)
+
+    bodies = ParsedBodies(1 << 20, min_bytes=0)
+    for n in (10, 12, 14, 14):  # (kept parsed from the second turn on: items reused)
+        req = _validate.parse_request(Written(), _turn(n), bodies=bodies, owner="w")
+        assert len(req.messages) == n
+    assert bodies.reused

@@ -486,6 +486,7 @@ class Anthropic(RequestFormat):
     """Anthropic Messages: ``system`` + ``messages`` of content blocks."""
 
     name = "anthropic"
+    takes_checked = True
     bare_system = True  # fit(system=...) with plain messages: Anthropic's top-level system
     path = "/v1/messages"
     user_first = True

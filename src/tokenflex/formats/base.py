@@ -63,6 +63,9 @@ class RequestFormat:
     in it to :attr:`path`."""
     items_key: ClassVar[str] = "messages"
     """The request body's field that holds the conversation."""
+    takes_checked: ClassVar[bool] = False
+    """Its :meth:`parse` skips the ``checked`` leading items a parse of it passed before;
+    False: the proxy calls it without ``checked`` (a plug-in's parse need not take it)."""
     system_key: ClassVar[str | None] = None
     """The request body's field that holds the top-level system prompt (None: none)."""
     limit_key: ClassVar[str] = "max_tokens"

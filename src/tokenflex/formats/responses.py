@@ -473,6 +473,7 @@ class Responses(RequestFormat):
     """OpenAI Responses: ``instructions`` + ``input`` items."""
 
     name = "responses"
+    takes_checked = True
     path = "/v1/responses"
     count_path = "/v1/responses/input_tokens"
     items_key = "input"

@@ -546,7 +546,10 @@ def parse_request(
     body = _check_object(turn.value)
     by, repeated = turn.reused
     try:  # (the items a body repeats from one this format passed are not checked again)
-        parts = fmt.parse(body, model=model, checked=repeated if by == fmt.name else 0)
+        if repeated and by == fmt.name and fmt.takes_checked:
+            parts = fmt.parse(body, model=model, checked=repeated)
+        else:  # (a plug-in format's parse may not take ``checked``)
+            parts = fmt.parse(body, model=model)
     except BodyError as exc:
         raise _bad(exc.message, exc.param, exc.code) from None
     ParsedBodies.checked(turn, fmt.name)
