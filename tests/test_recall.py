@@ -611,10 +611,11 @@ def _recallers(source: list[Any], *, stable: bool, edit: bool = False) -> tuple[
     return first, second, a.call_count + b.call_count
 
 
-def test_a_request_read_once_fingerprints_its_messages_once() -> None:
-    """A request read once (a proxy's parse: objects no one edits) keeps its messages'
-    fingerprints for the next fit: a span its next turn names again is not fingerprinted
-    again, and its id is the one a caller's list of equal messages gets."""
+def test_a_conversation_that_goes_on_fingerprints_its_messages_once() -> None:
+    """A conversation that goes on (a proxy's parse: objects no one edits, repeated by
+    the next turn) keeps its messages' fingerprints for the next fit: a span its next
+    turn names again is not fingerprinted again, and its id is the one a caller's list
+    of equal messages gets."""
     source = [{"role": "user", "content": f"message {i} " + "x" * 50} for i in range(300)]
     first, second, made = _recallers(source, stable=True)
     assert first == second and made < 5

@@ -335,10 +335,16 @@ class Turn(NamedTuple):
     """The body goes on from one its owner sent before (see :meth:`ParsedBodies.parse_turn`)."""
     entry: _Parsed | None
     """Where the body is kept (None: it is not): marked once a format's parse passed it
-    (:meth:`ParsedBodies.checked`)."""
+    (:meth:`passed`)."""
     reused: tuple[str, int]
     """The format that passed the body reused and how many of its leading items this one
     holds, the very objects (``("", 0)``: none)."""
+
+    def passed(self, format: str) -> None:
+        """Note that ``format``'s parse passed this body's items (a later body that reuses
+        them skips their checks as that format: :attr:`reused`)."""
+        if self.entry is not None:
+            self.entry.checked = format
 
 
 class ParsedBodies:
@@ -390,13 +396,6 @@ class ParsedBodies:
         (:meth:`read_turn`'s first two fields)."""
         turn = self.read_turn(raw, key, owner)
         return turn.value, turn.going
-
-    @staticmethod
-    def checked(turn: Turn, format: str) -> None:
-        """Note that ``format``'s parse passed ``turn``'s items (a later body that reuses
-        them skips their checks as that format: :attr:`Turn.reused`)."""
-        if turn.entry is not None:
-            turn.entry.checked = format
 
     def read_turn(self, raw: bytes, key: str, owner: str) -> Turn:
         """:meth:`parse`, and whether ``raw`` goes on from a body ``owner`` sent before:
@@ -552,7 +551,7 @@ def parse_request(
             parts = fmt.parse(body, model=model)
     except BodyError as exc:
         raise _bad(exc.message, exc.param, exc.code) from None
-    ParsedBodies.checked(turn, fmt.name)
+    turn.passed(fmt.name)
     if going:  # the next turn is expected: fit() keeps its read of this one for it
         goes_on(parts.items)
     return ChatRequest(
