@@ -7,6 +7,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -517,3 +518,88 @@ def test_a_plans_text_is_counted_part_by_part(messages: list[Any], used: float) 
     cal.observe_plan(plan, plan.input_tokens)
     assert seen["text_tokens"] == sum(base.count(t) for t in parts)
     assert seen["scaled_text_tokens"] == sum(math.ceil(base.count(t) * used) for t in parts)
+
+
+def _turn(i: int, rich: bool) -> list[dict[str, Any]]:
+    """A turn of a conversation: a user message and an answer (with ``rich``: text parts
+    and a tool's answer, counted part by part)."""
+    if not rich:
+        return [
+            {"role": "user", "content": f"question {i}: " + "how does it go " * (i % 5 + 1)},
+            {"role": "assistant", "content": f"answer {i}: " + "it goes well " * (i % 3 + 1)},
+        ]
+    return [
+        {"role": "user", "content": [{"type": "text", "text": f"look up record {i}"}]},
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": f"record {i}: " + "field " * i},
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["again", "grow", "edit", "other"]), st.integers(1, 3)),
+        min_size=1,
+        max_size=10,
+    ),
+    rich=st.booleans(),
+    used=st.sampled_from([1.0, 1.3]),
+)
+def test_a_conversation_s_text_is_counted_for_what_it_adds(
+    steps: list[tuple[str, int]], rich: bool, used: float
+) -> None:
+    """A proxy's plans (``read_once``: their messages are never edited) weigh the same
+    text as a plan counted afresh, part by part, and count only the parts of messages
+    that are not the very objects of a plan observed before: the same conversation again
+    reads nothing, a turn reads what it adds, another conversation in between does not
+    make the first one count again, and an edited message (a new object) counts afresh."""
+    model = get_model("gpt-4o").replace(name="cal-kept")
+    if used != 1.0:
+        model = model.replace(tokenizer=scaled_tokenizer("o200k_base", used))
+    base = get_tokenizer("o200k_base")
+    seen: dict[str, Any] = {}
+    cal = Calibration()
+    real = cal.observe
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    cal.observe = spy  # type: ignore[method-assign]
+
+    def parts(messages: list[dict[str, Any]]) -> list[str]:
+        return [
+            t
+            for m in messages
+            for t in (
+                [m["content"]]
+                if isinstance(m["content"], str)
+                else [p["text"] for p in m["content"]]
+            )
+        ]
+
+    main: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+    other: list[dict[str, Any]] = [{"role": "system", "content": "You are another app."}]
+    observed: dict[int, list[dict[str, Any]]] = {}  # by the first message: the last list
+    for i, (kind, k) in enumerate(steps):
+        if kind == "grow":
+            for j in range(k):
+                main = main + _turn(10 * i + j, rich)
+        elif kind == "edit":
+            main = [*main[:-1], {"role": "user", "content": f"said otherwise {i}"}]
+        elif kind == "other":
+            other = other + _turn(100 + i, rich)
+        messages = other if kind == "other" else main
+        last = observed.get(id(messages[0]), [])
+        repeated = len(last) <= len(messages) and all(
+            a is b for a, b in zip(last, messages, strict=False)
+        )
+        new = messages[len(last) :] if repeated else messages
+        plan = SimpleNamespace(model=model, messages=list(messages), input_tokens=10_000)
+        before = base.hits + base.misses
+        cal.observe_plan(plan, 10_000, read_once=True)
+        read = base.hits + base.misses - before
+        observed[id(messages[0])] = messages
+        assert read == len(parts(new))
+        counts = [base.count(t) for t in parts(messages)]
+        assert seen["text_tokens"] == sum(counts)
+        assert seen["scaled_text_tokens"] == sum(math.ceil(n * used) for n in counts)

@@ -46,10 +46,12 @@ import logging
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .models import Model
+from .session import run_length
 from .tokenizers import get_tokenizer, register_tokenizer
 
 __all__ = [
@@ -88,6 +90,11 @@ MAX_NAME = 200
 """Longest model (or upstream) name calibration keeps figures for."""
 MAX_OWNERS = 64
 """Tenants whose own figures are kept per entry (the least recent go first)."""
+TEXT_LISTS = 64
+"""Plans' message lists whose text counts are kept for the next plan of their
+conversation (:meth:`Calibration.observe_plan` with ``read_once``)."""
+TEXT_MESSAGES = 20_000
+"""Messages those lists hold, in all (a longer list is counted, not kept)."""
 _SEP = "#x"
 
 
@@ -260,6 +267,22 @@ class Observation:
 _NO_ENVELOPES = dict.fromkeys(("system", "developer", "user", "assistant"), 0)
 
 
+def _text_counts(base: Any, messages: Sequence[Any], used: float) -> tuple[int, int]:
+    """The text of ``messages`` counted by ``base``: unscaled, and as the prediction
+    counted it (each part's count times ``used``, rounded up)."""
+    if used == 1.0 and type(messages) is list:
+        bulk = base.plain_total(messages, _NO_ENVELOPES)  # plain chat: one C loop
+        if bulk is not None:
+            return bulk, bulk
+    text = scaled = 0
+    for message in messages:
+        for part in _texts(message.get("content")):
+            n = base.count(part)
+            text += n
+            scaled += math.ceil(n * used) if used != 1.0 else n
+    return text, scaled
+
+
 def _texts(content: Any) -> list[str]:
     if isinstance(content, str):
         return [content]
@@ -315,6 +338,10 @@ class Calibration:
         self.max_models = max_models
         self._models: OrderedDict[tuple[str, str], ModelCalibration] = OrderedDict()
         self._lock = threading.Lock()
+        # (tokenizer, factor, id of the first message) -> a plan's messages (never
+        # edited), their text unscaled and scaled: see observe_plan's read_once
+        self._texts: OrderedDict[tuple[str, float, int], tuple[list[Any], int, int]] = OrderedDict()
+        self._texts_held = 0  # the messages of the lists in _texts
 
     def factor(self, model: str, upstream: str = "") -> float:
         """The factor counts for ``model`` (served by ``upstream``) are multiplied by."""
@@ -445,31 +472,36 @@ class Calibration:
         return capped
 
     def observe_plan(
-        self, plan: Any, reported: int, *, upstream: str = "", owner: str = ""
+        self,
+        plan: Any,
+        reported: int,
+        *,
+        upstream: str = "",
+        owner: str = "",
+        read_once: bool = False,
     ) -> Observation:
         """:meth:`observe` for a :class:`~tokenflex.Plan`: its model, input tokens, the
-        factor its tokenizer carried, and its messages' text counted both ways."""
+        factor its tokenizer carried, and its messages' text counted both ways.
+
+        ``read_once``: no one edits the plan's messages (a proxy's: the objects of a
+        request's parse, and the messages its plan made). The text counts of the last
+        plans are then kept with their lists (:data:`TEXT_LISTS`, :data:`TEXT_MESSAGES`),
+        and a plan whose messages open with the very objects of one of them counts only
+        the messages after those: the same conversation again, or grown by a turn, costs
+        what it adds, not its whole history on every answer."""
         model: Model = plan.model
         used = factor_of(model.tokenizer)
         text = scaled = 0
         exact = False
         if len(model.name) <= MAX_NAME:
-            base = get_tokenizer(model.tokenizer.partition(_SEP)[0])
+            name = model.tokenizer.partition(_SEP)[0]
+            base = get_tokenizer(name)
             exact = bool(getattr(base, "exact", False))
             messages = plan.messages
-            bulk = (  # plain chat, unscaled: one C loop over the cached counts
-                base.plain_total(messages, _NO_ENVELOPES)
-                if used == 1.0 and type(messages) is list
-                else None
-            )
-            if bulk is not None:
-                text = scaled = bulk
+            if read_once and type(messages) is list and messages:
+                text, scaled = self._text_counts_kept(name, base, messages, used)
             else:
-                for message in messages:
-                    for part in _texts(message.get("content")):
-                        n = base.count(part)
-                        text += n
-                        scaled += math.ceil(n * used) if used != 1.0 else n
+                text, scaled = _text_counts(base, messages, used)
         return self.observe(
             model.name,
             plan.input_tokens,
@@ -481,6 +513,34 @@ class Calibration:
             scaled_text_tokens=scaled,
             exact=exact,
         )
+
+    def _text_counts_kept(
+        self, name: str, base: Any, messages: list[Any], used: float
+    ) -> tuple[int, int]:
+        """:func:`_text_counts` of ``messages`` (never edited), from the counts kept for
+        a list they open with (by the objects: the kept list holds its first message, so
+        its id names no other), counting only the messages after it; kept in turn."""
+        key = (name, used, id(messages[0]))
+        with self._lock:
+            known = self._texts.get(key)
+        done = text = scaled = 0
+        if known is not None:
+            last, t, s = known
+            if len(last) <= len(messages) and run_length(messages, 0, last, 0) == len(last):
+                done, text, scaled = len(last), t, s
+        if done < len(messages):
+            more = _text_counts(base, messages[done:], used)
+            text, scaled = text + more[0], scaled + more[1]
+        if done != len(messages) and len(messages) <= TEXT_MESSAGES:
+            with self._lock:
+                old = self._texts.pop(key, None)
+                if old is not None:
+                    self._texts_held -= len(old[0])
+                self._texts[key] = (list(messages), text, scaled)
+                self._texts_held += len(messages)
+                while len(self._texts) > TEXT_LISTS or self._texts_held > TEXT_MESSAGES:
+                    self._texts_held -= len(self._texts.popitem(last=False)[1][0])
+        return text, scaled
 
     def snapshot(
         self, *, owner: str | None = None, upstream: str | None = None

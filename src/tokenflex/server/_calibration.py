@@ -102,7 +102,9 @@ def _observe(
 ) -> Observation | None:
     if not 0 < reported <= 4 * plan.model.context_window:
         return None  # no request the model could take counts that: a broken usage
-    return calibration.observe_plan(plan, reported, upstream=upstream, owner=owner)
+    # (a proxy's plan: the objects of a request's parse and the messages its plan
+    # made, which no one edits; the next turn's plan repeats them)
+    return calibration.observe_plan(plan, reported, upstream=upstream, owner=owner, read_once=True)
 
 
 async def observe_response(
