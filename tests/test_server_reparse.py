@@ -265,6 +265,49 @@ def test_a_bad_block_a_body_repeats_is_refused_again() -> None:
             raise AssertionError(f"a body of {n} turns with a bad block was not refused")
 
 
+def test_a_chat_turn_checks_only_the_messages_it_adds() -> None:
+    """The chat parse reads past the messages a body repeats from the last one it passed
+    (the same objects): each turn of a conversation that goes on, or the same body
+    again, checks its new messages and the last few it may send otherwise."""
+    from tokenflex.formats import chat
+    from tokenflex.formats.registry import get_format
+
+    fmt = get_format("chat")
+    bodies = ParsedBodies(1 << 22, min_bytes=0)
+    read: list[int] = []
+    plain_until = chat.plain_until
+
+    def counted(messages: Any, lo: int, hi: int, roles: Any) -> int:
+        read.append(hi - lo)
+        return plain_until(messages, lo, hi, roles)
+
+    with mock.patch.object(chat, "plain_until", counted):
+        for n in (60, 62, 62, 64):  # (kept parsed from the second turn on)
+            read.clear()
+            req = _validate.parse_request(fmt, _turn(n), bodies=bodies, owner="c")
+            assert len(req.messages) == n
+    assert 0 < sum(read) <= 2 + 5  # the last turn's two messages, and the last few again
+
+
+def test_a_bad_chat_message_a_body_repeats_is_refused_again() -> None:
+    """A chat body that repeats a message the last body was refused for (a role no chat
+    API knows) is refused too, however it goes on."""
+    from tokenflex.formats.registry import get_format
+
+    fmt = get_format("chat")
+    bodies = ParsedBodies(1 << 22, min_bytes=0)
+    for n in range(20, 24):
+        messages = json.loads(_turn(n))["messages"]
+        messages[3]["role"] = "robot"
+        raw = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
+        try:
+            _validate.parse_request(fmt, raw, bodies=bodies, owner="c")
+        except ProxyError as exc:
+            assert exc.param == "messages[3].role", exc.param
+        else:
+            raise AssertionError(f"a body of {n} messages with a bad role was not refused")
+
+
 def test_a_plug_in_format_s_parse_is_called_as_it_was_written() -> None:
     """A registered format whose parse was written before ``checked`` (and does not say
     it takes it) is called without it, its bodies reused or not."""

@@ -65,7 +65,9 @@ class RequestFormat:
     """The request body's field that holds the conversation."""
     takes_checked: ClassVar[bool] = False
     """Its :meth:`parse` skips the ``checked`` leading items a parse of it passed before;
-    False: the proxy calls it without ``checked`` (a plug-in's parse need not take it)."""
+    False: the proxy calls it without ``checked`` (a plug-in's parse need not take it).
+    Said by the class that writes the parse: a subclass that writes its own parse and
+    does not say it again is called without ``checked``."""
     system_key: ClassVar[str | None] = None
     """The request body's field that holds the top-level system prompt (None: none)."""
     limit_key: ClassVar[str] = "max_tokens"
@@ -74,6 +76,11 @@ class RequestFormat:
     """The API requires the output limit: the proxy always sets it."""
     text_items: ClassVar[bool] = False
     """A string in :attr:`items_key` is one user turn (the Responses ``input``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "parse" in cls.__dict__ and "takes_checked" not in cls.__dict__:
+            cls.takes_checked = False  # a parse of its own, written without ``checked``
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

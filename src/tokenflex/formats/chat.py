@@ -134,9 +134,11 @@ _ROLE_SET = frozenset(ROLES)
 _ROLE_KEYS = dict.fromkeys(ROLES)  # (plain_until's roles)
 
 
-def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]:
+def check_messages(value: Any, *, key: str = "messages", checked: int = 0) -> list[dict[str, Any]]:
     """A body's chat messages, checked as the counters read them (a message that fit()
     drops is never counted, yet it is stored with the plan and must be valid).
+    ``checked``: how many leading messages a parse of chat passed before (the very
+    objects, reused from that body's parse): they are not read again.
 
     Raises:
         BodyError: the first bad message, naming its field.
@@ -154,7 +156,8 @@ def check_messages(value: Any, *, key: str = "messages") -> list[dict[str, Any]]
     if not value:
         raise bad(f"'{key}' must contain at least one message, got [].", key, "empty_array")
     roles = _ROLE_SET
-    i, n = 0, len(value)
+    n = len(value)
+    i = min(max(checked, 0), n)  # (the leading messages a parse of chat passed before)
     while i < n:
         i = plain_until(value, i, n, _ROLE_KEYS)  # a run of plain messages, in one C loop
         if i >= n:
@@ -245,6 +248,7 @@ class Chat(RequestFormat):
     name = "chat"
     internal = True
     path = "/v1/chat/completions"
+    takes_checked = True
 
     def marks(self, item: Any) -> bool:
         if is_langchain(item):
@@ -264,7 +268,7 @@ class Chat(RequestFormat):
         self, body: Mapping[str, Any], *, model: str | None = None, checked: int = 0
     ) -> RequestParts:
         name = check_model(body)
-        messages = check_messages(body.get("messages"))
+        messages = check_messages(body.get("messages"), checked=checked)
         parts = RequestParts(
             name,
             messages,
