@@ -256,3 +256,32 @@ def test_only_a_conversation_that_goes_on_keeps_its_fingerprints() -> None:
         assert plan.dropped.runs()
         held.append(len(recall_module._STABLE._items) - before)
     assert held[0] == 0 and held[1] > 100
+
+
+def test_a_request_read_once_is_not_read_again_for_edits(monkeypatch: Any) -> None:
+    """fit() looks over the messages a plan keeps for one edited in place since it read
+    the list: never for a request read once (a parse's list: no one edits its items), so
+    the same long body again, or its next turn, is not walked message by message; a
+    caller's own list still is."""
+    model, bodies, items = _parsed_conversation(200, "gpt-4o-read-once")
+    walked: list[int] = []
+    plain = roundtrip.is_plain_chat
+
+    def counted(messages: Any) -> bool:
+        walked.append(len(messages))
+        return plain(messages)
+
+    monkeypatch.setattr(roundtrip, "is_plain_chat", counted)
+    for turn in range(4):  # (kept parsed from the second turn on: read from the memo)
+        if turn == 3:
+            items = [*items, {"role": "assistant", "content": "more"}]
+        req = parse_request(get_format("chat"), _body("chat", items), bodies=bodies, owner="o")
+        walked.clear()
+        plan = tokenflex.fit(req.messages, model=model, max_tokens=200, cache_stable=True)
+        assert len(plan.messages) == len(items)
+        if turn >= 2:  # (the first two reads are a first read of new objects: walked)
+            assert sum(walked) < 10, walked
+    own = [dict(m) for m in items]  # a caller's list: read, then looked over after its fit
+    walked.clear()
+    tokenflex.fit(own, model=model, max_tokens=200)
+    assert sum(walked) >= 2 * len(own)

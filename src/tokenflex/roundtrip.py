@@ -577,9 +577,12 @@ def _shifted_error(exc: BadMessage, offset: int) -> BadMessage:
 def fresh(plan: Plan, prepared: Prepared) -> bool:
     """Whether the units ``plan`` keeps are as they were read (always, for a request not
     read from the memo). False: one was edited in place since; forget the list and fit
-    it again. O(kept units)."""
+    it again. O(kept units); nothing for a request read once (no one edits its items:
+    :attr:`~tokenflex.engine.ListIndex.read_once`)."""
     given = prepared.given
     if given is None:
+        return True
+    if isinstance(prepared.index, ListIndex) and prepared.index.read_once:
         return True
     if prepared.converted is None:
         return is_plain_chat(plan.messages)
