@@ -466,6 +466,31 @@ def test_an_exact_count_is_never_learned_below_itself() -> None:
     assert 0.61 <= cal.factor("estimated") < 1.0
 
 
+def _spied_calibration() -> tuple[Calibration, dict[str, Any]]:
+    """A calibration, and the keywords its last ``observe`` was called with."""
+    seen: dict[str, Any] = {}
+    cal = Calibration()
+    real = cal.observe
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    cal.observe = spy  # type: ignore[method-assign]
+    return cal, seen
+
+
+def _text_parts(messages: list[dict[str, Any]]) -> list[str]:
+    """The text parts of chat messages, in order."""
+    return [
+        t
+        for m in messages
+        for t in (
+            [m["content"]] if isinstance(m["content"], str) else [p["text"] for p in m["content"]]
+        )
+    ]
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(
@@ -499,22 +524,8 @@ def test_a_plans_text_is_counted_part_by_part(messages: list[Any], used: float) 
         model = model.replace(tokenizer=scaled_tokenizer("o200k_base", used))
     plan = fit(messages, model=model, max_tokens=10)
     base = get_tokenizer("o200k_base")
-    parts = [
-        t
-        for m in plan.messages
-        for t in (
-            [m["content"]] if isinstance(m["content"], str) else [p["text"] for p in m["content"]]
-        )
-    ]
-    seen: dict[str, Any] = {}
-    cal = Calibration()
-    real = cal.observe
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.update(kwargs)
-        return real(*args, **kwargs)
-
-    cal.observe = spy  # type: ignore[method-assign]
+    parts = _text_parts(plan.messages)
+    cal, seen = _spied_calibration()
     cal.observe_plan(plan, plan.input_tokens)
     assert seen["text_tokens"] == sum(base.count(t) for t in parts)
     assert seen["scaled_text_tokens"] == sum(math.ceil(base.count(t) * used) for t in parts)
@@ -556,26 +567,7 @@ def test_a_conversation_s_text_is_counted_for_what_it_adds(
     if used != 1.0:
         model = model.replace(tokenizer=scaled_tokenizer("o200k_base", used))
     base = get_tokenizer("o200k_base")
-    seen: dict[str, Any] = {}
-    cal = Calibration()
-    real = cal.observe
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.update(kwargs)
-        return real(*args, **kwargs)
-
-    cal.observe = spy  # type: ignore[method-assign]
-
-    def parts(messages: list[dict[str, Any]]) -> list[str]:
-        return [
-            t
-            for m in messages
-            for t in (
-                [m["content"]]
-                if isinstance(m["content"], str)
-                else [p["text"] for p in m["content"]]
-            )
-        ]
+    cal, seen = _spied_calibration()
 
     main: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
     other: list[dict[str, Any]] = [{"role": "system", "content": "You are another app."}]
@@ -599,7 +591,7 @@ def test_a_conversation_s_text_is_counted_for_what_it_adds(
         cal.observe_plan(plan, 10_000, read_once=True)
         read = base.hits + base.misses - before
         observed[id(messages[0])] = messages
-        assert read == len(parts(new))
-        counts = [base.count(t) for t in parts(messages)]
+        assert read == len(_text_parts(new))
+        counts = [base.count(t) for t in _text_parts(messages)]
         assert seen["text_tokens"] == sum(counts)
         assert seen["scaled_text_tokens"] == sum(math.ceil(n * used) for n in counts)
