@@ -595,3 +595,24 @@ def test_a_conversation_s_text_is_counted_for_what_it_adds(
         counts = [base.count(t) for t in _text_parts(messages)]
         assert seen["text_tokens"] == sum(counts)
         assert seen["scaled_text_tokens"] == sum(math.ceil(n * used) for n in counts)
+
+
+def test_a_conversation_observed_again_keeps_its_counts_while_others_come() -> None:
+    """The kept text counts go least recently observed first: a conversation seen
+    again between others that fill the bound is still counted for nothing."""
+    from tokenflex.calibration import TEXT_LISTS
+
+    model = get_model("gpt-4o").replace(name="cal-recent")
+    base = get_tokenizer("o200k_base")
+    cal = Calibration()
+    main = [{"role": "system", "content": "You are terse."}, *_turn(0, False)]
+    plan = SimpleNamespace(model=model, messages=list(main), input_tokens=1_000)
+    cal.observe_plan(plan, 1_000, read_once=True)
+    for i in range(2 * TEXT_LISTS):
+        other = [{"role": "system", "content": f"app {i}"}, *_turn(i, False)]
+        cal.observe_plan(
+            SimpleNamespace(model=model, messages=other, input_tokens=1_000), 1_000, read_once=True
+        )
+        before = base.hits + base.misses
+        cal.observe_plan(plan, 1_000, read_once=True)
+        assert base.hits + base.misses == before, f"recounted after {i + 1} others"

@@ -484,8 +484,8 @@ class Calibration:
         factor its tokenizer carried, and its messages' text counted both ways.
 
         ``read_once``: no one edits the plan's messages (a proxy's: the objects of a
-        request's parse, and the messages its plan made). The text counts of the last
-        plans are then kept with their lists (:data:`TEXT_LISTS`, :data:`TEXT_MESSAGES`),
+        request's parse, and the messages its plan made). The text counts of the plans last
+        observed are then kept with their lists (:data:`TEXT_LISTS`, :data:`TEXT_MESSAGES`),
         and a plan whose messages open with the very objects of one of them counts only
         the messages after those: the same conversation again, or grown by a turn, costs
         what it adds, not its whole history on every answer."""
@@ -523,6 +523,8 @@ class Calibration:
         key = (name, used, id(messages[0]))
         with self._lock:
             known = self._texts.get(key)
+            if known is not None:
+                self._texts.move_to_end(key)  # (the least recently observed go first)
         done = text = scaled = 0
         if known is not None:
             last, t, s = known
