@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -637,7 +636,7 @@ def test_a_state_is_read_as_it_was_last_written() -> None:
         assert plans[0].prefix_tokens == plans[1].prefix_tokens
         cuts = [StoreMemory(s, m.name, msgs).previous_cut(msgs) for s in (kept, copying)]
         assert cuts[0] is not None and cuts[1] is not None
-        assert replace(cuts[0], at=0.0) == replace(cuts[1], at=0.0)  # (made apart)
+        assert cuts[0]._replace(at=0.0) == cuts[1]._replace(at=0.0)  # (made apart)
     assert plans[0].dropped  # the session was cut
     memory = StoreMemory(kept, m.name, msgs)
     raw = memory.store.get(memory.key)  # (the tenant's view of the store)

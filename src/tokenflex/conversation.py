@@ -223,7 +223,7 @@ class Conversation:
         self, max_tokens: int | None, groups: dict[str, Any], overrides: dict[str, Any]
     ) -> tuple[FitOptions, Sequence[Chunk] | None, Summarizer | None]:
         opts, documents, summarizer = self._opts, None, self._summarizer
-        if overrides or any(v is not None for v in groups.values()):
+        if overrides or groups:  # (given_groups: a dict only where one was given)
             given = gather(
                 "Conversation.fit()", overrides, groups, takes=("documents", "summarizer")
             )
@@ -259,7 +259,8 @@ class Conversation:
         sys_end = self._sys_end
         if not n or msgs[-1].get("role") != "user" or sys_end >= n - 1:
             return None
-        if is_summary_message(msgs[sys_end]):
+        first = msgs[sys_end]
+        if first.get("role") == "system" and is_summary_message(first):
             return None
         cur = n - 1  # a user message is the newest group and opens the current turn
         pin_end = sys_end
@@ -293,13 +294,21 @@ class Conversation:
         """
         started = time.perf_counter()
         # (a chat loop's call gives no group: no dict to build)
-        groups = given_groups(history, documents, summarize, shrink, cache, fallback) or {}
-        opts, documents, summarizer = self._options(max_tokens, groups, overrides)
-        if not documents:
+        groups = given_groups(history, documents, summarize, shrink, cache, fallback)
+        opts = None
+        if groups is None and not overrides and type(max_tokens) is int:
+            # the chat loop's call: its options as read for that max_tokens before
+            opts = self._by_max_tokens.get(max_tokens)
+        chunks: Sequence[Chunk] | None = None
+        if opts is not None:
+            summarizer = self._summarizer
+        else:
+            opts, chunks, summarizer = self._options(max_tokens, groups or {}, overrides)
+        if not chunks:
             grown = self._grown(opts, summarizer, started)
             if grown is not None:
                 return grown
-        layout = self._full_layout(opts, documents)
+        layout = self._full_layout(opts, chunks)
         self._last = None  # set again below by a plan the fast path may extend
         if self.recall:
             rf = self._recall_fit(layout, summarizer)

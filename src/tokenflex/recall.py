@@ -519,7 +519,7 @@ class _Unheld(_Deferred):
 
     def previous_cut(self, source: Sequence[Message]) -> Any:
         cut = self.memory.previous_cut(source)
-        return None if cut is None else replace(cut, start=0)
+        return None if cut is None else cut._replace(start=0)
 
 
 class RecallFit:

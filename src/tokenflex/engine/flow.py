@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .._types import Message, Tool
@@ -344,9 +344,10 @@ def grown_plan(
     current = span(cur_start, n)
     used = base + system + pinned + current  # the required input
     room = previous.context_window - previous.safety_margin - previous.max_tokens
-    for cap in (opts.max_input_tokens, model.max_input_tokens):
-        if cap is not None:
-            room = min(room, cap)
+    if opts.max_input_tokens is not None:
+        room = min(room, opts.max_input_tokens)
+    if model.max_input_tokens is not None:
+        room = min(room, model.max_input_tokens)
     if index is not None and index.model is not counter.model:
         index = None  # counts of another model's
     groups = index.groups(pin_end, cur_start) if index is not None else None
@@ -412,8 +413,16 @@ def grown_plan(
     if previous.max_tokens > previous.context_window - previous.safety_margin - used:
         return None  # an output the window cannot give with the required input: flex
     # the full path's order: the solver's, by priority (system, current, pinned, history)
-    spans = {"system": system, "current": current, "pinned": pinned, "history": history}
-    sections = {k: v for k, v in spans.items() if v} | {"tools_and_priming": base}
+    sections = {}
+    for name, tokens in (
+        ("system", system),
+        ("current", current),
+        ("pinned", pinned),
+        ("history", history),
+    ):
+        if tokens:
+            sections[name] = tokens
+    sections["tools_and_priming"] = base
     shared = None
     if memory is not None:
         end, per_request, requests = growth
@@ -690,7 +699,7 @@ def _held(
         runs = [DropRun("history", lo, b, reason), DropRun("history", b, hold.start, "held")]
     else:  # the held cut does not fit any more: it moves down to the low-water mark
         end, per_request, requests = growth  # the held cut with this request's growth
-        grown = replace(hold, end=end, growth=per_request, grown=requests)
+        grown = hold._replace(end=end, growth=per_request, grown=requests)
         moved = _moved(grown, source, h, (soft, fit_k, reason), model, opts, user_opens)
         if moved is None:
             return None
@@ -779,7 +788,7 @@ def _grown(previous: HistoryCut, source: Sequence[Message], hi: int, model: Mode
     """``previous`` with the history appended since counted in its growth per request
     (O(the new messages); an invalid one is left to the pass to report)."""
     if not previous.end:
-        return replace(previous, end=hi)  # a state without an end: start counting
+        return previous._replace(end=hi)  # a state without an end: start counting
     count = get_counter(model).message
     try:
         tokens = sum(count(source[i]) for i in range(previous.end, hi))

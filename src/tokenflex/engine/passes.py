@@ -287,6 +287,12 @@ def dropped_messages_warnings(p: Pass, runs: Sequence[DropRun], opts: FitOptions
     return out
 
 
+def _grouped(n: int) -> str:
+    """``f"{n:,}"``, a third as costly for the counts under a thousand (most of a
+    warning's counts of messages; the fast path writes one warning per fit)."""
+    return str(n) if -1000 < n < 1000 else f"{n:,}"
+
+
 def dropped_warning(
     s: Section,
     reasons: Mapping[str, int],
@@ -299,11 +305,11 @@ def dropped_warning(
     for each reason, in the order of the runs); also the fast path's, which updates a
     held cut's counts without a pass."""
     dropped = sum(reasons.values())
-    why = ", ".join([f"{reason}: {n:,}" for reason, n in reasons.items()])
+    why = ", ".join([f"{reason}: {_grouped(n)}" for reason, n in reasons.items()])
     which = "the newest " if s.role == "history" else ""
     text = (
-        f"{s.name}: dropped {dropped:,} of {dropped + kept:,} messages ({why}); kept "
-        f"{which}{kept:,} in the {window:,}-token window "
+        f"{s.name}: dropped {_grouped(dropped)} of {_grouped(dropped + kept)} messages "
+        f"({why}); kept {which}{_grouped(kept)} in the {window:,}-token window "
         f"({tokens:,} tokens). plan.dropped lists each one."
     )
     if not s.label:  # fit()'s own history: name the options that keep more

@@ -103,7 +103,7 @@ class Outcome:
                 growth=before.growth,
                 grown=before.grown,
             )
-        cut = replace(cut, at=time.time(), input_tokens=input_tokens)
+        cut = cut._replace(at=time.time(), input_tokens=input_tokens)
         return self.memory.remember(target.source, cut, messages, self.first.counter)
 
     def summary_request(self, summarizer: Any, summaries: Any = None) -> SummaryRequest | None:
@@ -221,7 +221,7 @@ class Outcome:
                 layout,
                 model,
                 self.opts,
-                None if before is None else replace(before, start=r.recent_start),
+                None if before is None else before._replace(start=r.recent_start),
                 warnings=[w for w in self.first.warnings],
             )
         except ContextOverflowError as exc:
@@ -257,7 +257,7 @@ class Outcome:
             ),
         )
         if cut is not None:
-            cut = replace(cut, summarized_before=r.recent_start)
+            cut = cut._replace(summarized_before=r.recent_start)
         return self.remembered(plan, cut)
 
 
