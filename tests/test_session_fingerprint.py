@@ -146,3 +146,56 @@ def test_a_conversation_is_keyed_by_the_hash_of_its_json_and_stored_as_json(
         "at": cut.at,
     }  # fmt: skip
     assert state["input_tokens"] == cut.input_tokens and state["n"] == len(messages)
+
+
+class _CopyingStore(MemoryStore):
+    """A memory store that hands back a copy of the bytes it was given, as a store that
+    serializes does (Redis, SQLite): a state is then always read from its JSON."""
+
+    def get(self, key: str) -> bytes | None:
+        raw = super().get(key)
+        return None if raw is None else bytes(bytearray(raw))
+
+
+TURN = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=8)}
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TURN, min_size=1, max_size=6), st.data())
+def test_a_state_read_back_as_written_reads_as_its_json(
+    opening: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """A state this process wrote is read back from what it was written from (no field
+    checked or converted again): each request of a conversation (grown, repeated, edited,
+    cut short) gets the same previous cut, the same stored state and the same shared
+    prefix as when every state is read from its JSON (a store that copies its bytes)."""
+    import tokenflex
+    from tokenflex.session import HistoryCut
+
+    counter = tokenflex.get_counter("gpt-4o")
+    kept, copied = MemoryStore(), _CopyingStore()
+    messages = list(opening)
+    for _ in range(data.draw(st.integers(1, 6))):
+        step = data.draw(st.sampled_from(["grow", "again", "edit", "shorten"]))
+        if step == "grow":
+            messages = messages + data.draw(st.lists(TURN, min_size=1, max_size=3))
+        elif step == "edit":
+            i = data.draw(st.integers(0, len(messages) - 1))
+            messages = [*messages[:i], data.draw(TURN), *messages[i + 1 :]]
+        elif step == "shorten" and len(messages) > 1:
+            messages = messages[: data.draw(st.integers(1, len(messages) - 1))]
+        else:
+            messages = list(messages)  # the same objects again, in a new list
+        n = len(messages)
+        start = data.draw(st.integers(0, n))
+        cut = HistoryCut(start, end=n, growth=1.5, grown=1, at=float(n), input_tokens=n)
+        sent = messages[start:]
+        answers = []
+        for store in (kept, copied):
+            memory = StoreMemory(store, "gpt-4o", messages)
+            before = memory.previous_cut(messages)
+            shared = memory.remember(messages, cut, sent, counter)
+            answers.append((before, shared, json.loads(memory.store.get(memory.key))))
+        assert answers[0] == answers[1]

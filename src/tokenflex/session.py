@@ -116,11 +116,11 @@ class HistoryCut(NamedTuple):
 
 
 _FLOAT_FIELDS = frozenset({"growth", "at"})
-# HistoryCut's fields as a stored state reads and writes them (``dataclasses.fields`` and
-# ``asdict`` walk the class on every call: a request's record is read and written once)
-_CUT_FIELDS = HistoryCut._fields
+# HistoryCut's fields but its start, as a state written by another process is read back
 _SAVED_FIELDS = tuple(
-    (name, float if name in _FLOAT_FIELDS else int) for name in _CUT_FIELDS if name != "start"
+    (name, float if name in _FLOAT_FIELDS else int)
+    for name in HistoryCut._fields
+    if name != "start"
 )
 
 
@@ -334,18 +334,28 @@ class ObjectMemory:
         return cum[k]
 
 
-_DECODED: Remembered[int, tuple[bytes, dict[str, Any]]] = Remembered(256)
+class _Written(NamedTuple):
+    """A state this process wrote, with what it was written from: its fields need no
+    check or conversion when it is read back."""
+
+    raw: bytes
+    state: dict[str, Any]
+    cut: HistoryCut
+    probes: list[tuple[int, str]]
+
+
+_DECODED: Remembered[int, _Written] = Remembered(256)
 """The states this process wrote last, decoded, by the identity of the bytes object
 written (held in the entry, so the id is not reused while it is kept): a store that keeps
 the object it was given (the memory store) hands the same one back on the conversation's
 next request, which is then not parsed again; a state is found only for the very bytes
-it was written as (:func:`_decoded`). The states are never changed once written."""
+it was written as (:func:`_written`). The states are never changed once written."""
 
 
-def _decoded(raw: bytes) -> dict[str, Any] | None:
+def _written(raw: bytes) -> _Written | None:
     """The state this process wrote as ``raw`` (that object), else None."""
     item = _DECODED.get(id(raw))
-    return item[1] if item is not None and item[0] is raw else None
+    return item if item is not None and item.raw is raw else None
 
 
 class StoreMemory:
@@ -375,6 +385,7 @@ class StoreMemory:
         self.store = tenant_view(store)
         self.key = state_key(model, [fingerprint(m) for m in source[:KEY_MESSAGES]])
         self._loaded: dict[str, Any] | None = None
+        self._written: _Written | None = None  # _loaded, when this process wrote it
         self._read = False  # the store was read (a miss is not read again)
         # (state, source, _extends(state, source)): the last answer, by the objects asked
         self._extended: tuple[Any, Any, bool] | None = None
@@ -398,7 +409,9 @@ class StoreMemory:
             raw = self.store.get(self.key)
             if raw is None:
                 return None
-            loaded = _decoded(raw)
+            written = _written(raw)
+            loaded = written.state if written is not None else None
+            self._written = written
             if loaded is None:
                 try:
                     loaded = json.loads(raw)
@@ -421,11 +434,15 @@ class StoreMemory:
         return extends
 
     def _probe(self, state: Mapping[str, Any], source: Sequence[Message]) -> bool:
-        try:
-            n = int(state["n"])
-            probes = [(int(i), str(h)) for i, h in state["probes"]]
-        except (KeyError, TypeError, ValueError):  # a state written by another version
-            return False
+        written = self._written
+        if written is not None and written.state is state:
+            n, probes = written.state["n"], written.probes
+        else:
+            try:
+                n = int(state["n"])
+                probes = [(int(i), str(h)) for i, h in state["probes"]]
+            except (KeyError, TypeError, ValueError):  # a state written by another version
+                return False
         if n > len(source):
             return False  # a shorter request (a regenerate, an edit branch)
         if n and (n - 1) not in {i for i, _ in probes}:
@@ -436,6 +453,9 @@ class StoreMemory:
         state = self._load()
         if state is None:
             return None
+        written = self._written
+        if written is not None and written.state is state:  # (its fields as written)
+            return written.cut if self._extends(state, source) else None
         try:
             start, n = int(state["start"]), int(state["n"])
             saved: dict[str, Any] = {
@@ -456,20 +476,27 @@ class StoreMemory:
     ) -> int | None:
         previous = self._load()
         extends = previous is not None and self._extends(previous, source)
-        old = sent_items(previous.get("sent")) if previous is not None else []
+        if previous is None:
+            old = []
+        elif self._written is not None and self._written.state is previous:
+            old = previous["sent"]  # (as this process wrote it)
+        else:
+            old = sent_items(previous.get("sent"))
         sent = describe_sent(source, messages, counter, old if extends else [], cut.start)
         n = len(source)
-        probed = sorted({i for i in (*range(n - PROBE_LAST, n), cut.start) if 0 <= i < n})
-        state = {
-            **{name: getattr(cut, name) for name in _CUT_FIELDS},
-            "n": n,
-            "probes": [[i, self._identity_at(source, i)] for i in probed],
-            "sent": sent,
-        }
+        probed = [i for i in range(max(0, n - PROBE_LAST), n)]
+        if cut.start < n and cut.start not in probed:
+            probed.insert(0, cut.start)  # (before the last ones: the order stored)
+        probes = [(i, self._identity_at(source, i)) for i in probed]
+        state: dict[str, Any] = cut._asdict()
+        state["n"] = n
+        state["probes"] = [list(p) for p in probes]
+        state["sent"] = sent
         raw = _state_json(state)
         self.store.set(self.key, raw, ttl_s=SESSION_TTL_S)
-        _DECODED.put(id(raw), (raw, state))
-        self._loaded = state
+        written = _Written(raw, state, cut, probes)
+        _DECODED.put(id(raw), written)
+        self._loaded, self._written = state, written
         if previous is None:
             return None
         # The request extends the previous one: its messages before ``n`` are taken to be

@@ -49,6 +49,8 @@ class StoreHealth:
 
     def available(self) -> bool:
         """False for ``retry_s`` seconds after a failure."""
+        if not self._down:  # (read without the lock: a store that is up takes none)
+            return True
         with self._lock:
             if self._down and time.monotonic() < self._down_until:
                 self.skipped += 1
@@ -74,6 +76,8 @@ class StoreHealth:
 
     def ok(self) -> None:
         """A call succeeded."""
+        if not self._down:
+            return
         with self._lock:
             if not self._down:
                 return
