@@ -12,9 +12,11 @@ always flagged in the plan's warnings.
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import math
 import wave
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -157,3 +159,57 @@ def test_files_flagged_as_estimates_in_every_format(fmt: str) -> None:
     plan = tokenflex.fit(msgs, model="gpt-4o", max_tokens=10, format=fmt)
     assert any("1 file(s) counted as an estimate" in w for w in plan.warnings)
     assert plan.input_tokens >= PDF_TOKENS_PER_PAGE
+
+
+def _png_data() -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (2, 2)).save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+_BLOCKS = {
+    "text": {"type": "text", "text": "look at this"},
+    "image by URL": {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
+    "image as data": {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": _png_data()},
+    },
+    "document": {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"},
+    },
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 5),
+    st.lists(
+        st.lists(st.sampled_from(sorted(_BLOCKS)), min_size=1, max_size=3),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_a_conversation_s_estimates_are_noted_as_a_fresh_read_notes_them(
+    quiet: int, turns: list[list[str]]
+) -> None:
+    """A conversation fitted turn after turn (its list grown in place: the next turn
+    reads only what it adds) warns of its estimated parts (files, images by URL) as a
+    fit of the same messages read afresh does: from the turn that brings the first one
+    (after ``quiet`` turns of text), and never where there is none."""
+    messages: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"model": "gpt-4o", "max_tokens": 10, "format": "anthropic"}
+    for k, blocks in enumerate(turns):
+        if messages:
+            messages.append({"role": "assistant", "content": "ok"})
+        kinds = ["text"] if k < quiet else blocks
+        messages.append({"role": "user", "content": [dict(_BLOCKS[b]) for b in kinds]})
+        plan = tokenflex.fit(messages, **kwargs)
+        fresh = tokenflex.fit(copy.deepcopy(messages), **kwargs)
+        assert plan.warnings == fresh.warnings
+        sent = [b for m in messages if isinstance(m["content"], list) for b in m["content"]]
+        urls = sum(b == _BLOCKS["image by URL"] for b in sent)
+        files = sum(b == _BLOCKS["document"] for b in sent)
+        noted = " ".join(plan.warnings)
+        assert (f"{urls} image(s) given by URL" in noted) == bool(urls)
+        assert (f"{files} file(s) counted as an estimate" in noted) == bool(files)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .counting.media import estimate_notes
+from .counting.media import estimate_notes, estimated_at
 from .counting.shape import check_one, shape_checker
 from .engine.passes import TakenOut
 from .engine.sections import ListIndex, MessageSection
@@ -443,6 +443,7 @@ def _truncated(read: _Read, m: int, new_index: Callable[..., Any] | None) -> _Re
             system=conv.system,
             count=m,
             reasoning=[(i, t) for i, t in conv.reasoning if i < m],
+            estimated=[i for i in estimated_units(conv) if i < keep],
         )
     checked = {k: (model, min(v, keep)) for k, (model, v) in old.checked.items()}
     index: Any = (
@@ -546,6 +547,10 @@ def _grown(
         reasoning=[
             *((i, t) for i, t in conv.reasoning if i < restart),
             *((i + restart, t) for i, t in tail.reasoning),
+        ],
+        estimated=[
+            *(i for i in estimated_units(conv) if i < keep),
+            *(keep + j for j in estimated_at(tail.messages)),
         ],
     )
     checked = {k: (m, min(v, keep)) for k, (m, v) in old.checked.items()}
@@ -717,14 +722,26 @@ def _native_span(conv: Converted, k: int) -> tuple[int, int]:
     return (k, k + 1)  # chat: one to one
 
 
+def estimated_units(conv: Converted) -> list[int]:
+    """The places of ``conv``'s messages with a part whose cost is an estimate, looked
+    for once for a conversion (a conversation's next turn carries them on: O(its new
+    messages))."""
+    if conv.estimated is None:
+        conv.estimated = estimated_at(conv.messages)
+    return conv.estimated
+
+
 def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Plan:
     """``plan`` in the caller's format (see the module doc); ``notes``: the warnings for
     its estimated parts when the caller knows them (a plain request has none), else they
     are read from the kept messages."""
-    if notes is None:
-        notes = [] if prepared.plain else estimate_notes(plan.messages)
-    tools = tuple(prepared.given_tools or ())
     conv = prepared.converted
+    if notes is None:
+        # (a plan keeps a request's messages, or copies with less in them: none has an
+        # estimated part where the request has none)
+        plain = prepared.plain or (conv is not None and not estimated_units(conv))
+        notes = [] if plain else estimate_notes(plan.messages)
+    tools = tuple(prepared.given_tools or ())
     if conv is None:
         if not notes and not tools:
             return plan

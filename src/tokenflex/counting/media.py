@@ -35,6 +35,7 @@ __all__ = [
     "audio_seconds",
     "audio_tokens",
     "estimate_notes",
+    "estimated_at",
     "file_tokens",
     "pdf_pages",
 ]
@@ -186,24 +187,47 @@ def _walk_parts(messages: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
                     yield part
 
 
+def _estimated(part: Mapping[str, Any]) -> str | None:
+    """Why ``part``'s cost is an estimate: ``file`` (its data given), ``unknown`` (a file
+    given only by id or URL), ``audio``, ``remote`` (an image by URL); None: it is not."""
+    ptype = part.get("type")
+    if ptype == "file":
+        f = part.get("file")
+        return (
+            "file" if isinstance(f, Mapping) and isinstance(f.get("file_data"), str) else "unknown"
+        )
+    if ptype == "input_audio":
+        return "audio"
+    if ptype in ("image_url", "input_image"):
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else image
+        if isinstance(url, str) and not url.startswith("data:"):
+            return "remote"
+    return None
+
+
+def estimated_at(messages: Iterable[Any]) -> list[int]:
+    """The places of the chat messages with a part whose cost is an estimate (what
+    :func:`estimate_notes` warns of); a request that has none needs no notes, whichever
+    of its messages a plan keeps."""
+    return [i for i, m in enumerate(messages) if any(map(_estimated, _walk_parts((m,))))]
+
+
 def estimate_notes(messages: Iterable[Any]) -> list[str]:
     """Warnings for the parts of chat messages whose cost is an estimate: files, audio
     and images given by URL (counted at the model's worst case)."""
     files = unknown = audio = remote = 0
     for part in _walk_parts(messages):
-        ptype = part.get("type")
-        if ptype == "file":
-            f = part.get("file")
+        why = _estimated(part)
+        if why is None:
+            continue
+        if why in ("file", "unknown"):
             files += 1
-            if not (isinstance(f, Mapping) and isinstance(f.get("file_data"), str)):
-                unknown += 1
-        elif ptype == "input_audio":
+            unknown += why == "unknown"
+        elif why == "audio":
             audio += 1
-        elif ptype in ("image_url", "input_image"):
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, Mapping) else image
-            if isinstance(url, str) and not url.startswith("data:"):
-                remote += 1
+        else:
+            remote += 1
     notes = []
     if files:
         extra = (

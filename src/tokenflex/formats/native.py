@@ -127,6 +127,9 @@ class Converted:
     """Items in the caller's list."""
     reasoning: list[tuple[int, str]] = field(default_factory=list)
     """``(index, text)`` of reasoning taken out of chat messages (not sent back)."""
+    estimated: list[int] | None = None
+    """The places of the messages with a part whose cost is an estimate (a file, audio,
+    an image by URL), once they were looked for (None: not yet)."""
 
 
 @dataclass(frozen=True, slots=True)
