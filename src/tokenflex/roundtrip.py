@@ -443,7 +443,7 @@ def _truncated(read: _Read, m: int, new_index: Callable[..., Any] | None) -> _Re
             system=conv.system,
             count=m,
             reasoning=[(i, t) for i, t in conv.reasoning if i < m],
-            estimated=[i for i in estimated_units(conv) if i < keep],
+            estimated=_carried(conv.estimated, keep),
         )
     checked = {k: (model, min(v, keep)) for k, (model, v) in old.checked.items()}
     index: Any = (
@@ -548,10 +548,7 @@ def _grown(
             *((i, t) for i, t in conv.reasoning if i < restart),
             *((i + restart, t) for i, t in tail.reasoning),
         ],
-        estimated=[
-            *(i for i in estimated_units(conv) if i < keep),
-            *(keep + j for j in estimated_at(tail.messages)),
-        ],
+        estimated=_carried(conv.estimated, keep, tail.messages),
     )
     checked = {k: (m, min(v, keep)) for k, (m, v) in old.checked.items()}
     prepared = Prepared(
@@ -722,13 +719,30 @@ def _native_span(conv: Converted, k: int) -> tuple[int, int]:
     return (k, k + 1)  # chat: one to one
 
 
-def estimated_units(conv: Converted) -> list[int]:
-    """The places of ``conv``'s messages with a part whose cost is an estimate, looked
-    for once for a conversion (a conversation's next turn carries them on: O(its new
-    messages))."""
-    if conv.estimated is None:
+def _carried(estimated: list[int] | None, keep: int, added: Sequence[Any] = ()) -> list[int] | None:
+    """:attr:`Converted.estimated` of a conversion's first ``keep`` messages and the
+    messages ``added`` after them (None where it was not looked for: a plan of that
+    conversation read its kept messages instead)."""
+    if estimated is None:
+        return None
+    return [*(i for i in estimated if i < keep), *(keep + j for j in estimated_at(added))]
+
+
+def _notes(plan: Plan, prepared: Prepared) -> list[str]:
+    """The warnings for ``plan``'s estimated parts. A plan keeps a request's messages, or
+    copies with less in them: none has an estimated part where the request has none.
+    So a conversion's places of them (:attr:`Converted.estimated`) are looked for once
+    where a plan keeps half its messages or more (then no dearer than reading the kept
+    ones), and a conversation's next turn carries them on; else the kept messages are
+    read."""
+    conv = prepared.converted
+    if prepared.plain:
+        return []
+    if conv is not None and conv.estimated is None and 2 * len(plan.messages) >= len(conv.messages):
         conv.estimated = estimated_at(conv.messages)
-    return conv.estimated
+    if conv is not None and conv.estimated is not None and not conv.estimated:
+        return []
+    return estimate_notes(plan.messages)
 
 
 def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Plan:
@@ -737,10 +751,7 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
     are read from the kept messages."""
     conv = prepared.converted
     if notes is None:
-        # (a plan keeps a request's messages, or copies with less in them: none has an
-        # estimated part where the request has none)
-        plain = prepared.plain or (conv is not None and not estimated_units(conv))
-        notes = [] if plain else estimate_notes(plan.messages)
+        notes = _notes(plan, prepared)
     tools = tuple(prepared.given_tools or ())
     if conv is None:
         if not notes and not tools:
