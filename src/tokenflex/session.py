@@ -433,9 +433,15 @@ class StoreMemory:
         self._extended = (state, source, extends)
         return extends
 
-    def _probe(self, state: Mapping[str, Any], source: Sequence[Message]) -> bool:
+    def _own(self, state: Mapping[str, Any]) -> _Written | None:
+        """What ``state`` was written from, when it is the one this process wrote (read
+        back as the very bytes): its fields need no check."""
         written = self._written
-        if written is not None and written.state is state:
+        return written if written is not None and written.state is state else None
+
+    def _probe(self, state: Mapping[str, Any], source: Sequence[Message]) -> bool:
+        written = self._own(state)
+        if written is not None:
             n, probes = written.state["n"], written.probes
         else:
             try:
@@ -453,8 +459,8 @@ class StoreMemory:
         state = self._load()
         if state is None:
             return None
-        written = self._written
-        if written is not None and written.state is state:  # (its fields as written)
+        written = self._own(state)
+        if written is not None:  # (its fields as written)
             return written.cut if self._extends(state, source) else None
         try:
             start, n = int(state["start"]), int(state["n"])
@@ -478,7 +484,7 @@ class StoreMemory:
         extends = previous is not None and self._extends(previous, source)
         if previous is None:
             old = []
-        elif self._written is not None and self._written.state is previous:
+        elif self._own(previous) is not None:
             old = previous["sent"]  # (as this process wrote it)
         else:
             old = sent_items(previous.get("sent"))
