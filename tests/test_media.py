@@ -213,3 +213,37 @@ def test_a_conversation_s_estimates_are_noted_as_a_fresh_read_notes_them(
         noted = " ".join(plan.warnings)
         assert (f"{urls} image(s) given by URL" in noted) == bool(urls)
         assert (f"{files} file(s) counted as an estimate" in noted) == bool(files)
+
+
+_SMALL = tokenflex.get_model("gpt-4o").replace(name="gpt-4o-estimates", context_window=40_000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_BLOCKS)), min_size=16, max_size=20))
+def test_a_conversation_whose_plans_keep_little_notes_its_estimates_as_a_fresh_read(
+    turns: list[str],
+) -> None:
+    """A long conversation whose plans keep its newest few messages (under half of them:
+    its first read looks at the kept ones alone) is read again, the same list and then
+    grown turn after turn: each plan warns of the estimated parts it keeps as a fit of
+    the same messages read afresh does, wherever they lie in the conversation."""
+    kwargs: dict[str, Any] = {"model": _SMALL, "max_tokens": 10, "format": "anthropic"}
+    filler = " ".join(f"w{j}" for j in range(1500))
+    whole: list[dict[str, Any]] = []
+    for k, block in enumerate(turns):
+        if whole:
+            whole.append({"role": "assistant", "content": f"answer {k} {filler}"})
+        text = {"type": "text", "text": filler}
+        whole.append({"role": "user", "content": [dict(_BLOCKS[block]), text]})
+    messages = whole[:-4]  # first seen long, then grown in place
+    for end in range(len(messages), len(whole) + 1):
+        messages[len(messages) :] = whole[len(messages) : end]
+        for _ in range(2):  # the list as it is, then the same list again
+            plan = tokenflex.fit(messages, **kwargs)
+            fresh = tokenflex.fit(copy.deepcopy(messages), **kwargs)
+            assert plan.warnings == fresh.warnings
+            parts = [m["content"] for m in plan.messages if isinstance(m["content"], list)]
+            urls = sum(b == _BLOCKS["image by URL"] for blocks in parts for b in blocks)
+            noted = " ".join(plan.warnings)
+            assert (f"{urls} image(s) given by URL" in noted) == bool(urls)
+        assert len(plan.messages) * 2 < len(messages)

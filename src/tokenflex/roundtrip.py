@@ -382,6 +382,8 @@ def prepare(
             else read.prepared.index
         )
         last = None if went_on else read.last
+        if read.prepared.converted is not None:  # (read again: its estimated parts found once)
+            _places(read.prepared.converted)
         if len(messages) == read.n:
             return _trusted(
                 read.prepared.evolved(tools=counted, given_tools=tools, last=last, index=index),
@@ -443,7 +445,7 @@ def _truncated(read: _Read, m: int, new_index: Callable[..., Any] | None) -> _Re
             system=conv.system,
             count=m,
             reasoning=[(i, t) for i, t in conv.reasoning if i < m],
-            estimated=_carried(conv.estimated, keep),
+            estimated=_carried(_places(conv), keep),
         )
     checked = {k: (model, min(v, keep)) for k, (model, v) in old.checked.items()}
     index: Any = (
@@ -548,7 +550,7 @@ def _grown(
             *((i, t) for i, t in conv.reasoning if i < restart),
             *((i + restart, t) for i, t in tail.reasoning),
         ],
-        estimated=_carried(conv.estimated, keep, tail.messages),
+        estimated=_carried(_places(conv), keep, tail.messages),
     )
     checked = {k: (m, min(v, keep)) for k, (m, v) in old.checked.items()}
     prepared = Prepared(
@@ -719,22 +721,29 @@ def _native_span(conv: Converted, k: int) -> tuple[int, int]:
     return (k, k + 1)  # chat: one to one
 
 
-def _carried(estimated: list[int] | None, keep: int, added: Sequence[Any] = ()) -> list[int] | None:
+def _places(conv: Converted) -> list[int]:
+    """:attr:`Converted.estimated`, looked for now where it was not: a conversion read
+    again (the same request, or its conversation's next turn) pays O(its messages) for
+    them once, and its later turns carry them (:func:`_carried`)."""
+    if conv.estimated is None:
+        conv.estimated = estimated_at(conv.messages)  # (a race finds the same places)
+    return conv.estimated
+
+
+def _carried(estimated: list[int], keep: int, added: Sequence[Any] = ()) -> list[int]:
     """:attr:`Converted.estimated` of a conversion's first ``keep`` messages and the
-    messages ``added`` after them (None where it was not looked for: a plan of that
-    conversation read its kept messages instead)."""
-    if estimated is None:
-        return None
+    messages ``added`` after them."""
     return [*(i for i in estimated if i < keep), *(keep + j for j in estimated_at(added))]
 
 
 def _notes(plan: Plan, prepared: Prepared) -> list[str]:
     """The warnings for ``plan``'s estimated parts. A plan keeps a request's messages, or
     copies with less in them: none has an estimated part where the request has none.
-    So a conversion's places of them (:attr:`Converted.estimated`) are looked for once
-    where a plan keeps half its messages or more (then no dearer than reading the kept
-    ones), and a conversation's next turn carries them on; else the kept messages are
-    read."""
+    So a conversion's places of them (:attr:`Converted.estimated`) are looked for once:
+    on its first read where a plan keeps half its messages or more (then no dearer than
+    reading the kept ones), else when it is read again (:func:`_places`); a
+    conversation's next turn carries them on. A request seen once whose plan keeps
+    little has its kept messages read."""
     conv = prepared.converted
     if prepared.plain:
         return []

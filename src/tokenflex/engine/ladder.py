@@ -312,10 +312,12 @@ def solve_history(
         """The first pass; when the required input does not fit: the newest round's tool
         results truncated, then the pinned opening sent as history (dropped first)."""
         nonlocal layout
-        unpinned = getattr(layout, "unpinned", lambda: None)()
         try:
             return attempt(n)
         except ContextOverflowError:
+            # (made only now: an agent's unpinned layout looks back for a user message,
+            # which may be its task, thousands of rounds back)
+            unpinned = getattr(layout, "unpinned", lambda: None)()
             if unpinned is None and not (
                 opts.truncate_tool_results and _has_truncatable(layout, model)
             ):
