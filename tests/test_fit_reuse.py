@@ -326,3 +326,29 @@ def test_threads_fitting_one_grown_list_at_once_get_the_plan_of_a_fresh_read(fmt
         for plan in plans:
             _same(plan, ref)
         msgs.append({"role": "assistant", "content": f"answer {k}"})
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "responses"])
+@pytest.mark.parametrize("turns", [1, 3])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_an_item_of_a_grown_turn_edited_in_place_is_read_again(
+    fmt: str, turns: int, which: int
+) -> None:
+    """A list read, grown by a few turns and fitted again (its new items read), then one
+    of those new items given a new content in place: the next fit reads it again and
+    gives the plan a fresh read gives, whichever of them it was."""
+    forget()
+    msgs: list[Any] = []
+    k = 0
+    while len(msgs) < 40:
+        msgs += _fixed_turn(fmt, k)
+        k += 1
+    _fit(msgs, fmt)
+    start = len(msgs)
+    for _ in range(turns):
+        msgs += _fixed_turn(fmt, k)
+        k += 1
+    _fit(msgs, fmt)
+    _edit(msgs, start + which % (len(msgs) - start), "edited " + " ".join(WORDS))
+    plan = _fit(msgs, fmt)
+    _same(plan, _fit(copy.deepcopy(msgs), fmt))

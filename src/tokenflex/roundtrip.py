@@ -493,11 +493,16 @@ def _mark(items: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _marks(conv: Converted, given: Sequence[Any], lo: int) -> dict[int, Any]:
-    """:func:`_mark` of the caller's items of every unit of ``conv`` from index ``lo``."""
+    """:func:`_mark` of the caller's items of every unit of ``conv`` from index ``lo``
+    (read newest first: the units are in the order of their items, so a grown
+    conversation's are found in O(what it added))."""
     out: dict[int, Any] = {}
-    for m in conv.messages:
-        if isinstance(m, NativeMessage) and m.start >= lo:
-            out[m.start] = _mark(given[m.start : m.start + len(m.native)])
+    for m in reversed(conv.messages):
+        if not isinstance(m, NativeMessage):
+            continue
+        if m.start < lo:
+            break
+        out[m.start] = _mark(given[m.start : m.start + len(m.native)])
     return out
 
 
