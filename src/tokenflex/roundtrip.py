@@ -545,7 +545,12 @@ def _grown(
     for m in tail.messages:
         if isinstance(m, NativeMessage):
             m.start += restart
-    marks = {i: v for i, v in old.marks.items() if i < restart}
+    # the units from the restart on are read again (a unit starts at ``restart`` at most:
+    # the last one); a read once is never looked over for edits (:func:`fresh`): no marks
+    marks: dict[int, Any] = {}
+    if not read.once:
+        marks = old.marks.copy()
+        marks.pop(restart, None)
     grown = Converted(
         conv.format,
         [*units[:keep], *tail.messages],
@@ -569,7 +574,8 @@ def _grown(
         index=old.index,
         vouched=min(old.vouched, keep),
     )
-    prepared.marks.update(_marks(grown, messages, restart))
+    if not read.once:
+        prepared.marks.update(_marks(grown, messages, restart))
     return prepared
 
 
