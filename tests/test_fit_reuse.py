@@ -160,10 +160,7 @@ def test_a_list_fitted_again_gives_the_plan_a_fresh_read_gives(
 def test_a_bad_item_appended_to_a_list_read_before_is_named_by_its_index(fmt: str) -> None:
     forget()
     msgs: list[Any] = [{"role": "system", "content": "Be brief."}] if fmt != "anthropic" else []
-    k = 0
-    while len(msgs) < 40:
-        msgs += _fixed_turn(fmt, k)
-        k += 1
+    _grown_to(msgs, fmt, 40)
     _fit(msgs, fmt)
     n = len(msgs)
     msgs += [{"role": "user", "content": "q"}, {"role": "wizard", "content": "x"}]
@@ -225,6 +222,16 @@ def test_items_of_another_format_appended_are_detected_afresh() -> None:
     msgs.append({"type": "function_call_output", "call_id": "c", "output": "r"})
     with pytest.raises(InvalidMessagesError, match="mix formats"):
         tokenflex.fit(msgs, model=MODEL, max_tokens=200)
+
+
+def _grown_to(msgs: list[Any], fmt: str, size: int) -> int:
+    """``msgs`` with :func:`_fixed_turn` s appended until it holds ``size`` items; the
+    number of the next turn."""
+    k = 0
+    while len(msgs) < size:
+        msgs += _fixed_turn(fmt, k)
+        k += 1
+    return k
 
 
 def _fixed_turn(fmt: str, k: int) -> list[Any]:
@@ -339,10 +346,7 @@ def test_an_item_of_a_grown_turn_edited_in_place_is_read_again(
     gives the plan a fresh read gives, whichever of them it was."""
     forget()
     msgs: list[Any] = []
-    k = 0
-    while len(msgs) < 40:
-        msgs += _fixed_turn(fmt, k)
-        k += 1
+    k = _grown_to(msgs, fmt, 40)
     _fit(msgs, fmt)
     start = len(msgs)
     for _ in range(turns):
