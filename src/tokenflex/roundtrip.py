@@ -778,7 +778,12 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
             return plan
         return replace(plan, warnings=tuple(dict.fromkeys([*plan.warnings, *notes])), tools=tools)
     fmt = get_format(conv.format)
-    messages, system = fmt.back(plan.messages, conv.system, prepared.given)
+    given = prepared.given
+    if isinstance(prepared.index, ListIndex) and prepared.index.read_once:
+        # a parse's list: its units were read from its very items (or from the next
+        # turn's, the same objects: :meth:`_Memo.continued`), which no one replaces
+        given = None
+    messages, system = fmt.back(plan.messages, conv.system, given)
     old = plan.dropped
     runs: list[DropRun] = []
     sources: dict[str, ItemSource] = {}
