@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -301,6 +302,60 @@ async def test_the_proxys_upstream_pool_sends_through_the_asyncio_backend() -> N
         finally:
             await upstream.aclose()
     assert connections == 1  # kept alive and reused
+
+
+POSTS = 5
+
+
+@pytest.mark.parametrize("size", [10, 3_000, 60_000])
+async def test_a_requests_head_goes_out_with_its_body(size: int) -> None:
+    """The upstream takes a request's head and body in one read (one segment, not two):
+    a server in its own thread, waiting in ``recv`` on a kept-alive connection when each
+    request is sent, records what each ``recv`` returned for it. (Sent as two writes,
+    the head alone wakes the server most times: five requests all read whole would be
+    chance.)"""
+    listener = socket.create_server((HOST, 0))
+    reads: list[list[bytes]] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            for expected in (0, *[size] * POSTS):  # a GET to open the connection
+                got: list[bytes] = []
+                data = b""
+                while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < expected:
+                    chunk = conn.recv(1 << 20)
+                    if not chunk:
+                        return
+                    got.append(chunk)
+                    data += chunk
+                reads.append(got)
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    upstream = Upstream(ServerConfig.load(upstream=f"http://{HOST}:{port}", discover=False))
+    try:
+        opened = await upstream.send("GET", upstream.url("/v1/models"), {}, None)
+        assert await upstream.read(opened) == b"ok"  # (a head alone goes out too)
+        for _ in range(POSTS):
+            await asyncio.sleep(0.02)  # the server waits in recv
+            response = await upstream.send(
+                "POST",
+                upstream.url("/v1/chat/completions"),
+                {"content-type": "application/json"},
+                b"x" * size,
+            )
+            assert await upstream.read(response) == b"ok"
+    finally:
+        await upstream.aclose()
+        listener.close()
+        thread.join(5)
+    assert len(reads) == 1 + POSTS
+    for post in reads[1:]:
+        assert b"".join(post).partition(b"\r\n\r\n")[2] == b"x" * size
+        assert len(post) == 1, [len(r) for r in post]
 
 
 async def test_a_read_cancelled_from_outside_leaves_the_stream_usable() -> None:

@@ -13,7 +13,10 @@ an ``asyncio.Protocol``, one timer for each timeout, and the anyio backend's rul
   that keeps reading while idle also sees a stray byte or an end the moment it comes,
   TLS records included, which a check of the socket cannot see once TLS read them);
 - a write returns once the kernel has taken every byte (no write buffer), so
-  ``write_timeout`` bounds a write to an upstream that stops reading;
+  ``write_timeout`` bounds a write to an upstream that stops reading; but a request's
+  head (the first write after a read, up to ``HOLD_BYTES``) is held and goes out with the
+  body that follows it, or before the next read: one segment for the upstream to take,
+  not two (a send of its own and a wakeup saved on each side of the connection);
 - a timeout raises httpcore's ``ReadTimeout`` / ``WriteTimeout`` / ``ConnectTimeout``, a
   broken connection its ``ReadError`` / ``WriteError`` / ``ConnectError``: httpx and the
   proxy map them as before;
@@ -41,6 +44,8 @@ HIGH_WATER = 256 * 1024
 waits in the kernel, and the upstream is slowed by TCP itself)."""
 LOW_WATER = 64 * 1024
 """Bytes not yet taken under which a paused connection reads again."""
+HOLD_BYTES = 16 * 1024
+"""The longest write held to go out with the next one (a request's head, then its body)."""
 
 
 class _Protocol(asyncio.Protocol):
@@ -148,11 +153,19 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         self._transport = transport
         self._protocol = protocol
         self._closed = False
+        self._held: bytes | None = None  # a head written, to go out with the next write
+        self._may_hold = True  # no write held since the last read
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         p = self._protocol
         if self._closed:
             raise httpcore.ReadError("the connection was closed")
+        self._may_hold = True
+        held, self._held = self._held, None
+        if held is not None:  # a request with no body: its head goes now
+            if p.lost or self._transport.is_closing():
+                raise httpcore.WriteError("the connection was closed")
+            self._transport.write(held)
         if not p.chunks and not p.eof and not p.lost:
             waiter = p.waiter = asyncio.get_running_loop().create_future()
             try:
@@ -180,7 +193,17 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         p, t = self._protocol, self._transport
         if self._closed or p.lost or t.is_closing():
             raise httpcore.WriteError("the connection was closed")
-        t.write(buffer)
+        held, self._held = self._held, None
+        if held is not None:
+            if len(buffer) <= LOW_WATER:
+                t.write(held + buffer)  # (a copy of a few KiB: cheaper than a writev)
+            else:
+                t.writelines((held, buffer))  # (one writev where the loop has it)
+        elif self._may_hold and len(buffer) <= HOLD_BYTES:
+            self._held, self._may_hold = bytes(buffer), False
+            return
+        else:
+            t.write(buffer)
         drained = p.drained
         if drained is not None:
             try:
