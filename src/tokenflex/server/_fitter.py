@@ -460,13 +460,13 @@ class Fitter:
             model=model,
             max_tokens=requested,
             tools=req.tools,
-            summarizer=summarizer,
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
             state=TenantStore(guard, tenant_name(owner, route)),
             recall=self.config.recall,  # observe mode: the plan fit mode would send
-            background_summaries=background,
         )
+        if summarizer is not None:  # (without one, its options are scalars: read once)
+            kwargs.update(summarizer=summarizer, background_summaries=background)
         fmt, messages = get_format(req.format), req.messages
         if fmt.via_chat:  # sent upstream as chat: fitted as chat, counted as it is sent
             messages = fmt.to_chat(req.messages, req.system)
