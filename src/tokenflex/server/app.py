@@ -866,6 +866,8 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
     ]
     if config.metrics:
         routes.append(Route("/metrics", ep(proxy.metrics_text, methods=_GET), methods=_ALL_METHODS))
+    # the router tries routes in turn, a regex each: the fitted routes of /v1 come first
+    first: list[Route] = []
     for name in [None, *config.routes]:
         prefix = "" if name is None else f"/{name}"
         chat = proxy.observe if config.mode_for(name) == "observe" else proxy.chat
@@ -876,7 +878,11 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
                 errors=wire.error,
             )
             spellings = [wire.path] if "{" in wire.path else [wire.path, *aliases(wire.path)]
-            routes += [Route(prefix + path, handler, methods=_ALL_METHODS) for path in spellings]
+            made = [Route(prefix + path, handler, methods=_ALL_METHODS) for path in spellings]
+            if name is None:  # tried first (no /tokenflex or /metrics path is a format's)
+                first += made
+            else:
+                routes += made
         routes.append(
             Route(f"{prefix}/v1/models", ep(proxy.list_models, route=name), methods=["GET"])
         )
@@ -891,7 +897,7 @@ def create_app(config: ServerConfig, *, discover: Discover | None = None) -> Sta
     passthrough = proxy.metrics.counted(proxy.passthrough)
     routes.append(Route("/{path:path}", ep(passthrough), methods=_ALL_METHODS))
     app = Starlette(
-        routes=routes,
+        routes=first + routes,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         middleware=[
