@@ -30,6 +30,7 @@ the end. The machine's load (``os.getloadavg``) is printed beside the table: on 
     .venv/bin/python scripts/bench_proxy.py --cpu --agent  # an agent's Anthropic request
     .venv/bin/python scripts/bench_proxy.py --cpu --turns grown  # a conversation that grows
     .venv/bin/python scripts/bench_proxy.py --split    # CPU per request, by process
+    .venv/bin/python scripts/bench_proxy.py --instructions  # served, under callgrind
 
 ``--cpu`` measures what the throughput rows cannot tell apart on a shared machine: the CPU
 time per request of the two apps themselves, in process (driven through
@@ -49,6 +50,14 @@ one ``tokenflex.fit()`` of its messages cost in process (``floor_per_request``),
 counting floor and tokenflex spend beyond the reference in process (``--cpu``), and the
 CPU of the proxy's upstream exchange against the reference's (``upstream_exchange``):
 one buffered answer, and a streamed one by the event.
+
+``--instructions`` runs the two proxies as the throughput rows do, each under valgrind's
+callgrind, and counts the user-space instructions a request of each server process
+executes (uvicorn, the event loop's Python, the collector): exact where the throughput
+rows move with the machine, for the rows' requests at their eight clients and the
+10-message one a request at a time. It does not see the kernel or how fast the
+instructions run (caches), so it complements the rows, not replaces them. Needs
+valgrind; a few minutes.
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
@@ -167,15 +176,23 @@ def fake_upstream() -> tuple[subprocess.Popen[bytes], str]:
 
 @contextlib.contextmanager
 def servers(
-    pids: dict[str, int] | None = None, config: str | None = None
+    pids: dict[str, int] | None = None,
+    config: str | None = None,
+    *,
+    wrap: list[str] | None = None,
+    start_s: float = 30.0,
 ) -> Iterator[tuple[str, str]]:
     """The fake upstream, tokenflex serve (with the TOML file ``config`` when given) and
     the reference proxy; their base URLs (tokenflex, reference). Stopped on exit.
     ``pids``, when given, is filled with each process's id by name (``upstream``,
-    ``tokenflex``, ``reference``)."""
+    ``tokenflex``, ``reference``). ``wrap``: a command the two proxies run under (a
+    profiler), given ``start_s`` seconds to answer."""
     tf, ref = (load_proxy._free_port() for _ in range(2))
     upstream, up_url = fake_upstream()
     env = _env()
+    if wrap:
+        env["PYTHONHASHSEED"] = "0"  # (the same dict orders in every run)
+    pre = list(wrap or [])
     log_fd, log_path = tempfile.mkstemp(prefix="tokenflex-bench-proxy-", suffix=".log")
     log = os.fdopen(log_fd, "wb")
     py = sys.executable
@@ -183,6 +200,7 @@ def servers(
         upstream,
         subprocess.Popen(
             [
+                *pre,
                 py,
                 "-m",
                 "tokenflex",
@@ -199,7 +217,7 @@ def servers(
             stdout=log,
             stderr=log,
         ),
-        subprocess.Popen([py, "-c", _REFERENCE, up_url, str(ref)], env=env, stderr=log),
+        subprocess.Popen([*pre, py, "-c", _REFERENCE, up_url, str(ref)], env=env, stderr=log),
     ]
     if pids is not None:
         pids.update(
@@ -208,8 +226,8 @@ def servers(
     try:
         load_proxy._wait_up(f"{up_url}/v1/models", procs[0], "fake upstream")
         tf_url, ref_url = f"http://{HOST}:{tf}", f"http://{HOST}:{ref}"
-        load_proxy._wait_up(f"{tf_url}/tokenflex/health", procs[1], "tokenflex proxy")
-        load_proxy._wait_up(f"{ref_url}/tokenflex/health", procs[2], "reference proxy")
+        load_proxy._wait_up(f"{tf_url}/tokenflex/health", procs[1], "tokenflex proxy", start_s)
+        load_proxy._wait_up(f"{ref_url}/tokenflex/health", procs[2], "reference proxy", start_s)
         yield tf_url, ref_url
     finally:
         load_proxy.stop(procs)
@@ -763,6 +781,85 @@ def rows(*, quick: bool, soak: float | None = None, config: str | None = None) -
     return out
 
 
+INSTRUCTION_CASES = ((10, 8), (10, 1), (200, 8), (2000, 8))
+"""(messages, clients) of ``--instructions``: the throughput rows' requests at their
+eight clients, and the 10-message one a request at a time."""
+
+
+def served_instructions(messages: int, clients: int, count: int) -> dict[str, float]:
+    """User-space instructions a request of each served proxy (uvicorn, the collector and
+    all), by name: both run under ``valgrind --tool=callgrind --instr-atstart=no``, a
+    warm-up of 60 requests, then collection on (``callgrind_control -i on``) for
+    ``count`` requests of a closed loop of ``clients``, off and dumped. Exact where the
+    throughput rows move with the machine (the fake upstream and the client run
+    outside valgrind)."""
+    out_dir = tempfile.mkdtemp(prefix="tokenflex-bench-callgrind-")
+    wrap = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out_dir}/cg.%p",
+    ]
+    body = request_body(messages)
+    found: dict[str, float] = {}
+    pids: dict[str, int] = {}
+    with servers(pids, wrap=wrap, start_s=600) as (tf, ref):
+        for name, base in (("tokenflex", tf), ("reference", ref)):
+            url = base + "/v1/chat/completions"
+            asyncio.run(fixed_loop(url, body, count=60, clients=clients))
+            pid = str(pids[name])
+            subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+            asyncio.run(fixed_loop(url, body, count=count, clients=clients))
+            subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+            subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+            total = 0
+            for path in Path(out_dir).glob(f"cg.{pid}*"):
+                for line in path.read_text(errors="replace").splitlines():
+                    if line.startswith(("summary:", "totals:")):
+                        total = max(total, int(line.split()[1]))
+            found[name] = total / count
+    for path in Path(out_dir).glob("*"):
+        path.unlink()
+    os.rmdir(out_dir)
+    return found
+
+
+async def fixed_loop(url: str, body: bytes, *, count: int, clients: int) -> None:
+    """``count`` requests of ``clients`` clients in a closed loop (each answered 200)."""
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    left = count
+    async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
+
+        async def one_client() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                r = await client.post(url, content=body, headers=headers)
+                if r.status_code != 200:
+                    raise SystemExit(f"{url} answered {r.status_code}: {r.text[:200]}")
+
+        await asyncio.gather(*[one_client() for _ in range(clients)])
+
+
+def print_instructions(count: int) -> None:
+    """The ``--instructions`` table (needs valgrind; minutes: each proxy starts under it)."""
+    import shutil
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (and its callgrind_control)")
+    print("messages  clients  tokenflex        reference        ratio")
+    for messages, clients in INSTRUCTION_CASES:
+        n = max(40, count // 5) if messages >= 2000 else count
+        got = served_instructions(messages, clients, n)
+        tf, ref = got["tokenflex"], got["reference"]
+        print(
+            f"{messages:>8,}  {clients:>7}  {tf / 1e6:>7.2f} M instr  {ref / 1e6:>7.2f} M instr"
+            f"  {tf / ref:.2f}",
+            flush=True,
+        )
+    print(f"user-space instructions a request of each server process ({count} requests a case)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short phases (about a minute)")
@@ -789,7 +886,18 @@ def main() -> int:
         default="same",
         help="with --cpu: the same body each request, its last message edited, grown, or new",
     )
+    ap.add_argument(
+        "--instructions",
+        type=int,
+        nargs="?",
+        const=300,
+        metavar="REQUESTS",
+        help="instructions a request of each served proxy, under callgrind (default 300)",
+    )
     args = ap.parse_args()
+    if args.instructions:
+        print_instructions(args.instructions)
+        return 0
     if args.split:
         print_split(args.config)
         return 0

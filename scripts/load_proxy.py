@@ -181,8 +181,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_up(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
+def _wait_up(url: str, proc: subprocess.Popen[bytes], what: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"{what} exited with code {proc.returncode}")
@@ -191,7 +191,7 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
             return
         except httpx.TransportError:
             time.sleep(0.1)
-    raise SystemExit(f"{what} did not start within 30 s")
+    raise SystemExit(f"{what} did not start within {seconds:g} s")
 
 
 def conversation(n: int) -> list[dict[str, str]]:
