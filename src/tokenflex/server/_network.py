@@ -46,6 +46,8 @@ LOW_WATER = 64 * 1024
 """Bytes not yet taken under which a paused connection reads again."""
 HOLD_BYTES = 16 * 1024
 """The longest write held to go out with the next one (a request's head, then its body)."""
+JOIN_BYTES = 64 * 1024
+"""The longest write sent in one copy with a held head (a longer one goes in a writev)."""
 
 
 class _Protocol(asyncio.Protocol):
@@ -195,7 +197,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError("the connection was closed")
         held, self._held = self._held, None
         if held is not None:
-            if len(buffer) <= LOW_WATER:
+            if len(buffer) <= JOIN_BYTES:
                 t.write(held + buffer)  # (a copy of a few KiB: cheaper than a writev)
             else:
                 t.writelines((held, buffer))  # (one writev where the loop has it)
