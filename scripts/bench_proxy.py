@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -130,16 +131,22 @@ class Window:
         return statistics.median(self.latencies) * 1000 if self.latencies else float("nan")
 
 
-async def closed_loop(url: str, body: bytes, *, seconds: float, clients: int) -> Window:
-    """``clients`` clients, each sending the next request when its answer is in."""
+async def closed_loop(
+    url: str, body: bytes, *, seconds: float, clients: int, requests: int = MAX_REQUESTS
+) -> Window:
+    """``clients`` clients, each sending the next request when its answer is in, for
+    ``seconds`` or until ``requests`` were sent (answered or failed)."""
     window = Window()
     headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=30, trust_env=False) as client:
+    left = requests
+    async with httpx.AsyncClient(limits=limits, timeout=300, trust_env=False) as client:
 
         async def one_client() -> None:
-            while time.perf_counter() < deadline and len(window.latencies) < MAX_REQUESTS:
+            nonlocal left
+            while time.perf_counter() < deadline and left > 0:
+                left -= 1
                 t0 = time.perf_counter()
                 try:
                     r = await client.post(url, content=body, headers=headers)
@@ -806,10 +813,16 @@ def served_instructions(messages: int, clients: int, count: int) -> dict[str, fl
     with servers(pids, wrap=wrap, start_s=600) as (tf, ref):
         for name, base in (("tokenflex", tf), ("reference", ref)):
             url = base + "/v1/chat/completions"
-            asyncio.run(fixed_loop(url, body, count=60, clients=clients))
+            loops = [  # a warm-up, then the requests counted
+                functools.partial(closed_loop, url, body, seconds=3600, clients=clients, requests=n)
+                for n in (60, count)
+            ]
+            warm = asyncio.run(loops[0]())
             pid = str(pids[name])
             subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
-            asyncio.run(fixed_loop(url, body, count=count, clients=clients))
+            counted = asyncio.run(loops[1]())
+            if warm.errors or counted.errors:
+                raise SystemExit(f"failed requests through {name} under callgrind")
             subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
             subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
             total = 0
@@ -822,23 +835,6 @@ def served_instructions(messages: int, clients: int, count: int) -> dict[str, fl
         path.unlink()
     os.rmdir(out_dir)
     return found
-
-
-async def fixed_loop(url: str, body: bytes, *, count: int, clients: int) -> None:
-    """``count`` requests of ``clients`` clients in a closed loop (each answered 200)."""
-    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
-    left = count
-    async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
-
-        async def one_client() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                r = await client.post(url, content=body, headers=headers)
-                if r.status_code != 200:
-                    raise SystemExit(f"{url} answered {r.status_code}: {r.text[:200]}")
-
-        await asyncio.gather(*[one_client() for _ in range(clients)])
 
 
 def print_instructions(count: int) -> None:
