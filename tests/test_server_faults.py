@@ -9,6 +9,7 @@ settings ``tokenflex serve`` uses (``limits.uvicorn_options``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import threading
@@ -424,6 +425,50 @@ def test_texts_of_rejected_requests_are_not_cached(
         assert r.status_code == 200, r.text
     assert rejected not in cache
     assert accepted in cache  # the same path caches what an answered request counted
+
+
+_SERVED_BY = ("tokenflex", "uvicorn", "starlette")
+"""The modules of the objects a served request makes (the test's own client is httpx's)."""
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_a_served_request_leaves_nothing_to_the_cyclic_collector(
+    faulty: FaultUpstream, client: httpx.Client, http: str
+) -> None:
+    """A request's objects are freed when it ends, not left in a reference cycle for the
+    collector (which walks everything young on a busy proxy, and holds the request's
+    memory until it runs): a chat request, one that is cut, an Anthropic one and a
+    request whose client went away, under both of ``tokenflex serve``'s protocols."""
+    long = [{"role": "user", "content": f"turn {i} " + "words " * 400} for i in range(40)]
+    requests = [
+        ("/v1/chat/completions", chat("gpt-4o")),
+        ("/v1/chat/completions", {"model": "gpt-4", "messages": long, "max_tokens": 100}),
+        ("/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": long[:3]}),
+    ]
+    with ProxyThread(faulty.url, http=http) as proxy:
+        for path, body in requests:  # warm: first loads (tokenizers, routes) are kept
+            assert client.post(proxy.url + path, json=body).status_code == 200
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for path, body in requests * 3:
+                r = client.post(proxy.url + path, json=body)
+                assert r.status_code == 200, r.text
+            with httpx.Client(timeout=0.3, trust_env=False) as c, pytest.raises(httpx.ReadTimeout):
+                c.post(f"{proxy.url}/v1/chat/completions", json=chat("fault-never"))
+            time.sleep(0.2)  # the proxy hears the hang-up and ends the request
+            gc.collect()
+            left = sorted(
+                type(o).__module__ + "." + type(o).__qualname__
+                for o in gc.garbage
+                if type(o).__module__.startswith(_SERVED_BY)
+            )
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert left == []
 
 
 async def test_a_request_the_event_loop_reached_late_is_shed_at_once() -> None:

@@ -399,6 +399,12 @@ class _Exchange:
         finally:
             if self.watcher is not None:
                 self.watcher.cancel()
+            if self.hangup is not None:
+                # the answer is done: nothing to tell. (The callback, a bound method of
+                # this exchange, would otherwise close a cycle through the scope, the
+                # server's request cycle and this exchange: the request's objects left
+                # to the cyclic collector, not freed as it ends.)
+                self.hangup.callback = None
 
     def _body_complete(self) -> None:
         self.body_done = True
