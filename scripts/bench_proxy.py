@@ -55,9 +55,12 @@ one buffered answer, and a streamed one by the event.
 callgrind, and counts the user-space instructions a request of each server process
 executes (uvicorn, the event loop's Python, the collector): exact where the throughput
 rows move with the machine, for the rows' requests at their eight clients and the
-10-message one a request at a time. It does not see the kernel or how fast the
-instructions run (caches), so it complements the rows, not replaces them. Needs
-valgrind; a few minutes.
+10-message one a request at a time. It does not see the kernel, and how fast the
+instructions run only through a model: callgrind's cache simulation (``CACHES``: a
+32 KiB instruction and a 48 KiB data first level, a 2 MiB last level, as one core of
+this machine has) counts the reads and writes a request misses in the last level, each
+a trip to memory or a shared cache, ~10-100x an instruction. So it complements the
+rows, not replaces them. Needs valgrind; a few minutes.
 
 ``rows(quick=...)`` returns the table for ``scripts/bench.py``.
 """
@@ -793,22 +796,29 @@ INSTRUCTION_CASES = ((10, 8), (10, 1), (200, 8), (2000, 8))
 eight clients, and the 10-message one a request at a time."""
 
 
-def served_instructions(messages: int, clients: int, count: int) -> dict[str, float]:
-    """User-space instructions a request of each served proxy (uvicorn, the collector and
-    all), by name: both run under ``valgrind --tool=callgrind --instr-atstart=no``, a
-    warm-up of 60 requests, then collection on (``callgrind_control -i on``) for
-    ``count`` requests of a closed loop of ``clients``, off and dumped. Exact where the
-    throughput rows move with the machine (the fake upstream and the client run
-    outside valgrind)."""
+CACHES = ("--I1=32768,8,64", "--D1=49152,12,64", "--LL=2097152,16,64")
+"""The caches ``--instructions`` simulates (size, ways, line): one core's of this machine
+(``lscpu``: 2 MiB of L2 a core; its L3 is shared with the host's other guests)."""
+
+
+def served_instructions(messages: int, clients: int, count: int) -> dict[str, tuple[float, float]]:
+    """User-space instructions and last-level cache misses a request of each served proxy
+    (uvicorn, the collector and all), by name: both run under ``valgrind
+    --tool=callgrind --instr-atstart=no --cache-sim=yes`` (:data:`CACHES`), a warm-up of
+    60 requests, then collection on (``callgrind_control -i on``) for ``count`` requests
+    of a closed loop of ``clients``, off and dumped. Exact where the throughput rows move
+    with the machine (the fake upstream and the client run outside valgrind)."""
     out_dir = tempfile.mkdtemp(prefix="tokenflex-bench-callgrind-")
     wrap = [
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
+        "--cache-sim=yes",
+        *CACHES,
         f"--callgrind-out-file={out_dir}/cg.%p",
     ]
     body = request_body(messages)
-    found: dict[str, float] = {}
+    found: dict[str, tuple[float, float]] = {}
     pids: dict[str, int] = {}
     with servers(pids, wrap=wrap, start_s=600) as (tf, ref):
         for name, base in (("tokenflex", tf), ("reference", ref)):
@@ -825,12 +835,18 @@ def served_instructions(messages: int, clients: int, count: int) -> dict[str, fl
                 raise SystemExit(f"failed requests through {name} under callgrind")
             subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
             subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
-            total = 0
+            events: list[str] = []
+            totals: dict[str, int] = {}
             for path in Path(out_dir).glob(f"cg.{pid}*"):
                 for line in path.read_text(errors="replace").splitlines():
-                    if line.startswith(("summary:", "totals:")):
-                        total = max(total, int(line.split()[1]))
-            found[name] = total / count
+                    if line.startswith("events:"):
+                        events = line.split()[1:]
+                    elif line.startswith(("summary:", "totals:")):
+                        values = dict(zip(events, map(int, line.split()[1:]), strict=False))
+                        if values.get("Ir", 0) > totals.get("Ir", 0):
+                            totals = values
+            missed = sum(totals.get(e, 0) for e in ("ILmr", "DLmr", "DLmw"))
+            found[name] = (totals.get("Ir", 0) / count, missed / count)
     for path in Path(out_dir).glob("*"):
         path.unlink()
     os.rmdir(out_dir)
@@ -843,17 +859,22 @@ def print_instructions(count: int) -> None:
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (and its callgrind_control)")
-    print("messages  clients  tokenflex        reference        ratio")
+    print("                   M instructions a request   k last-level misses a request")
+    print("messages  clients  tokenflex  reference  ratio  tokenflex  reference  ratio")
     for messages, clients in INSTRUCTION_CASES:
         n = max(40, count // 5) if messages >= 2000 else count
         got = served_instructions(messages, clients, n)
-        tf, ref = got["tokenflex"], got["reference"]
+        (tf, tf_missed), (ref, ref_missed) = got["tokenflex"], got["reference"]
+        ref_missed = max(ref_missed, 1e-9)
         print(
-            f"{messages:>8,}  {clients:>7}  {tf / 1e6:>7.2f} M instr  {ref / 1e6:>7.2f} M instr"
-            f"  {tf / ref:.2f}",
+            f"{messages:>8,}  {clients:>7}  {tf / 1e6:>9.2f}  {ref / 1e6:>9.2f}  {tf / ref:>5.2f}"
+            f"  {tf_missed / 1e3:>9.2f}  {ref_missed / 1e3:>9.2f}  {tf_missed / ref_missed:>5.1f}",
             flush=True,
         )
-    print(f"user-space instructions a request of each server process ({count} requests a case)")
+    print(
+        f"each server process, user space, {count} requests a case; misses: reads and "
+        "writes missed in a simulated 2 MiB last-level cache (CACHES)"
+    )
 
 
 def main() -> int:
