@@ -871,10 +871,8 @@ def print_instructions(count: int) -> None:
             f"  {tf_missed / 1e3:>9.2f}  {ref_missed / 1e3:>9.2f}  {tf_missed / ref_missed:>5.1f}",
             flush=True,
         )
-    print(
-        f"each server process, user space, {count} requests a case; misses: reads and "
-        "writes missed in a simulated 2 MiB last-level cache (CACHES)"
-    )
+    print(f"each server process, user space, {count} requests a case; misses: reads")
+    print("and writes missed in a simulated 2 MiB last-level cache (CACHES)")
 
 
 def main() -> int:
