@@ -447,7 +447,11 @@ def test_a_served_request_leaves_nothing_to_the_cyclic_collector(
     ]
     with ProxyThread(faulty.url, http=http) as proxy:
         for path, body in requests:  # warm: first loads (tokenizers, routes) are kept
-            assert client.post(proxy.url + path, json=body).status_code == 200
+            r = client.post(proxy.url + path, json=body)
+            assert r.status_code == 200, r.text
+        assert r.headers["x-tokenflex-dropped"] == "0"  # the Anthropic one fits
+        cut = client.post(proxy.url + requests[1][0], json=requests[1][1])
+        assert int(cut.headers["x-tokenflex-dropped"]) > 0  # the long one is cut
         gc.collect()
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
