@@ -724,6 +724,26 @@ def test_fastokens_ids_equal_tiktoken(
         assert fast.encode(text) == TiktokenTokenizer(name).encode(text), name
 
 
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_the_fast_backend_takes_tiktokens_pattern_without_its_encoding(name: str) -> None:
+    # The fast backend needs tiktoken's split pattern only: building the encoding for it
+    # would hold the ranks twice more (about 110 MB for o200k_base in the proxy).
+    import subprocess
+    import sys
+
+    from tokenflex.tokenizers._tiktoken import load_encoding, pattern
+
+    assert pattern(name) == load_encoding(name)._pat_str
+    probe = (
+        "from tokenflex.tokenizers import _tiktoken\n"
+        "from tokenflex.tokenizers.fast import FastTokenizer\n"
+        f"assert FastTokenizer({name!r}).count('Hello, world!') > 0\n"
+        "print(sorted(_tiktoken._encodings))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_prefer_fast_backend_switches_existing_and_new_tokenizers(
     restore_backends: None,
 ) -> None:

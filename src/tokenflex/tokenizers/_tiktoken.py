@@ -28,6 +28,7 @@ __all__ = [
     "cl100k_base",
     "load_encoding",
     "o200k_base",
+    "pattern",
     "ranks_file",
     "segments",
 ]
@@ -127,6 +128,35 @@ def segments(text: str) -> Iterator[str]:
     yield text[start:]
 
 
+def _spec(name: str, ranks: dict[bytes, int]) -> dict[str, Any]:
+    """tiktoken_ext's constructor arguments for ``name`` (its official pattern and special
+    tokens) with ``ranks`` as the ranks: it takes them from ``load_tiktoken_bpe``, so we
+    hand that function ours for the duration of the call."""
+    from tiktoken_ext import openai_public
+
+    original = openai_public.load_tiktoken_bpe
+    openai_public.load_tiktoken_bpe = lambda *_a, **_k: ranks
+    try:
+        spec: dict[str, Any] = getattr(openai_public, name)()
+    finally:
+        openai_public.load_tiktoken_bpe = original
+    return spec
+
+
+def pattern(name: str) -> str:
+    """tiktoken's split pattern of ``name``, without building its encoding (which holds
+    the ranks twice, about 110 MB for ``o200k_base``: a fast backend needs only this).
+
+    >>> pattern("cl100k_base").startswith("'(?i:[sdmt]|ll|ve|re)")
+    True
+    """
+    if name not in EXPECTED_SHA256:
+        raise TokenizerUnavailableError(
+            f"Unknown tiktoken encoding {name!r}; available offline: {sorted(EXPECTED_SHA256)}."
+        )
+    return str(_spec(name, {})["pat_str"])
+
+
 def load_encoding(name: str) -> Any:
     """A real ``tiktoken.Encoding`` for ``o200k_base`` or ``cl100k_base``, built offline."""
     if name not in EXPECTED_SHA256:
@@ -137,19 +167,10 @@ def load_encoding(name: str) -> Any:
         enc = _encodings.get(name)
         if enc is None:
             import tiktoken
-            from tiktoken_ext import openai_public
 
             # tiktoken_ext keeps the official pattern and special tokens; only the ranks
-            # come from us. Its constructor takes them from load_tiktoken_bpe, so we hand
-            # that function our verified ranks for the duration of the call.
-            ranks = _ranks(name)
-            original = openai_public.load_tiktoken_bpe
-            openai_public.load_tiktoken_bpe = lambda *_a, **_k: ranks
-            try:
-                spec = getattr(openai_public, name)()
-            finally:
-                openai_public.load_tiktoken_bpe = original
-            enc = tiktoken.Encoding(**spec)
+            # come from us (verified).
+            enc = tiktoken.Encoding(**_spec(name, _ranks(name)))
             _encodings[name] = enc
     return enc
 

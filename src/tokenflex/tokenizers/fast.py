@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from ..errors import TokenizerUnavailableError
-from ._tiktoken import EXPECTED_SHA256, LONG_WHITESPACE, load_encoding, ranks_file, segments
+from ._tiktoken import EXPECTED_SHA256, LONG_WHITESPACE, pattern, ranks_file, segments
 from .base import encodable
 
 __all__ = ["FAST_ENCODINGS", "FastTokenizer", "fast_available"]
@@ -44,12 +44,11 @@ def _load(name: str) -> Any:
                 raise TokenizerUnavailableError(
                     f"The fast backend for {name!r} needs fastokens: pip install 'tokenflex[fast]'."
                 ) from exc
-            pattern = load_encoding(name)._pat_str
             with tempfile.TemporaryDirectory(prefix="tokenflex-") as tmp:
                 path = os.path.join(tmp, f"{name}.tiktoken")
                 with open(path, "wb") as f:
                     f.write(ranks_file(name))
-                tok = Tokenizer.from_tiktoken(path, pattern=pattern, special_tokens={})
+                tok = Tokenizer.from_tiktoken(path, pattern=pattern(name), special_tokens={})
             _loaded[name] = tok
     return tok
 
