@@ -31,6 +31,7 @@ from starlette.types import Send
 from ..redact import redact
 from ._network import AsyncioBackend
 from .config import ServerConfig
+from .deadline import Deadline
 from .errors import ProxyError, error_body
 
 __all__ = [
@@ -298,7 +299,7 @@ class Upstream:
         )
         deadline = asyncio.get_running_loop().time() + self.config.upstream_timeout
         response: httpx.Response | None = None
-        with anyio.CancelScope(deadline=deadline):
+        with Deadline(deadline):
             try:
                 response = await self.transport.handle_async_request(request)
                 response.request = request
@@ -325,7 +326,7 @@ class Upstream:
         try:
             if declared.isdigit() and int(declared) > cap:
                 raise self._too_large(int(declared))
-            with anyio.CancelScope(deadline=self._deadline(response)):
+            with Deadline(self._deadline(response)):
                 async for chunk in response.aiter_raw():
                     size += len(chunk)
                     if size > cap:
@@ -467,13 +468,13 @@ class Upstream:
             try:
                 while True:
                     chunk: bytes | None = None
-                    with anyio.CancelScope(deadline=deadline) as scope:
+                    with Deadline(deadline) as scope:
                         try:
                             chunk = await anext(raw)
                         except StopAsyncIteration:
                             complete = True
                             break
-                    if scope.cancelled_caught or chunk is None:
+                    if scope.expired or chunk is None:
                         err = self._deadline_error()
                         break
                     if tap is not None:

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..summarize.background import Activity
 from ..tokenizers.base import count_scope
 from .config import ServerConfig
+from .deadline import Deadline
 from .errors import ProxyError, error_body
 from .plans import CREDENTIAL_HEADERS, request_owner
 
@@ -430,7 +431,7 @@ class _Exchange:
         if self.hangup is not None and self.hangup.body_in:
             message = await self.receive_()  # (the server holds it: no wait)
         else:
-            with anyio.CancelScope(deadline=self.deadline):
+            with Deadline(self.deadline):
                 message = await self.receive_()
         if message is None:
             raise ProxyError(
