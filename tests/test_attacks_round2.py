@@ -189,7 +189,12 @@ def upstream_app(seen: Upstream) -> Starlette:
         seen.add({"path": request.url.path, "headers": dict(request.headers)})
         return JSONResponse(
             {"echo": True, "headers": dict(request.headers)},
-            headers={"connection": "x-up-secret", "x-up-secret": "hop", "x-up-kept": "yes"},
+            headers={
+                "connection": "x-up-secret",
+                "x-up-secret": "hop",
+                "x-up-kept": "yes",
+                "x-up-title": UTF8_TITLE,
+            },
         )
 
     return Starlette(
@@ -775,6 +780,11 @@ def test_large_bodies_are_counted_one_at_a_time(
 
 # -- item 14: hop-by-hop and forwarding headers --------------------------------------------
 
+UTF8_TITLE = "Café ☕ app".encode().decode("latin-1")
+"""UTF-8 bytes as HTTP libraries hand header values on: each byte a latin-1 character."""
+LATIN1_NOTE = "café"
+"""A value in latin-1 bytes (one byte for é)."""
+
 HOSTILE_HEADERS = {
     "connection": "keep-alive, X-Secret",
     "x-secret": "for-the-next-hop-only",
@@ -802,6 +812,22 @@ def test_hop_by_hop_and_forwarding_headers(
     # and on the way back: what the upstream's Connection header names stays there
     assert r.headers["x-up-kept"] == "yes"
     assert "x-up-secret" not in r.headers
+
+
+@pytest.mark.parametrize("route", ["GET /v1/files", "POST /v1/chat/completions"])
+def test_header_bytes_past_ascii_go_through_as_they_came(
+    route: str, proxies: dict[str, ServerThread], seen: Upstream
+) -> None:
+    # obs-text (RFC 9110 §5.5): an app's title in UTF-8, say. It was a 500 each way.
+    method, path = route.split()
+    body = json.dumps(chat()).encode() if method == "POST" else None
+    headers = {**JSON, "x-title": UTF8_TITLE, "x-latin": LATIN1_NOTE}
+    r = send(proxies["open"].port, method, path, headers, body)
+    assert r.status == 200, r.body
+    got = seen.last()["headers"]
+    assert (got["x-title"], got["x-latin"]) == (UTF8_TITLE, LATIN1_NOTE)
+    if method == "GET":  # the echo's answer carries a header of UTF-8 bytes back
+        assert r.headers["x-up-title"] == UTF8_TITLE
 
 
 def test_expect_is_answered_by_the_proxy_not_forwarded(

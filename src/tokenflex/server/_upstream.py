@@ -88,6 +88,20 @@ def connection_named(headers: Headers | httpx.Headers) -> frozenset[str]:
     return frozenset(n.strip().lower() for n in names.split(",") if n.strip())
 
 
+def _wire(text: str) -> bytes:
+    """A header's name or value as it goes upstream: the bytes the client sent (the ASGI
+    server gives them as latin-1 text); a value the proxy made that latin-1 cannot write
+    (an ``upstream_api_key`` in another script) as UTF-8.
+
+    >>> _wire("caf\xc3\xa9"), _wire("café"), _wire("☕")
+    (b'caf\xc3\xa9', b'caf\xe9', b'\xe2\x98\x95')
+    """
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode()
+
+
 _DEADLINE = "tokenflex.deadline"  # response extension: when the exchange must be over
 
 
@@ -295,7 +309,11 @@ class Upstream:
         ``upstream_timeout``: a 504 otherwise.
         """
         request = httpx.Request(
-            method, url, headers=headers, content=content, extensions={"timeout": self._timeout}
+            method,
+            url,
+            headers=[(_wire(k), _wire(v)) for k, v in headers.items()],
+            content=content,
+            extensions={"timeout": self._timeout},
         )
         deadline = asyncio.get_running_loop().time() + self.config.upstream_timeout
         response: httpx.Response | None = None
@@ -342,8 +360,10 @@ class Upstream:
         except httpx.TransportError as exc:
             raise self._transport_error(exc) from None
         finally:
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
+            # (a body read to its end was closed by httpx as it ended: no shield to enter)
+            if not response.is_closed:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
 
     @staticmethod
     def _deadline(response: httpx.Response) -> float:
@@ -422,11 +442,17 @@ class Upstream:
         (``Access-Control-*``): a browser page must not be let in by the upstream's
         policy; the proxy answers CORS itself when ``cors_origins`` is set."""
         drop = _RESPONSE_DROP | connection_named(response.headers)
-        return {
-            k: v
-            for k, v in response.headers.items()
-            if k.lower() not in drop and not k.lower().startswith("access-control-")
-        }
+        out: dict[str, str] = {}
+        # the upstream's bytes as latin-1 text, which the answer writes back as the same
+        # bytes (httpx's own text of them is UTF-8, which a non-latin-1 character in it
+        # turned into a 500; a name given twice is one, its values joined, as httpx does)
+        for raw_key, raw_value in response.headers.raw:
+            key = raw_key.decode("latin-1").lower()
+            if key in drop or key.startswith("access-control-"):
+                continue
+            value = raw_value.decode("latin-1")
+            out[key] = f"{out[key]}, {value}" if key in out else value
+        return out
 
     async def buffered(
         self, response: httpx.Response, extra_headers: Mapping[str, str] | None = None
