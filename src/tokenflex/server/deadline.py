@@ -71,9 +71,9 @@ class Deadline:
         tb: TracebackType | None,
     ) -> bool:
         self._handle.cancel()
-        # as asyncio.timeout does: the task's cancellation is ours to take back when no
-        # other was asked for since the block began
-        # (uncancel first: a fired deadline is taken back whether or not the block saw it)
+        # as asyncio.timeout does: a fired deadline's cancellation is taken back (whether
+        # or not the block saw it), and the block's CancelledError is ours when no other
+        # cancellation was asked for since the block began
         if (
             self._fired
             and self._task.uncancel() <= self._cancelling
