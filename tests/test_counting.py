@@ -744,6 +744,15 @@ def test_the_fast_backend_takes_tiktokens_pattern_without_its_encoding(name: str
     assert out.stdout.strip() == "[]"
 
 
+def test_an_encoding_without_shipped_data_is_refused_by_name() -> None:
+    from tokenflex.errors import TokenizerUnavailableError
+    from tokenflex.tokenizers._tiktoken import load_encoding, pattern
+
+    for read in (pattern, load_encoding):
+        with pytest.raises(TokenizerUnavailableError, match=r"'p50k_base'.*cl100k_base"):
+            read("p50k_base")
+
+
 def test_prefer_fast_backend_switches_existing_and_new_tokenizers(
     restore_backends: None,
 ) -> None:

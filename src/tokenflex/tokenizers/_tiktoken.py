@@ -128,6 +128,14 @@ def segments(text: str) -> Iterator[str]:
     yield text[start:]
 
 
+def _known(name: str) -> None:
+    """Raise unless ``name`` is an encoding whose data ships (:data:`EXPECTED_SHA256`)."""
+    if name not in EXPECTED_SHA256:
+        raise TokenizerUnavailableError(
+            f"Unknown tiktoken encoding {name!r}; available offline: {sorted(EXPECTED_SHA256)}."
+        )
+
+
 def _spec(name: str, ranks: dict[bytes, int]) -> dict[str, Any]:
     """tiktoken_ext's constructor arguments for ``name`` (its official pattern and special
     tokens) with ``ranks`` as the ranks: it takes them from ``load_tiktoken_bpe``, so we
@@ -150,19 +158,13 @@ def pattern(name: str) -> str:
     >>> pattern("cl100k_base").startswith("'(?i:[sdmt]|ll|ve|re)")
     True
     """
-    if name not in EXPECTED_SHA256:
-        raise TokenizerUnavailableError(
-            f"Unknown tiktoken encoding {name!r}; available offline: {sorted(EXPECTED_SHA256)}."
-        )
+    _known(name)
     return str(_spec(name, {})["pat_str"])
 
 
 def load_encoding(name: str) -> Any:
     """A real ``tiktoken.Encoding`` for ``o200k_base`` or ``cl100k_base``, built offline."""
-    if name not in EXPECTED_SHA256:
-        raise TokenizerUnavailableError(
-            f"Unknown tiktoken encoding {name!r}; available offline: {sorted(EXPECTED_SHA256)}."
-        )
+    _known(name)
     with _lock:
         enc = _encodings.get(name)
         if enc is None:
