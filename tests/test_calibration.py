@@ -3,6 +3,7 @@ real proxy in front of the real llama.cpp server with a deliberately under-count
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import math
@@ -548,7 +549,7 @@ def _turn(i: int, rich: bool) -> list[dict[str, Any]]:
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(
-        st.tuples(st.sampled_from(["again", "grow", "edit", "other"]), st.integers(1, 3)),
+        st.tuples(st.sampled_from(["again", "grow", "edit", "remade", "other"]), st.integers(1, 3)),
         min_size=1,
         max_size=10,
     ),
@@ -562,7 +563,8 @@ def test_a_conversation_s_text_is_counted_for_what_it_adds(
     text as a plan counted afresh, part by part, and count only the parts of messages
     that are not the very objects of a plan observed before: the same conversation again
     reads nothing, a turn reads what it adds, another conversation in between does not
-    make the first one count again, and an edited message (a new object) counts afresh."""
+    make the first one count again, a message the plan made again (a new object, equal:
+    a cut note made on every fit) is not a change, and an edited message counts afresh."""
     model = get_model("gpt-4o").replace(name="cal-kept")
     if used != 1.0:
         model = model.replace(tokenizer=scaled_tokenizer("o200k_base", used))
@@ -578,12 +580,15 @@ def test_a_conversation_s_text_is_counted_for_what_it_adds(
                 main = main + _turn(10 * i + j, rich)
         elif kind == "edit":
             main = [*main[:-1], {"role": "user", "content": f"said otherwise {i}"}]
+        elif kind == "remade":  # (never the first: the kept counts are found by it)
+            at = 1 + k % (len(main) - 1) if len(main) > 1 else 0
+            main = [*main[:at], copy.deepcopy(main[at]), *main[at + 1 :]]
         elif kind == "other":
             other = other + _turn(100 + i, rich)
         messages = other if kind == "other" else main
         last = observed.get(id(messages[0]), [])
         repeated = len(last) <= len(messages) and all(
-            a is b for a, b in zip(last, messages, strict=False)
+            a is b or a == b for a, b in zip(last, messages, strict=False)
         )
         new = messages[len(last) :] if repeated else messages
         plan = SimpleNamespace(model=model, messages=list(messages), input_tokens=10_000)

@@ -295,6 +295,23 @@ def _texts(content: Any) -> list[str]:
     return []
 
 
+def _opens_with(messages: list[Any], last: list[Any]) -> bool:
+    """Whether ``messages`` opens with ``last``'s messages: the very objects, or equal
+    ones where a plan made a message again (a cut note or a cleared copy is made anew on
+    every fit, with the same text): equal messages have the same text counts."""
+    n = len(last)
+    if n > len(messages):
+        return False
+    k = 0
+    while True:
+        k += run_length(messages, k, last, k)
+        if k >= n:
+            return True
+        if messages[k] != last[k]:
+            return False
+        k += 1
+
+
 class Calibration:
     """Per upstream and model factors learned from upstream usage (thread-safe, in
     memory, bounded)."""
@@ -528,7 +545,7 @@ class Calibration:
         done = text = scaled = 0
         if known is not None:
             last, t, s = known
-            if len(last) <= len(messages) and run_length(messages, 0, last, 0) == len(last):
+            if _opens_with(messages, last):
                 done, text, scaled = len(last), t, s
         if done < len(messages):
             more = _text_counts(base, messages[done:], used)
