@@ -510,7 +510,7 @@ class _Deferred:
         prefix = self.memory.remember(*self.args)
         if prefix is None:
             return plan
-        return replace(plan, prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
+        return plan.evolved(prefix_tokens=prefix, cached_tokens=cached_tokens(plan.model, prefix))
 
 
 class _Unheld(_Deferred):
@@ -686,7 +686,7 @@ class RecallFit:
         assert plan is not None
         ids = self.recaller.commit(plan.dropped.runs())
         extras = {**plan.extras, "recall": {"ids": ids, "tool": RECALL_TOOL}}
-        plan = replace(plan, extras=extras)
+        plan = plan.evolved(extras=extras)
         if self.mem1 is not None:
             plan = self.mem1.settle(plan)
         self.tools = [*(self.given_tools or ()), recall_tool(self.recaller.format)]

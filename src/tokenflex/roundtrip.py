@@ -776,7 +776,7 @@ def finish(plan: Plan, prepared: Prepared, notes: list[str] | None = None) -> Pl
     if conv is None:
         if not notes and not tools:
             return plan
-        return replace(plan, warnings=tuple(dict.fromkeys([*plan.warnings, *notes])), tools=tools)
+        return plan.evolved(warnings=tuple(dict.fromkeys([*plan.warnings, *notes])), tools=tools)
     fmt = get_format(conv.format)
     given = prepared.given
     if isinstance(prepared.index, ListIndex) and prepared.index.read_once:
