@@ -629,3 +629,28 @@ def test_a_caller_s_list_edited_in_place_is_fingerprinted_again() -> None:
     source = [{"role": "user", "content": f"message {i}"} for i in range(40)]
     first, second, made = _recallers(source, stable=False, edit=True)
     assert first != second and made >= 38
+
+
+def test_a_request_sent_again_reads_the_fingerprints_its_conversation_kept() -> None:
+    """The same request again (a retry: its parse reuses the last one's objects, but a
+    list that only repeats the last does not go on from it) reads the fingerprints kept
+    for those objects: none made again, the same id. What it fingerprints itself it does
+    not keep: a later fit of the same objects, not going on, makes them again."""
+    import importlib
+    from unittest import mock
+
+    recall_module = importlib.import_module("tokenflex.recall")  # (not the function)
+    store = MemoryStore()
+    source = [{"role": "user", "content": f"again {i} " + "y" * 40} for i in range(300)]
+    other = [{"role": "user", "content": f"never kept {i}"} for i in range(40)]
+    kept = recall_module.Recaller(store, source, "chat", stable=True).span_id(1, 299)
+    sized, plain = recall_module.sized_fingerprint, recall_module.fingerprint
+    for _ in range(2):
+        with (
+            mock.patch.object(recall_module, "sized_fingerprint", wraps=sized) as a,
+            mock.patch.object(recall_module, "fingerprint", wraps=plain) as b,
+        ):
+            again = recall_module.Recaller(store, source, "chat", stable=False).span_id(1, 299)
+            assert again == kept and a.call_count + b.call_count < 5
+            recall_module.Recaller(store, other, "chat", stable=False).span_id(1, 39)
+            assert a.call_count + b.call_count >= 38  # (each pass: none kept from the last)

@@ -105,8 +105,13 @@ def recall_tool(format: str) -> dict[str, Any]:
     )
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))``'s encoder, made once (dumps makes one a call
+for any argument but the defaults)."""
+
+
 def _digest(*parts: Any) -> str:
-    text = json.dumps(parts, separators=(",", ":"))
+    text = _COMPACT.encode(parts)
     return hashlib.blake2b(text.encode(), digest_size=_ID_CHARS // 2).hexdigest()
 
 
@@ -187,15 +192,15 @@ class Recaller:
     def _fingerprint(self, i: int) -> str:
         fp = self._fp.get(i)
         if fp is None:
-            fp = self._fp[i] = (
-                self._stable_fingerprint(i) if self.stable else fingerprint(self._items_at(i))
-            )
+            fp = self._fp[i] = self._stable_fingerprint(i)
         return fp
 
     def _stable_fingerprint(self, i: int) -> str:
         """Message ``i``'s fingerprint, kept by its object (and its caller's item) for
         the next fits: a cut's span is fingerprinted once, not on every request that
-        renders a cut short of the chain's mark."""
+        renders a cut short of the chain's mark. Only a :attr:`stable` source's are
+        kept; any source reads those kept (an object held there is one no one edits: the
+        same conversation's request again, whose parse reused its objects)."""
         m = self.source[i]
         given = self.given
         item = None
@@ -204,6 +209,8 @@ class Recaller:
         known = _STABLE.get(id(m))
         if known is not None and known[0] is m and known[1] is item:
             return known[2]
+        if not self.stable:
+            return fingerprint(self._items_at(i))
         fp, size = sized_fingerprint(self._items_at(i))
         _STABLE.put(id(m), (m, item, fp), size)
         return fp
