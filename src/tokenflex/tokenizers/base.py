@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -433,8 +433,7 @@ _scope: contextvars.ContextVar[CountScope | None] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def count_scope(budget: int | None = None) -> Iterator[CountScope]:
+def count_scope(budget: int | None = None) -> contextlib.AbstractContextManager[CountScope]:
     """Hold new counts back from the count caches until the work that made them is
     accepted; with ``budget``, tokenize at most that many characters of new text in it
     (a count that would pass it raises :class:`CountingBudgetExceeded`).
@@ -460,14 +459,28 @@ def count_scope(budget: int | None = None) -> Iterator[CountScope]:
     ...
     tokenflex.tokenizers.base.CountingBudgetExceeded: more than 10 characters of new text ...
     """
-    scope = CountScope(_scope.get(), budget)
-    token = _scope.set(scope)
-    try:
-        yield scope
-    except BaseException:
-        scope.discard()
-        raise
-    else:
-        scope.commit()
-    finally:
-        _scope.reset(token)
+    return _Scoped(budget)
+
+
+class _Scoped:
+    """:func:`count_scope`'s context manager (a class: a generator's costs a request
+    about 3 µs more, and the proxy opens two)."""
+
+    __slots__ = ("budget", "scope", "token")
+
+    def __init__(self, budget: int | None) -> None:
+        self.budget = budget
+
+    def __enter__(self) -> CountScope:
+        self.scope = scope = CountScope(_scope.get(), self.budget)
+        self.token = _scope.set(scope)
+        return scope
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            if kind is None:
+                self.scope.commit()
+            else:
+                self.scope.discard()
+        finally:
+            _scope.reset(self.token)
