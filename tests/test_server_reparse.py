@@ -12,6 +12,7 @@ import json
 from typing import Any
 from unittest import mock
 
+import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -324,3 +325,60 @@ def test_a_plug_in_format_s_parse_is_called_as_it_was_written() -> None:
         req = _validate.parse_request(Written(), _turn(n), bodies=bodies, owner="w")
         assert len(req.messages) == n
     assert bodies.reused
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(8, 11)), min_size=1, max_size=12))
+def test_a_body_sent_again_is_held_as_the_bytes_kept_for_it(sends: list[tuple[str, int]]) -> None:
+    """``ChatRequest.raw`` (what the plan store keeps) is always the body's value, and
+    the very object of the same body its owner sent before while that one is kept: a
+    body sent again is held once. The reference: the bytes each owner sent last and the
+    object they came as, kept until the owner sends other bytes (one body an owner, so
+    nothing else evicts it)."""
+    from tokenflex.formats.registry import get_format
+
+    fmt = get_format("chat")
+    bodies = ParsedBodies(1 << 22, per_owner=1, min_bytes=0)
+    last: dict[str, bytes] = {}
+    for owner, n in sends:
+        raw = bytes(bytearray(_turn(n)))  # a new object every request, as a server reads it
+        req = _validate.parse_request(fmt, raw, bodies=bodies, owner=owner)
+        assert req.raw == raw and len(req.messages) == n
+        before = last.get(owner)
+        if before is not None and before == raw:
+            assert req.raw is before  # the copy kept: this one is let go
+        else:
+            assert req.raw is raw
+            last[owner] = raw
+
+
+def test_the_plan_store_holds_a_body_sent_again_once() -> None:
+    """Served (real HTTP: each request's body a new bytes object): the plans of the same
+    body sent three times hold one bytes object, another body its own, the same body from
+    another client its own; each plan is served as it was made."""
+    from test_server import ServerThread
+    from test_server_metrics import KEY, Upstream, conversation, discover
+
+    from tokenflex.server import ServerConfig, create_app
+
+    fake = Upstream()
+    with ServerThread(fake.app()) as upstream:
+        config = ServerConfig.load(upstream=upstream.url, proxy_key=KEY, cut_note=False)
+        app = create_app(config, discover=discover)
+        with ServerThread(app) as proxy, httpx.Client(timeout=60, trust_env=False) as client:
+            sent = []
+            for who, seed in (("a", 1), ("a", 1), ("a", 1), ("a", 2), ("b", 1)):
+                body = {"model": "tiny", "messages": conversation(seed, 20)}
+                headers = {"x-tokenflex-key": KEY, "authorization": f"Bearer sk-{who}"}
+                r = client.post(f"{proxy.url}/v1/chat/completions", json=body, headers=headers)
+                assert r.status_code == 200, r.text
+                plan_id = r.headers["x-tokenflex-plan-id"]
+                got = client.get(f"{proxy.url}/tokenflex/plans/{plan_id}", headers=headers)
+                plan = got.json()  # (cut to tiny's window: a note, then the newest)
+                assert plan["input_tokens"] == int(r.headers["x-tokenflex-input-tokens"])
+                assert plan["messages"][-1] == body["messages"][-1]
+                sent.append(plan_id)
+            items = app.state.proxy.plans._items
+            held = [items[plan_id][1].raw for plan_id in sent]
+    assert held[0] is held[1] is held[2]
+    assert held[3] is not held[0] and held[4] is not held[0] and held[4] == held[0]

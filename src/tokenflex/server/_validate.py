@@ -84,6 +84,11 @@ class ChatRequest:
     holds that format's items (Anthropic ``messages``, Responses ``input``)."""
     system: Any = None
     """Anthropic's top-level ``system`` or the Responses ``instructions`` (None for chat)."""
+    raw: bytes = b""
+    """The body's bytes as the proxy keeps them: the very bytes object of the same body
+    its owner sent before, while that one is kept (:class:`ParsedBodies`), else the
+    bytes parsed; b"": not given. A body sent again (a retry, one of n samples) is then
+    held once, not once per request, by whatever keeps it (the plan store)."""
 
     @property
     def requested_output(self) -> int | None:
@@ -564,6 +569,7 @@ def parse_request(
         stream=parts.stream,
         format=fmt.name,
         system=parts.system,
+        raw=turn.entry.raw if turn.entry is not None else raw,
     )
 
 

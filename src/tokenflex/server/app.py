@@ -356,6 +356,7 @@ class Proxy:
             raw = await read_body(request, self.config.max_body_bytes)
             owner = request_owner(request.scope, request.headers)
             req = wire.parse(raw, request.path_params.get("model"), bodies=self.bodies, owner=owner)
+            raw = req.raw or raw  # (the same body again: the copy kept, this one let go)
             record.requested(req.model)
             note = f"model={display_name(req.model)!r} stream={'yes' if req.stream else 'no'}"
             forward_headers = self.upstream.request_headers(request.headers, peer(request))
@@ -465,7 +466,8 @@ class Proxy:
             if seen.plan is not None:
                 record.planned(seen.plan, fit_ms / 1000, seen.changes)
             if seen.plan is not None and seen.request is not None:
-                plan_id = await self._keep(seen.plan, owner, raw, seen.request, wire)
+                kept = seen.request.raw or raw  # (as chat does: one copy of a body sent again)
+                plan_id = await self._keep(seen.plan, owner, kept, seen.request, wire)
             if seen.request is not None:
                 raw = as_sent(seen.request, raw)
             elif wire.format.via_chat and seen.refusal is not None:
