@@ -213,6 +213,40 @@ def test_plan_store_is_bounded_by_count_and_bytes() -> None:
     assert not PlanStore(max_plans=0).put("p", b"{}")
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.integers(8_000, 150_000),
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 3), st.integers(0, 200)), max_size=40),
+)
+def test_plan_store_counts_a_body_its_plans_share_once(
+    max_plans: int, max_bytes: int, puts: list[tuple[int, int, int]]
+) -> None:
+    """The byte bound against a reference that recounts what the kept plans hold: each
+    plan's own bytes, and each request body (the object) once however many plans hold
+    it; the oldest out first while over either bound."""
+    # four objects (a plan's own bytes are ~8 KiB: its meta and copies' buffers)
+    bodies = [bytes(bytearray(b"b" * n)) for n in (0, 2_000, 9_000, 30_000)]
+    store = PlanStore(max_plans=max_plans, max_bytes=max_bytes)
+    kept: list[tuple[str, DeferredPlan]] = []
+
+    def held(items: list[tuple[str, DeferredPlan]]) -> int:
+        distinct = {id(p.raw): len(p.raw) for _, p in items}
+        return sum(p.nbytes - len(p.raw) for _, p in items) + sum(distinct.values())
+
+    for key, body, order in puts:
+        plan = DeferredPlan(bodies[body], b"{}", tuple(range(order)), b"[]", parse=json.loads)
+        accepted = store.put(f"p{key}", plan)
+        assert accepted == (plan.nbytes <= max_bytes)
+        if accepted:
+            kept = [item for item in kept if item[0] != f"p{key}"] + [(f"p{key}", plan)]
+            while len(kept) > max_plans or held(kept) > max_bytes:
+                kept.pop(0)
+        assert store.size == held(kept) <= max_bytes
+        assert list(store._items) == [plan_id for plan_id, _ in kept]
+        event(f"{len(kept)} kept")
+
+
 def test_plans_belong_to_the_credentials_that_made_them() -> None:
     store = PlanStore()
     mine = credential_hash({"authorization": "Bearer sk-mine"})

@@ -310,7 +310,8 @@ KeptPlan = DeferredPlan | LivePlan
 
 
 class PlanStore:
-    """The last ``max_plans`` plans, at most ``max_bytes`` of their JSON in all.
+    """The last ``max_plans`` plans, at most ``max_bytes`` of their JSON in all (a
+    request body that several plans hold, the very object, counted once).
 
     >>> store = PlanStore(max_plans=2)
     >>> store.put("plan_a", b'{"x": 1}', owner="me")
@@ -322,8 +323,12 @@ class PlanStore:
     def __init__(self, *, max_plans: int = 1000, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_plans = max_plans
         self.max_bytes = max_bytes
-        # plan id -> (owner, the plan, what it holds: counted once, when it is put)
+        # plan id -> (owner, the plan, what it holds but its request's body: counted
+        # once, when it is put)
         self._items: OrderedDict[str, tuple[str, bytes | KeptPlan, int]] = OrderedDict()
+        # the request bodies the plans hold, by the object's id: (it, how many hold it);
+        # a body sent again is one object (ChatRequest.raw), counted once
+        self._bodies: dict[int, tuple[bytes, int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -340,21 +345,41 @@ class PlanStore:
         ``plan_id`` for ``owner`` (a :func:`credential_hash`). False when it was not kept:
         the store is off, or the plan alone is over ``max_bytes``."""
         data = plan if isinstance(plan, bytes | KeptPlan) else serialize(plan.to_dict())
-        size = _size(data)
-        if self.max_plans <= 0 or size > self.max_bytes:
+        body = data.raw if isinstance(data, DeferredPlan) else None
+        size = _size(data) - (len(body) if body is not None else 0)
+        if self.max_plans <= 0 or _size(data) > self.max_bytes:
             return False
         with self._lock:
             old = self._items.pop(plan_id, None)
             if old is not None:
-                self._bytes -= old[2]
+                self._let_go(old)
             self._items[plan_id] = (owner, data, size)
             self._bytes += size
+            if body is not None:
+                held = self._bodies.get(id(body))
+                count = held[1] if held is not None and held[0] is body else 0
+                self._bodies[id(body)] = (body, count + 1)
+                if not count:
+                    self._bytes += len(body)
             while self._items and (
                 len(self._items) > self.max_plans or self._bytes > self.max_bytes
             ):
-                _, (_, _, dropped) = self._items.popitem(last=False)
-                self._bytes -= dropped
+                self._let_go(self._items.popitem(last=False)[1])
         return True
+
+    def _let_go(self, item: tuple[str, bytes | KeptPlan, int]) -> None:
+        """Uncount ``item`` (taken out; the lock held): its own bytes, and its request's
+        body once no other plan holds that."""
+        _, data, size = item
+        self._bytes -= size
+        if isinstance(data, DeferredPlan):
+            body = data.raw
+            _, count = self._bodies[id(body)]
+            if count > 1:
+                self._bodies[id(body)] = (body, count - 1)
+            else:
+                del self._bodies[id(body)]
+                self._bytes -= len(body)
 
     def recent(self, *, owner: str, limit: int = 20) -> list[tuple[str, bytes]]:
         """``owner``'s newest plans, newest first: at most ``limit`` (id, JSON) pairs.
