@@ -830,6 +830,82 @@ def test_header_bytes_past_ascii_go_through_as_they_came(
         assert r.headers["x-up-title"] == UTF8_TITLE
 
 
+TWICE = [
+    (b"set-cookie", b"__cf_bm=a1; path=/; expires=Sun, 29-Nov-26 18:00:00 GMT; HttpOnly"),
+    (b"set-cookie", b"_cfuvid=b2; path=/; SameSite=None; Secure"),
+    (b"x-up-twice", b"one"),
+    (b"x-up-twice", b"two"),
+]
+"""Headers an upstream gives twice (Cloudflare in front of an API sets two cookies): a
+cookie's ``expires`` holds a comma, so the two cannot be joined into one line."""
+
+
+@pytest.fixture(scope="module")
+def twice() -> Iterator[ServerThread]:
+    """A proxy in front of an upstream whose every answer carries :data:`TWICE`."""
+
+    async def answer(request: Request) -> Response:
+        body = json.loads(await request.body())
+        out: Response
+        if body.get("stream"):
+            out = StreamingResponse(iter(CHAT_EVENTS), media_type="text/event-stream")
+        else:
+            message = {"role": "assistant", "content": "ok"}
+            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+            out = JSONResponse(
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "model": CHEAP,
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
+        out.raw_headers.extend(TWICE)
+        return out
+
+    async def other(request: Request) -> Response:
+        out = JSONResponse({"object": "list", "data": [{"id": CHEAP, "object": "model"}]})
+        out.raw_headers.extend(TWICE)
+        return out
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", answer, methods=["POST"]),
+            Route("/{path:path}", other, methods=["GET"]),
+        ]
+    )
+    with ServerThread(app) as upstream:
+        # (the model in the config: the module's registration is undone after each test)
+        config = ServerConfig.load(upstream=upstream.url, models={CHEAP: {"context_window": 8192}})
+        with ServerThread(create_app(config, discover=fake_discover)) as proxy:
+            yield proxy
+
+
+@pytest.mark.parametrize(
+    "route", ["GET /v1/models", "POST chat", "POST chat stream", "POST gemini"]
+)
+def test_a_header_the_upstream_gives_twice_comes_back_twice(
+    route: str, twice: ServerThread
+) -> None:
+    method, kind = route.split(" ", 1)
+    gemini = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    path, body = {
+        "/v1/models": ("/v1/models", None),
+        "chat": (CHAT, chat()),
+        "chat stream": (CHAT, chat(stream=True)),
+        "gemini": (f"/v1beta/models/{CHEAP}:generateContent", gemini),
+    }[kind]
+    with httpx.Client(trust_env=False, timeout=30) as client:
+        r = client.request(method, twice.url + path, json=body)
+    assert r.status_code == 200, r.text
+    for name in (b"set-cookie", b"x-up-twice"):
+        sent = [v.decode() for k, v in TWICE if k == name]
+        assert r.headers.get_list(name.decode()) == sent
+    assert (r.headers.get("x-tokenflex-input-tokens") is not None) == (method == "POST")
+
+
 def test_expect_is_answered_by_the_proxy_not_forwarded(
     proxies: dict[str, ServerThread],
 ) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "UpstreamStream",
     "check_proxy_key",
     "connection_named",
+    "merged_headers",
     "openai_error_event",
     "trailing_bytes",
 ]
@@ -159,6 +160,23 @@ class UpstreamStream(StreamingResponse):
             await send({"type": "http.response.body", "body": data, "more_body": True})
         if not self.aborted:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def merged_headers(
+    upstream: list[tuple[bytes, bytes]], extra: Mapping[str, str] | None
+) -> list[tuple[bytes, bytes]]:
+    """``upstream``'s raw header pairs with ``extra`` (the proxy's own) in place of any of
+    the same name, as raw pairs (latin-1, as an ASGI server writes them).
+
+    >>> merged_headers([(b"set-cookie", b"a=1"), (b"set-cookie", b"b=2"), (b"x-id", b"u")],
+    ...                {"X-Id": "mine"})
+    [(b'set-cookie', b'a=1'), (b'set-cookie', b'b=2'), (b'x-id', b'mine')]
+    """
+    if not extra:
+        return upstream
+    own = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+    names = {k for k, _ in own}
+    return [pair for pair in upstream if pair[0] not in names] + own
 
 
 def check_proxy_key(config: ServerConfig, headers: Headers) -> bool:
@@ -437,21 +455,21 @@ class Upstream:
         return ProxyError(502, redact(message), type="upstream_error", code=code)
 
     @staticmethod
-    def response_headers(response: httpx.Response) -> dict[str, str]:
+    def response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
         """The upstream's response headers minus hop-by-hop ones and its CORS headers
         (``Access-Control-*``): a browser page must not be let in by the upstream's
-        policy; the proxy answers CORS itself when ``cors_origins`` is set."""
+        policy; the proxy answers CORS itself when ``cors_origins`` is set. As raw
+        pairs, names lowercased: each value the bytes the upstream sent (httpx's own text
+        of them is UTF-8, which a byte past ASCII turned into a 500), and a name given
+        twice given twice (``Set-Cookie`` cannot be joined into one line)."""
         drop = _RESPONSE_DROP | connection_named(response.headers)
-        out: dict[str, str] = {}
-        # the upstream's bytes as latin-1 text, which the answer writes back as the same
-        # bytes (httpx's own text of them is UTF-8, which a non-latin-1 character in it
-        # turned into a 500; a name given twice is one, its values joined, as httpx does)
+        out: list[tuple[bytes, bytes]] = []
         for raw_key, raw_value in response.headers.raw:
-            key = raw_key.decode("latin-1").lower()
-            if key in drop or key.startswith("access-control-"):
+            key = raw_key.lower()
+            name = key.decode("latin-1")
+            if name in drop or name.startswith("access-control-"):
                 continue
-            value = raw_value.decode("latin-1")
-            out[key] = f"{out[key]}, {value}" if key in out else value
+            out.append((key, raw_value))
         return out
 
     async def buffered(
@@ -459,9 +477,9 @@ class Upstream:
     ) -> Response:
         """The whole upstream response as one Starlette response, status and body intact."""
         body = await self.read(response)
-        headers = self.response_headers(response)
-        headers.update(extra_headers or {})
-        return Response(body, status_code=response.status_code, headers=headers)
+        answer = Response(body, status_code=response.status_code)  # (its content-length)
+        answer.raw_headers[:0] = merged_headers(self.response_headers(response), extra_headers)
+        return answer
 
     def streamed(
         self,
@@ -481,8 +499,6 @@ class Upstream:
         any other body is cut off (connection aborted).
         """
         make_event = error_event or openai_error_event
-        headers = self.response_headers(response)
-        headers.update(extra_headers or {})
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         plain = "content-encoding" not in response.headers
         deadline = self._deadline(response)
@@ -528,9 +544,7 @@ class Upstream:
                     streamed.aborted = True
 
         streamed = UpstreamStream(
-            body(),
-            status_code=response.status_code,
-            headers=headers,
-            background=BackgroundTask(response.aclose),
+            body(), status_code=response.status_code, background=BackgroundTask(response.aclose)
         )
+        streamed.raw_headers[:0] = merged_headers(self.response_headers(response), extra_headers)
         return streamed

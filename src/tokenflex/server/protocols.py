@@ -137,17 +137,21 @@ class Wire:
         except ProxyError:
             data = {"error": {"message": bytes(response.body)[:2000].decode("utf-8", "replace")}}
         answer = self.format.from_chat_answer(status, data)
-        headers = {
-            k: v
-            for k, v in response.headers.items()
-            if k not in ("content-length", "content-type", "content-encoding")
-        }
+        # the upstream's other headers as they came (a name given twice, twice)
+        kept = [(k, v) for k, v in response.raw_headers if k not in _REMADE]
         text = json.dumps(answer, ensure_ascii=False).encode()
         if not self.stream or status >= 400:
-            return Response(text, status, headers, media_type="application/json")
-        if "alt=sse" in query:
-            return Response(b"data: " + text + b"\r\n\r\n", status, headers, "text/event-stream")
-        return Response(b"[" + text + b"]", status, headers, media_type="application/json")
+            out = Response(text, status, media_type="application/json")
+        elif "alt=sse" in query:
+            out = Response(b"data: " + text + b"\r\n\r\n", status, media_type="text/event-stream")
+        else:
+            out = Response(b"[" + text + b"]", status, media_type="application/json")
+        out.raw_headers[:0] = kept
+        return out
+
+
+_REMADE = (b"content-length", b"content-type", b"content-encoding")
+"""The headers of an answer converted back to its format that the conversion makes."""
 
 
 def wire_for(fmt: RequestFormat) -> list[Wire]:
