@@ -207,7 +207,7 @@ def upstream_app(seen: Upstream) -> Starlette:
     )
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def cheap_model() -> None:
     register_tokenizer("quarters", Quarters, replace=True)
     register_model(name=CHEAP, context_window=8_192, tokenizer="quarters", chat_format="openai")

@@ -14,6 +14,7 @@ from ..formats.tools import tools_to_chat
 from ..message.checks import BadMessage
 from ..message.objects import plain_message, tools_json_ready
 from ..models import Model, get_model, registry_generation
+from ..once import KeyedLocks
 from ..tokenizers import CountCache, get_tokenizer
 from .messages import (
     GENERIC_BASE,
@@ -90,6 +91,9 @@ def _build(model: Model) -> MessageCounter:
 
 _counters: dict[str | Model, tuple[int, MessageCounter]] = {}
 _counters_lock = threading.Lock()
+"""Held over the dict, never over a build."""
+_BUILDS: KeyedLocks[str | Model] = KeyedLocks()
+"""Held over one model's counter's build (the others' go on)."""
 _last: tuple[object, int, MessageCounter] | None = None
 """The last model asked for, by identity, with its counter: a fit asks for the same
 :class:`Model` object several times, and hashing one walks all its fields."""
@@ -120,13 +124,21 @@ def get_counter(model: str | Model) -> MessageCounter:
     if hit is not None and hit[0] == registry_generation():
         _last = (model, hit[0], hit[1])
         return wrap(hit[1])  # through the provider's count endpoint where one is active
-    with _counters_lock:
+    # built under this model's lock alone: a counter's set-up counts through its
+    # tokenizer (a tokenizer server's answers, a vocabulary's load) and holds up no
+    # other model's (:mod:`tokenflex.once`)
+    with _BUILDS.held(model):
         resolved = get_model(model)  # loads the registry first: read the generation after
         generation = registry_generation()
-        counter = _build(resolved)
-        if len(_counters) >= 1024:
-            _counters.clear()
-        _counters[model] = (generation, counter)
+        hit = _counters.get(model)
+        if hit is not None and hit[0] == generation:
+            counter = hit[1]  # (built while this one waited)
+        else:
+            counter = _build(resolved)
+            with _counters_lock:
+                if len(_counters) >= 1024:
+                    _counters.clear()
+                _counters[model] = (generation, counter)
         _last = (model, generation, counter)
     return wrap(counter)
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from ..errors import TokenizerUnavailableError
+from ..once import KeyedLocks
 from .base import CountCache, Tokenizer
 
 __all__ = [
@@ -45,6 +46,9 @@ __all__ = [
 ]
 
 _lock = threading.RLock()
+"""Held over the registry's dicts, never over a load."""
+_BUILDS: KeyedLocks[str] = KeyedLocks()
+"""Held over one name's load (the others' go on)."""
 _factories: dict[str, Callable[[], Tokenizer]] = {}
 _factory_sources: dict[str, str] = {}
 _instances: dict[str, CountCache] = {}
@@ -199,25 +203,35 @@ def get_tokenizer(name: str) -> CountCache:
     >>> get_tokenizer("o200k_base").count("Hello, world!")
     4
     """
-    with _lock:
-        cached = _instances.get(name)
-        if cached is not None:
-            return cached
-        _load_entry_points()
-        factory = _factories.get(name)
+    cached = _instances.get(name)
+    if cached is not None:
+        return cached
+    # built under this name's lock alone: a load of seconds (a vocabulary, a tokenizer
+    # server's first answer) holds up no other name's (:mod:`tokenflex.once`)
+    with _BUILDS.held(name):
+        with _lock:
+            cached = _instances.get(name)
+            if cached is not None:
+                return cached
+            _load_entry_points()
+            factory = _factories.get(name)
         tok = factory() if factory is not None else _from_scheme(name)
         if tok is None:
             import difflib
 
-            close = difflib.get_close_matches(name, list(_factories), n=3)
+            with _lock:
+                known = sorted(_factories)
+            close = difflib.get_close_matches(name, known, n=3)
             hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
             raise TokenizerUnavailableError(
-                f"Unknown tokenizer {name!r}.{hint} Known: {sorted(_factories)}, or use "
+                f"Unknown tokenizer {name!r}.{hint} Known: {known}, or use "
                 "'hf:PATH/tokenizer.json', 'gguf:PATH.gguf', 'server:URL', 'mistral:tekken' or "
                 "'estimate:1.3'."
             )
         cache = CountCache(tok)
-        _instances[name] = cache
+        with _lock:
+            if _factories.get(name) is factory:  # (not registered anew while it loaded)
+                _instances[name] = cache
         return cache
 
 
