@@ -119,9 +119,7 @@ def test_one_key_s_holders_take_turns_and_others_never_wait(keys: list[str]) -> 
                 inside[key] -= 1
 
     firsts = {k: keys.index(k) for k in set(keys)}
-    threads = [
-        threading.Thread(target=hold, args=(k, firsts[k] == i)) for i, k in enumerate(keys)
-    ]
+    threads = [threading.Thread(target=hold, args=(k, firsts[k] == i)) for i, k in enumerate(keys)]
     for t in threads:
         t.start()
     for t in threads:
