@@ -346,9 +346,10 @@ class PlanStore:
         the store is off, or the plan alone is over ``max_bytes``."""
         data = plan if isinstance(plan, bytes | KeptPlan) else serialize(plan.to_dict())
         body = data.raw if isinstance(data, DeferredPlan) else None
-        size = _size(data) - (len(body) if body is not None else 0)
-        if self.max_plans <= 0 or _size(data) > self.max_bytes:
+        whole = _size(data)  # (once: a deferred plan's size serializes its extras)
+        if self.max_plans <= 0 or whole > self.max_bytes:
             return False
+        size = whole - (len(body) if body is not None else 0)
         with self._lock:
             old = self._items.pop(plan_id, None)
             if old is not None:
