@@ -37,6 +37,7 @@ from tokenflex.server.plans import (
     LivePlan,
     credential_hash,
     held_bytes,
+    scope_headers,
 )
 from tokenflex.server.protocols import wire_for
 from tokenflex.summarize import ExtractiveSummarizer
@@ -254,6 +255,34 @@ def test_plans_belong_to_the_credentials_that_made_them() -> None:
     assert store.get("p", owner=mine) == b"{}"
     for other in ({}, {"authorization": "Bearer sk-other"}, {"x-api-key": "sk-mine"}):
         assert store.get("p", owner=credential_hash(other)) is None
+
+
+_HEADER_NAMES = st.sampled_from(
+    [b"authorization", b"Authorization", b"x-api-key", b"origin", b"Origin", b"content-type"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.lists(st.tuples(_HEADER_NAMES, st.binary(max_size=12)), max_size=8),
+    names=st.lists(st.sampled_from(["authorization", "x-api-key", "origin", "host"]), max_size=4),
+)
+def test_scope_headers_answer_as_starlette_headers_do(
+    raw: list[tuple[bytes, bytes]], names: list[str]
+) -> None:
+    """The request's headers read once into a dict (scope_headers) answer every lookup as
+    Starlette's Headers.get does (the reference: the first of a name given twice, any
+    byte value read as latin-1, a name not lowercased as ASGI requires not found), and
+    the second call is the dict kept in the scope."""
+    from starlette.datastructures import Headers
+
+    scope: dict[str, Any] = {"type": "http", "headers": raw}
+    reference = Headers(scope=scope)
+    mine = scope_headers(scope)
+    for name in [*names, *(k.decode().lower() for k, _ in raw)]:
+        assert mine.get(name) == reference.get(name)
+    assert set(mine) == {k.decode() for k, _ in raw}
+    assert scope_headers(scope) is mine
 
 
 def test_plan_store_memory_stays_near_its_cap() -> None:

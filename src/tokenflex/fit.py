@@ -303,7 +303,7 @@ def _pinned(msgs: Sequence[Message], lo: int, hi: int, pin: int) -> int:
         if seen >= pin:
             break
         m = msgs[i]
-        if isinstance(m, Mapping) and m.get("role") == "user":
+        if (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "user":
             seen += 1
             end = i + 1
     return end

@@ -594,7 +594,12 @@ def source_runs(
     expect = 0
     while i < end:
         m = messages[i]
-        j = next((x for x in (expect, hint) if x < n and source[x] is m), None)
+        if expect < n and source[expect] is m:
+            j: int | None = expect
+        elif hint < n and source[hint] is m:
+            j = hint
+        else:
+            j = None
         if j is None and scans < _SCANS:
             scans += 1
             if _FIND_SAME is not None and type(source) is list:  # (by identity, in C)

@@ -80,11 +80,12 @@ def connection_named(headers: Headers | httpx.Headers) -> frozenset[str]:
     >>> sorted(connection_named(Headers({"connection": "keep-alive, X-Secret , close"})))
     ['close', 'keep-alive', 'x-secret']
     """
-    given = (
-        headers.get_list("connection")
-        if isinstance(headers, httpx.Headers)
-        else headers.getlist("connection")
-    )
+    if type(headers) is Headers:  # (isinstance of another type than httpx's own walks
+        given = headers.getlist("connection")  # the ABC machinery: a request's headers)
+    elif isinstance(headers, httpx.Headers):
+        given = headers.get_list("connection")
+    else:
+        given = headers.getlist("connection")
     names = ",".join(given)
     return frozenset(n.strip().lower() for n in names.split(",") if n.strip())
 
@@ -326,12 +327,11 @@ class Upstream:
         The whole exchange, this and reading the body, must end within
         ``upstream_timeout``: a 504 otherwise.
         """
+        pairs = [(_wire(k), _wire(v)) for k, v in headers.items()]
+        if content is not None:  # (httpx would look for it, fail, and add it)
+            pairs.append((b"content-length", str(len(content)).encode()))
         request = httpx.Request(
-            method,
-            url,
-            headers=[(_wire(k), _wire(v)) for k, v in headers.items()],
-            content=content,
-            extensions={"timeout": self._timeout},
+            method, url, headers=pairs, content=content, extensions={"timeout": self._timeout}
         )
         deadline = asyncio.get_running_loop().time() + self.config.upstream_timeout
         response: httpx.Response | None = None

@@ -86,6 +86,7 @@ from .plans import (
     held_bytes,
     new_plan_id,
     request_owner,
+    scope_headers,
 )
 from .protocols import Wire, as_sent, count_input, fitted_body, openai_error, wires
 from .ui import ui_routes
@@ -135,7 +136,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     A declared Content-Length over the limit is answered without keeping any of the
     body; the rest is drained (bounded) first so the client can read the 413.
     """
-    declared = request.headers.get("content-length", "").strip()
+    declared = scope_headers(request.scope).get("content-length", "").strip()
     stream = request.stream()
     if declared.isdigit() and int(declared) > limit:
         await drain(stream)
@@ -154,7 +155,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def check_json_request(request: Request) -> None:
     """415 for a fitted route's body that is encoded or not declared as JSON."""
-    encoding = request.headers.get("content-encoding", "").strip().lower()
+    headers = scope_headers(request.scope)
+    encoding = headers.get("content-encoding", "").strip().lower()
     if encoding not in ("", "identity"):
         raise ProxyError(
             415,
@@ -162,7 +164,7 @@ def check_json_request(request: Request) -> None:
             "uncompressed (no Content-Encoding header).",
             code="unsupported_media_type",
         )
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    media = headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json":
         shown = f"Content-Type {media[:60]!r}" if media else "no Content-Type"
         raise ProxyError(
@@ -191,7 +193,8 @@ def host_allowed(host: str, patterns: Sequence[str]) -> bool:
 
 def request_credentials(request: Request) -> list[str]:
     """The credential values a request carries (its keys, and bearer tokens alone)."""
-    values = [request.headers.get(name, "") for name in CREDENTIAL_HEADERS]
+    headers = scope_headers(request.scope)
+    values = [headers.get(name, "") for name in CREDENTIAL_HEADERS]
     values += [v.partition(" ")[2].strip() for v in values if " " in v]
     return [v for v in values if v]
 
@@ -327,7 +330,7 @@ class Proxy:
 
     def _cors_origin(self, request: Request) -> str | None:
         """The request's Origin when ``cors_origins`` lets it in (``*``: any)."""
-        origin = request.headers.get("origin")
+        origin = scope_headers(request.scope).get("origin")
         allowed = self.config.cors_origins
         if origin is None or not allowed:
             return None

@@ -41,7 +41,7 @@ from ..tokenizers.base import count_scope
 from .config import ServerConfig
 from .deadline import Deadline
 from .errors import ProxyError, error_body
-from .plans import CREDENTIAL_HEADERS, request_owner
+from .plans import CREDENTIAL_HEADERS, request_owner, scope_headers
 
 __all__ = [
     "HANGUP",
@@ -151,9 +151,7 @@ class Limits:
         per-client limit is on (None: not limited per client)."""
         if not self.per_client:
             return None
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-        }
+        headers = scope_headers(scope)
         if not any(headers.get(name) for name in CREDENTIAL_HEADERS):
             return None
         return request_owner(scope, headers)

@@ -47,6 +47,7 @@ from ._validate import dump_json
 
 __all__ = [
     "CREDENTIAL_HEADERS",
+    "HEADERS_SCOPE_KEY",
     "LAZY_DROPPED",
     "OWNER_SCOPE_KEY",
     "DeferredPlan",
@@ -60,6 +61,7 @@ __all__ = [
     "held_bytes",
     "new_plan_id",
     "request_owner",
+    "scope_headers",
     "serialize",
     "serialize_list",
 ]
@@ -103,6 +105,32 @@ def credential_hash(headers: Mapping[str, str]) -> str:
 OWNER_SCOPE_KEY = "tokenflex.owner"
 """The ASGI scope key under which the request's :func:`credential_hash` is kept once it
 is made (the per-client limit makes it first), so a request hashes its credentials once."""
+
+
+HEADERS_SCOPE_KEY = "tokenflex.headers"
+"""The ASGI scope key under which :func:`scope_headers` keeps the request's headers."""
+
+
+def scope_headers(scope: MutableMapping[str, Any]) -> dict[str, str]:
+    """The request's headers by name, as Starlette's ``Headers.get`` answers them (names
+    as the server gives them, lowercased by ASGI; values read as latin-1; of a name given
+    twice the first), made once per request and kept in the scope: a request's checks
+    look up a dozen names, and each lookup in Starlette's headers scans them all and
+    raises (and catches) a KeyError for a name the request does not carry.
+
+    >>> scope = {"headers": [(b"origin", b"a"), (b"origin", b"b"), (b"x-api-key", b"k")]}
+    >>> scope_headers(scope), scope_headers(scope) is scope[HEADERS_SCOPE_KEY]
+    ({'origin': 'a', 'x-api-key': 'k'}, True)
+    """
+    found = scope.get(HEADERS_SCOPE_KEY)
+    if type(found) is not dict:
+        found = {}
+        for key, value in scope.get("headers", ()):
+            name = key.decode("latin-1")
+            if name not in found:
+                found[name] = value.decode("latin-1")
+        scope[HEADERS_SCOPE_KEY] = found
+    return found
 
 
 def request_owner(scope: MutableMapping[str, Any], headers: Mapping[str, str]) -> str:

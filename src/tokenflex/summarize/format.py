@@ -32,7 +32,7 @@ def is_summary_message(msg: Any) -> bool:
     True
     """
     return (
-        isinstance(msg, Mapping)
+        (type(msg) is dict or isinstance(msg, Mapping))  # (a dict without the ABC's check)
         and msg.get("role") == "system"
         and isinstance(msg.get("content"), str)
         and msg["content"].startswith(SUMMARY_PREFIX)
