@@ -342,6 +342,10 @@ class Fitter:
         """Whether the store works now: when it fails, requests are fitted without it."""
         self.store_blocks = not isinstance(self.store, MemoryStore)
         """Store calls do I/O: every fit runs in a worker thread."""
+        self._memory = None if self.store_blocks else self.store
+        """The memory store, read and written by fits as it is: it does no I/O and does
+        not fail, so no guard (nor the metrics' error count) stands between (~7 calls
+        a request)."""
         self.background = BackgroundSummaries(
             max_jobs=config.background_queue,
             workers=config.background_max_inflight,
@@ -462,14 +466,17 @@ class Fitter:
         )
         if not summarize:
             summarizer = None
-        guard = GuardedStore(self.store, self.store_health)
+        guard: GuardedStore | None = None
+        store: Any = self._memory
+        if store is None:  # (a store that does I/O: fitted without it when it fails)
+            store = guard = GuardedStore(self.store, self.store_health)
         kwargs: dict[str, Any] = dict(
             model=model,
             max_tokens=requested,
             tools=req.tools,
             cache_stable=self.config.cache_stable,
             cut_note=self.config.cut_note,
-            state=TenantStore(guard, tenant_name(owner, route)),
+            state=TenantStore(store, tenant_name(owner, route)),
             recall=self.config.recall,  # observe mode: the plan fit mode would send
         )
         if summarizer is not None:  # (without one, its options are scalars: read once)
@@ -492,7 +499,7 @@ class Fitter:
             # Counting that waits on a tokenize or count endpoint, a lot of work, or a
             # state store that does I/O: keep the event loop free for the other requests.
             plan = await off_loop(self.limiter, job)
-            return stateless(plan) if guard.failed else plan
+            return stateless(plan) if guard is not None and guard.failed else plan
         try:
             if summarizer is None and model.tokenizer in self._loaded:
                 # Nothing to await and nothing that waits (no summarizer, no tokenizer
@@ -517,7 +524,7 @@ class Fitter:
             if panic is None:
                 raise
             raise panic from None
-        return stateless(plan) if guard.failed else plan
+        return stateless(plan) if guard is not None and guard.failed else plan
 
     def count_config(self, api_key: str | None, owner: str) -> ProviderCounts:
         """Where the counts of ``owner``'s requests come from with ``count = "provider"``:
