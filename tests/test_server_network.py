@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from tokenflex.server import ServerConfig
 from tokenflex.server._network import AsyncioBackend, AsyncioStream
-from tokenflex.server._upstream import Upstream
+from tokenflex.server._upstream import Upstream, upstream_request
 
 HOST = "127.0.0.1"
 CERT = Path(__file__).parent / "data" / "tls" / "localhost.pem"
@@ -458,3 +458,29 @@ def test_the_backend_on_uvloop(case: Callable[[], Coroutine[Any, Any, object]]) 
     uvloop = pytest.importorskip("uvloop")
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(case())
+
+
+_NAMES = st.sampled_from(["authorization", "content-type", "x-api-key", "user-agent", "accept"])
+_VALUES = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+    base=st.sampled_from(["http://up:8000/v1/x", "https://api.example.com/v1/x", "http://[::1]/a"]),
+    headers=st.dictionaries(_NAMES, _VALUES, max_size=5),
+    content=st.one_of(st.none(), st.binary(max_size=64)),
+)
+def test_the_upstream_request_is_the_one_httpx_makes_of_its_content(
+    method: str, base: str, headers: dict[str, str], content: bytes | None
+) -> None:
+    """The upstream request is built without httpx's content encoding (its headers added
+    by the proxy, the body given as its stream): the reference is httpx's own request
+    made with ``content=``: the same header lines in the same order, the same body."""
+    url = httpx.URL(base)
+    mine = upstream_request(method, url, headers, content)
+    wire = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    theirs = httpx.Request(method, url, headers=wire, content=content)
+    assert mine.headers.raw == theirs.headers.raw
+    assert mine.read() == theirs.read()
+    assert (mine.method, mine.url) == (theirs.method, theirs.url)

@@ -17,7 +17,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import h11
@@ -43,6 +43,7 @@ __all__ = [
     "merged_headers",
     "openai_error_event",
     "trailing_bytes",
+    "upstream_request",
 ]
 
 log = logging.getLogger("tokenflex")
@@ -70,6 +71,8 @@ _FORWARDING = frozenset(
     {"expect", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
 )
 _REQUEST_DROP = _HOP | _FORWARDING | {"x-tokenflex-key"}
+_SENDS_BODY = frozenset({"POST", "PUT", "PATCH"})
+"""Methods httpx gives ``Content-Length: 0`` when they carry no body."""
 _RESPONSE_DROP = _HOP | {"date", "server"}  # the proxy's own server sets both
 
 
@@ -88,6 +91,33 @@ def connection_named(headers: Headers | httpx.Headers) -> frozenset[str]:
         given = headers.getlist("connection")
     names = ",".join(given)
     return frozenset(n.strip().lower() for n in names.split(",") if n.strip())
+
+
+def upstream_request(
+    method: str,
+    url: httpx.URL,
+    headers: Mapping[str, str],
+    content: bytes | None,
+    extensions: dict[str, Any] | None = None,
+) -> httpx.Request:
+    """The request ``httpx.Request(method, url, headers=..., content=content)`` makes (the
+    same header lines, in the same order, and body), made as a transport's caller may:
+    the headers httpx adds (``Host``, ``Content-Length``) added here, the body given as
+    its stream. It spares httpx's encoding of the content, its look for a multipart
+    boundary and its second pass over the headers (~20 µs a request).
+
+    >>> r = upstream_request("POST", httpx.URL("http://up:8000/v1"), {"a": "b"}, b"{}")
+    >>> r.headers.raw, r.read()
+    ([(b'Host', b'up:8000'), (b'a', b'b'), (b'Content-Length', b'2')], b'{}')
+    """
+    pairs = [(b"Host", url.netloc), *((_wire(k), _wire(v)) for k, v in headers.items())]
+    if content:
+        pairs.append((b"Content-Length", str(len(content)).encode()))
+    elif method in _SENDS_BODY:
+        pairs.insert(1, (b"Content-Length", b"0"))
+    return httpx.Request(
+        method, url, headers=pairs, stream=httpx.ByteStream(content or b""), extensions=extensions
+    )
 
 
 def _wire(text: str) -> bytes:
@@ -327,12 +357,7 @@ class Upstream:
         The whole exchange, this and reading the body, must end within
         ``upstream_timeout``: a 504 otherwise.
         """
-        pairs = [(_wire(k), _wire(v)) for k, v in headers.items()]
-        if content is not None:  # (httpx would look for it, fail, and add it)
-            pairs.append((b"content-length", str(len(content)).encode()))
-        request = httpx.Request(
-            method, url, headers=pairs, content=content, extensions={"timeout": self._timeout}
-        )
+        request = upstream_request(method, url, headers, content, {"timeout": self._timeout})
         deadline = asyncio.get_running_loop().time() + self.config.upstream_timeout
         response: httpx.Response | None = None
         with Deadline(deadline):
