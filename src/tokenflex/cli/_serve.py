@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,6 +87,30 @@ def _run(settings: Any, sock: socket.socket, *, level: str, access_log: bool) ->
         _serve(proxy, settings, sock, level=level, access_log=access_log)
 
 
+class LineFormatter(logging.Formatter):
+    """The server's log line format, its timestamp's text made once a second (every
+    request logs a line; ``time.strftime`` of the same second each time was most of the
+    format's cost). Writes what :class:`logging.Formatter` writes."""
+
+    _second: tuple[float, str] = (math.nan, "")  # (no second equals it)
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = math.floor(record.created)  # (the second time.localtime reads)
+        known = self._second  # (one tuple: threads see a second and its text together)
+        if known[0] != second:
+            known = self._second = (
+                second,
+                time.strftime(self.default_time_format, self.converter(record.created)),
+            )
+        msec = self.default_msec_format
+        return known[1] if msec is None else msec % (known[1], record.msecs)
+
+
 _LOG_FLAGS = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
 """The logging module's switches the server turns off (restored after it)."""
 
@@ -102,7 +128,7 @@ def _server_logging(level: str) -> Iterator[None]:
     own = named[0].handlers[:]
     flags = [getattr(logging, flag) for flag in _LOG_FLAGS]
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(LineFormatter())
     root.handlers[:] = [handler]
     named[0].handlers[:] = []
     root.setLevel(level)
