@@ -148,6 +148,27 @@ def test_a_conversation_is_keyed_by_the_hash_of_its_json_and_stored_as_json(
     assert state["input_tokens"] == cut.input_tokens and state["n"] == len(messages)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(ANY_TEXT, min_size=1, max_size=3),
+    st.lists(st.lists(MESSAGE, max_size=4), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=10),
+)
+def test_a_conversation_asked_again_has_the_key_of_its_json(
+    models: list[str], leads: list[list[dict[str, Any]]], asks: list[tuple[int, int]]
+) -> None:
+    """Keys asked again and again for a few models and openings, in any order (each is
+    made once, then remembered): each is still the hash of its own JSON (red when the
+    remembered key of another model or opening is answered)."""
+    from tokenflex.session import KEY_MESSAGES
+
+    for i, j in asks:
+        model, messages = models[i % len(models)], leads[j % len(leads)]
+        text = json.dumps([model, [fingerprint(m) for m in messages[:KEY_MESSAGES]]])
+        key = "cut:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        assert StoreMemory(MemoryStore(), model, messages).key == key
+
+
 class _CopyingStore(MemoryStore):
     """A memory store that hands back a copy of the bytes it was given, as a store that
     serializes does (Redis, SQLite): a state is then always read from its JSON."""

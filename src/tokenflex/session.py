@@ -160,9 +160,14 @@ def state_key(model: str, lead: Sequence[str]) -> str:
     ...     json.dumps(["gpt-4o", ["ab", "cd"]]).encode(), digest_size=16).hexdigest()
     True
     """
-    quoted = ", ".join(['"' + h + '"' for h in lead])
-    text = "[" + _JSON_ASCII(model) + ", [" + quoted + "]]"
-    return "cut:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    asked = (model, *lead)
+    known = _KEYS.get(asked)
+    if known is None:
+        quoted = ", ".join(['"' + h + '"' for h in lead])
+        text = "[" + _JSON_ASCII(model) + ", [" + quoted + "]]"
+        known = "cut:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        _KEYS.put(asked, known, len(model) + 32 * len(lead))
+    return known
 
 
 K = TypeVar("K", bound=Hashable)
@@ -197,6 +202,10 @@ class Remembered(Generic[K, V]):
             while len(self._items) > self.entries or (self.weight and self._held > self.weight):
                 self._held -= self._items.pop(next(iter(self._items)))[1]
 
+
+_KEYS: Remembered[tuple[str, ...], str] = Remembered(4096, 4 * 1024 * 1024)
+"""The :func:`state_key` of a model and opening messages' digests: a conversation's every
+request asks for it again. Weighed by the characters of the model's name and digests."""
 
 _PLAIN: Remembered[tuple[str, str], str] = Remembered(4096, 4 * 1024 * 1024)
 """The fingerprints of plain ``{"role", "content"}`` messages, by role and text: a
