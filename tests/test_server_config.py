@@ -257,6 +257,34 @@ def test_plans_belong_to_the_credentials_that_made_them() -> None:
         assert store.get("p", owner=credential_hash(other)) is None
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["authorization", "Authorization", "X-API-KEY", "x-api-key", "api-key",
+             "x-goog-api-key", "X-Tokenflex-Key", "x-tokenflex-key", "host", "origin"]
+        ),
+        st.text(max_size=12),
+        max_size=6,
+    )
+)  # fmt: skip
+def test_a_credential_hash_is_the_digest_of_the_credentials_named_in_any_case(
+    headers: dict[str, str],
+) -> None:
+    """The owner digest (made from a copy of a started hash, in one update) is the
+    SHA-256 of the five credential headers' values, each after its name, in order, as
+    every version wrote it; names in any case, other headers left out (red when a name
+    is read case-sensitively or a value is left out)."""
+    import hashlib
+
+    lowered = {k.lower(): v for k, v in headers.items()}
+    reference = hashlib.sha256(b"tokenflex-plan-owner")
+    for name in ("authorization", "x-api-key", "api-key", "x-goog-api-key", "x-tokenflex-key"):
+        reference.update(b"\0" + name.encode() + b"\0" + lowered.get(name, "").encode())
+    assert credential_hash(headers) == reference.hexdigest()
+    assert credential_hash(headers) == credential_hash(lowered)
+
+
 _HEADER_NAMES = st.sampled_from(
     [b"authorization", b"Authorization", b"x-api-key", b"origin", b"Origin", b"content-type"]
 )

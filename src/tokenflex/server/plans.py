@@ -96,10 +96,14 @@ def credential_hash(headers: Mapping[str, str]) -> str:
     False
     """
     lowered = {k.lower(): v for k, v in headers.items()}
-    h = hashlib.sha256(b"tokenflex-plan-owner")
-    for name in CREDENTIAL_HEADERS:
-        h.update(b"\0" + name.encode() + b"\0" + lowered.get(name, "").encode())
+    h = _OWNER_HASH.copy()  # (a copy of the started hash: OpenSSL's look-up made once)
+    get = lowered.get
+    h.update(b"".join([b"\0" + name + b"\0" + get(text, "").encode() for name, text in _NAMED]))
     return h.hexdigest()
+
+
+_OWNER_HASH = hashlib.sha256(b"tokenflex-plan-owner")
+_NAMED = [(name.encode(), name) for name in CREDENTIAL_HEADERS]
 
 
 OWNER_SCOPE_KEY = "tokenflex.owner"
