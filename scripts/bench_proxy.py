@@ -31,6 +31,13 @@ the end. The machine's load (``os.getloadavg``) is printed beside the table: on 
     .venv/bin/python scripts/bench_proxy.py --cpu --turns grown  # a conversation that grows
     .venv/bin/python scripts/bench_proxy.py --split    # CPU per request, by process
     .venv/bin/python scripts/bench_proxy.py --instructions  # served, under callgrind
+    .venv/bin/python scripts/bench_proxy.py --noise    # the estimator against itself
+
+``--noise`` puts a second reference proxy (the same code, another process) where tokenflex
+was and measures each throughput row's ratio as its row does, four times (``--noise N``: N
+times): an A/A test. There is no difference to find, so the spread of its medians around
+1.00 is what a row's ratio moves by on this machine with none: a row within that spread
+of its goal meets it or not by the machine, not by the proxy.
 
 ``--cpu`` measures what the throughput rows cannot tell apart on a shared machine: the CPU
 time per request of the two apps themselves, in process (driven through
@@ -191,12 +198,14 @@ def servers(
     *,
     wrap: list[str] | None = None,
     start_s: float = 30.0,
+    measured: str = "tokenflex",
 ) -> Iterator[tuple[str, str]]:
     """The fake upstream, tokenflex serve (with the TOML file ``config`` when given) and
     the reference proxy; their base URLs (tokenflex, reference). Stopped on exit.
     ``pids``, when given, is filled with each process's id by name (``upstream``,
     ``tokenflex``, ``reference``). ``wrap``: a command the two proxies run under (a
-    profiler), given ``start_s`` seconds to answer."""
+    profiler), given ``start_s`` seconds to answer. ``measured="reference"``: a second
+    reference in tokenflex's place (the estimator against itself, ``--noise``)."""
     tf, ref = (load_proxy._free_port() for _ in range(2))
     upstream, up_url = fake_upstream()
     env = _env()
@@ -206,27 +215,13 @@ def servers(
     log_fd, log_path = tempfile.mkstemp(prefix="tokenflex-bench-proxy-", suffix=".log")
     log = os.fdopen(log_fd, "wb")
     py = sys.executable
+    ours = [py, "-m", "tokenflex", "serve", "--upstream", up_url, "--port", str(tf)]
+    ours += ["--host", HOST, *(["--config", config] if config else [])]
+    if measured == "reference":
+        ours = [py, "-c", _REFERENCE, up_url, str(tf)]
     procs = [
         upstream,
-        subprocess.Popen(
-            [
-                *pre,
-                py,
-                "-m",
-                "tokenflex",
-                "serve",
-                "--upstream",
-                up_url,
-                "--port",
-                str(tf),
-                "--host",
-                HOST,
-                *(["--config", config] if config else []),
-            ],
-            env=env,
-            stdout=log,
-            stderr=log,
-        ),
+        subprocess.Popen([*pre, *ours], env=env, stdout=log, stderr=log),
         subprocess.Popen([*pre, py, "-c", _REFERENCE, up_url, str(ref)], env=env, stderr=log),
     ]
     if pids is not None:
@@ -291,29 +286,54 @@ def request_bodies(messages: int, turns: str, count: int, *, agent: bool = False
     return out
 
 
-def compare(tf: str, ref: str, messages: int, *, seconds: float, rounds: int) -> list[Row]:
-    """Throughput and added p50 at one request size, the two proxies interleaved."""
+@dataclass
+class Rounds:
+    """Two proxies' closed loops at one request size, interleaved round after round."""
+
+    rps: tuple[list[float], list[float]]
+    """Each proxy's throughput in each round (eight clients)."""
+    p50: tuple[list[float], list[float]]
+    """Each proxy's median latency in each round (one client)."""
+
+    @property
+    def ratios(self) -> list[float]:
+        """The first proxy's throughput over the second's, each round's, sorted: the two
+        loops of a round run back to back, so a machine slower for a while slows both."""
+        return sorted(a / b for a, b in zip(*self.rps, strict=True) if b)
+
+    @property
+    def ratio(self) -> float:
+        """The estimate of a throughput row: the median of the rounds' ratios."""
+        return statistics.median(self.ratios)
+
+
+def interleaved(a: str, b: str, messages: int, *, seconds: float, rounds: int) -> Rounds:
+    """The proxies at base URLs ``a`` and ``b`` measured at one request size, each first
+    in half the rounds."""
     body = request_body(messages)
     path = "/v1/chat/completions"
-    for url in (tf, ref):  # warm up: model lookup, tokenizer, connections
+    for url in (a, b):  # warm up: model lookup, tokenizer, connections
         asyncio.run(closed_loop(url + path, body, seconds=min(1.0, seconds), clients=2))
-    rps: dict[str, list[float]] = {tf: [], ref: []}
-    p50: dict[str, list[float]] = {tf: [], ref: []}
+    rps: dict[str, list[float]] = {a: [], b: []}
+    p50: dict[str, list[float]] = {a: [], b: []}
     for k in range(rounds):
-        for url in (ref, tf) if k % 2 == 0 else (tf, ref):  # (each first in half the rounds)
+        for url in (b, a) if k % 2 == 0 else (a, b):
             w = asyncio.run(closed_loop(url + path, body, seconds=seconds, clients=CONCURRENCY))
             if w.errors:
                 raise SystemExit(f"{w.errors} failed requests through {url}")
             rps[url].append(w.rps)
             one = asyncio.run(closed_loop(url + path, body, seconds=seconds / 2, clients=1))
             p50[url].append(one.p50_ms)
-    t, r = statistics.median(rps[tf]), statistics.median(rps[ref])
-    # the ratio of each round's two loops, run back to back: a machine that is slower for
-    # a while slows both of a round; the median of the rounds' ratios, and their spread
-    ratios = sorted(a / b for a, b in zip(rps[tf], rps[ref], strict=True) if b)
-    ratio = statistics.median(ratios)
+    return Rounds((rps[a], rps[b]), (p50[a], p50[b]))
+
+
+def compare(tf: str, ref: str, messages: int, *, seconds: float, rounds: int) -> list[Row]:
+    """Throughput and added p50 at one request size, the two proxies interleaved."""
+    measured = interleaved(tf, ref, messages, seconds=seconds, rounds=rounds)
+    t, r = (statistics.median(x) for x in measured.rps)
+    ratios, ratio = measured.ratios, measured.ratio
     goal = GOALS[messages]
-    pt, pr = statistics.median(p50[tf]), statistics.median(p50[ref])
+    pt, pr = (statistics.median(x) for x in measured.p50)
     return [
         (
             f"proxy throughput, {messages:,} messages",
@@ -791,6 +811,31 @@ def rows(*, quick: bool, soak: float | None = None, config: str | None = None) -
     return out
 
 
+def noise_floor(reps: int, *, quick: bool) -> list[Row]:
+    """The throughput rows' estimator against itself (A/A): a second reference proxy in
+    tokenflex's place, each size measured ``reps`` times as its row is. Its medians'
+    spread around 1.00 is what a row's ratio can move by with no difference at all."""
+    seconds, rounds = (1.5, 3) if quick else (2.5, 6)
+    out: list[Row] = []
+    with servers(measured="reference") as (other, ref):
+        for n in SIZES:
+            medians = sorted(
+                interleaved(other, ref, n, seconds=seconds, rounds=rounds).ratio
+                for _ in range(reps)
+            )
+            out.append(
+                (
+                    f"A/A: a reference against another, {n:,} messages, {reps} runs",
+                    "-",
+                    "-",
+                    f"{statistics.median(medians):.2f} ({medians[0]:.2f}-{medians[-1]:.2f})",
+                    "1.00",
+                    "-",
+                )
+            )
+    return out
+
+
 INSTRUCTION_CASES = ((10, 8), (10, 1), (200, 8), (2000, 8))
 """(messages, clients) of ``--instructions``: the throughput rows' requests at their
 eight clients, and the 10-message one a request at a time."""
@@ -909,6 +954,15 @@ def main() -> int:
         metavar="REQUESTS",
         help="instructions a request of each served proxy, under callgrind (default 300)",
     )
+    ap.add_argument(
+        "--noise",
+        type=int,
+        nargs="?",
+        const=4,
+        metavar="RUNS",
+        help="the throughput estimator against itself: two references, each row's "
+        "measurement RUNS times (default 4)",
+    )
     args = ap.parse_args()
     if args.instructions:
         print_instructions(args.instructions)
@@ -936,7 +990,10 @@ def main() -> int:
         return 0
     started = time.monotonic()
     load = os.getloadavg()
-    table = rows(quick=args.quick, soak=args.soak, config=args.config)
+    if args.noise:
+        table = noise_floor(args.noise, quick=args.quick)
+    else:
+        table = rows(quick=args.quick, soak=args.soak, config=args.config)
     header = ("case", "tokenflex", "reference", "ratio", "goal", "met")
     widths = [max(len(r[i]) for r in (header, *table)) for i in range(len(header))]
     for r in (header, tuple("-" * w for w in widths), *table):
